@@ -1,0 +1,5 @@
+//! Shepherd: the binary's library half — configuration loading, the adapters to the
+//! outside world (OpenCode HTTP/SSE), the test bed (fake model + real OpenCode server)
+//! and the wiring that connects them to the actor system in `shepherd-actors`.
+
+pub mod testbed;
