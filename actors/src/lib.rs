@@ -1,1 +1,23 @@
+//! Shepherd's actor system and, beside each actor, its pure decision core.
+//!
+//! Module map (read top-down):
+//! - [`config`]: the configuration schema — the one home of every default number.
+//! - [`event`]: typed OpenCode events, decoded from the JSON the server sends.
+//! - [`ports`]: the narrow traits the cores need from the world ([`ports::Engine`] for
+//!   OpenCode, [`ports::Clock`] for time), implemented at the edges and faked in tests.
+//! - [`session`]: one actor per OpenCode session. `session::core` decides (pure),
+//!   `session::actor` carries out (thin), `session::recovery` runs the abort + continue
+//!   procedure against the engine port.
+//! - [`supervisor`]: the fleet actor: creates session actors on first sight, routes
+//!   events to them and reconciles state after every stream (re)connect.
+//! - [`journal`]: the record of every action Shepherd took or declined.
+//!
+//! Decision modules have no I/O, no clock of their own and no actix: they take `now`
+//! as an argument and return actions.
 
+pub mod config;
+pub mod event;
+pub mod journal;
+pub mod ports;
+pub mod session;
+pub mod supervisor;

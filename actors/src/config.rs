@@ -1,0 +1,280 @@
+//! The configuration schema: every default number Shepherd uses lives here, once.
+//!
+//! Nothing downstream names a number of its own; a decision that needs a duration or a
+//! limit reads it from these structs. Durations carry their unit in their type
+//! (`Duration`) and are written as human strings in files and the environment
+//! (`"3m"`, `"500ms"`). Unknown keys are refused (`deny_unknown_fields`) so a typo fails
+//! start-up instead of silently using a default. Layering (file, environment, flags)
+//! happens in the binary's `config` module; [`Config::validate`] checks the relations
+//! between values that serde alone cannot.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole effective configuration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The OpenCode servers this instance supervises.
+    pub servers: Vec<ServerConfig>,
+    pub recovery: RecoveryConfig,
+    pub log: LogConfig,
+}
+
+/// One OpenCode server (`opencode serve`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Short name used in logs and status (`server = "local"`).
+    pub name: String,
+    /// Base URL, e.g. `http://127.0.0.1:4096`.
+    pub url: String,
+    /// Basic-auth user name; OpenCode's default is `opencode`.
+    #[serde(default = "default_username")]
+    pub username: String,
+    /// Name of the environment variable holding the server password (never the
+    /// password itself, so config files can be shared and printed).
+    #[serde(default)]
+    pub password_env: Option<String>,
+    /// Timeout of one REST call to this server.
+    #[serde(default = "default_request_timeout", with = "duration_str")]
+    pub request_timeout: Duration,
+    /// The event stream is considered dead when nothing (not even the 10 s heartbeat)
+    /// arrives for this long.
+    #[serde(default = "default_stream_read_timeout", with = "duration_str")]
+    pub stream_read_timeout: Duration,
+    /// First delay before reconnecting a broken event stream; doubles per failure.
+    #[serde(default = "default_reconnect_initial", with = "duration_str")]
+    pub reconnect_initial: Duration,
+    /// Upper bound of the reconnect delay.
+    #[serde(default = "default_reconnect_max", with = "duration_str")]
+    pub reconnect_max: Duration,
+    /// Page size used when listing sessions (OpenCode silently caps unpaged lists at 100).
+    #[serde(default = "default_list_limit")]
+    pub list_limit: u32,
+}
+
+fn default_username() -> String {
+    "opencode".to_string()
+}
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_stream_read_timeout() -> Duration {
+    Duration::from_secs(35)
+}
+fn default_reconnect_initial() -> Duration {
+    Duration::from_millis(250)
+}
+fn default_reconnect_max() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_list_limit() -> u32 {
+    1000
+}
+
+impl ServerConfig {
+    /// A server with every optional value at its default.
+    pub fn new(name: impl Into<String>, url: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            url: url.into(),
+            username: default_username(),
+            password_env: None,
+            request_timeout: default_request_timeout(),
+            stream_read_timeout: default_stream_read_timeout(),
+            reconnect_initial: default_reconnect_initial(),
+            reconnect_max: default_reconnect_max(),
+            list_limit: default_list_limit(),
+        }
+    }
+}
+
+/// Stall detection and recovery (abort + continue).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecoveryConfig {
+    /// A busy session with no progress for this long is stalled.
+    #[serde(with = "duration_str")]
+    pub stall_timeout: Duration,
+    /// While a tool part is `running`, the stall timeout is multiplied by this.
+    pub tool_grace_factor: f64,
+    /// Pause between the session reaching idle after our abort and our continue.
+    #[serde(with = "duration_str")]
+    pub wait_after_abort: Duration,
+    /// How often to poll `/session/status` while waiting for the abort to land.
+    #[serde(with = "duration_str")]
+    pub abort_poll_interval: Duration,
+    /// Give up waiting for idle after an abort after this long (the continue is then
+    /// still sent: OpenCode queues prompts to busy sessions).
+    #[serde(with = "duration_str")]
+    pub abort_poll_max: Duration,
+    /// Consecutive recoveries before backing off.
+    pub max_recoveries: u32,
+    /// First back-off delay once `max_recoveries` is exceeded; doubles per attempt.
+    #[serde(with = "duration_str")]
+    pub cooldown: Duration,
+    /// Upper bound of the back-off delay.
+    #[serde(with = "duration_str")]
+    pub max_backoff: Duration,
+    /// Continues sent without real progress before Shepherd gives up on a session.
+    pub max_auto_submits: u32,
+    /// Sessions older than this are not recovered any more.
+    #[serde(with = "duration_str")]
+    pub max_session_age: Duration,
+    /// Continue prompt for a session without open todos. Variables: `{attempts}`,
+    /// `{maxAttempts}`.
+    pub continue_message: String,
+    /// Continue prompt for a session with open todos. Variables: `{pending}`, `{total}`,
+    /// `{completed}`, `{todoList}` (at most five open items), `{attempts}`, `{maxAttempts}`.
+    pub continue_with_todos_message: String,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        Self {
+            stall_timeout: Duration::from_secs(180),
+            tool_grace_factor: 4.0,
+            wait_after_abort: Duration::from_millis(1500),
+            abort_poll_interval: Duration::from_millis(200),
+            abort_poll_max: Duration::from_secs(5),
+            max_recoveries: 3,
+            cooldown: Duration::from_secs(60),
+            max_backoff: Duration::from_secs(30 * 60),
+            max_auto_submits: 3,
+            max_session_age: Duration::from_secs(2 * 60 * 60),
+            continue_message: "Your previous response stalled and was interrupted by the \
+                supervisor (attempt {attempts} of {maxAttempts}). Please continue where you \
+                left off."
+                .to_string(),
+            continue_with_todos_message: "Your previous response stalled and was interrupted \
+                by the supervisor (attempt {attempts} of {maxAttempts}). You have {pending} \
+                open of {total} todos ({completed} done):\n{todoList}\nPlease continue \
+                working on them."
+                .to_string(),
+        }
+    }
+}
+
+/// Log output.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `json`, `pretty`, or `auto` (json when stdout is not a terminal).
+    pub format: LogFormat,
+    /// A `tracing` filter directive, e.g. `info` or `shepherd=debug`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: LogFormat::Auto, level: "info".to_string() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Auto,
+    Json,
+    Pretty,
+}
+
+/// A value that is well-typed but wrong, with the key path that holds it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct InvalidValue {
+    pub key: String,
+    pub reason: String,
+}
+
+impl Config {
+    /// Checks what serde cannot: ranges and relations between values.
+    pub fn validate(&self) -> Result<(), InvalidValue> {
+        let bad = |key: &str, reason: &str| InvalidValue { key: key.into(), reason: reason.into() };
+        let r = &self.recovery;
+        if r.stall_timeout.is_zero() {
+            return Err(bad("recovery.stall_timeout", "must be greater than zero"));
+        }
+        if !(r.tool_grace_factor.is_finite() && r.tool_grace_factor >= 1.0) {
+            return Err(bad("recovery.tool_grace_factor", "must be a number >= 1"));
+        }
+        if r.abort_poll_interval.is_zero() {
+            return Err(bad("recovery.abort_poll_interval", "must be greater than zero"));
+        }
+        if r.abort_poll_max < r.abort_poll_interval {
+            return Err(bad("recovery.abort_poll_max", "must be at least abort_poll_interval"));
+        }
+        if r.max_backoff < r.cooldown {
+            return Err(bad("recovery.max_backoff", "must be at least recovery.cooldown"));
+        }
+        if r.max_auto_submits == 0 {
+            return Err(bad("recovery.max_auto_submits", "must be at least 1"));
+        }
+        if r.continue_message.trim().is_empty() {
+            return Err(bad("recovery.continue_message", "must not be empty"));
+        }
+        if r.continue_with_todos_message.trim().is_empty() {
+            return Err(bad("recovery.continue_with_todos_message", "must not be empty"));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, s) in self.servers.iter().enumerate() {
+            if s.name.trim().is_empty() {
+                return Err(bad(&format!("servers[{i}].name"), "must not be empty"));
+            }
+            if !names.insert(s.name.as_str()) {
+                return Err(bad(&format!("servers[{i}].name"), "is used by two servers"));
+            }
+            if !(s.url.starts_with("http://") || s.url.starts_with("https://")) {
+                return Err(bad(&format!("servers[{i}].url"), "must start with http:// or https://"));
+            }
+            if s.list_limit == 0 {
+                return Err(bad(&format!("servers[{i}].list_limit"), "must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Serde adapter: `Duration` as a human string (`"3m"`, `"1.5s"` is not accepted,
+/// write `"1500ms"`).
+pub mod duration_str {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(text.trim()).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "invalid duration {text:?} ({e}); write e.g. \"3m\", \"500ms\", \"2h\""
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_match_the_documented_numbers() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert_eq!(c.recovery.stall_timeout, Duration::from_secs(180));
+        assert_eq!(c.recovery.wait_after_abort, Duration::from_millis(1500));
+        assert_eq!(c.recovery.max_backoff, Duration::from_secs(1800));
+    }
+
+    #[test]
+    fn a_backoff_below_the_cooldown_is_rejected_with_its_key() {
+        let mut c = Config::default();
+        c.recovery.max_backoff = Duration::from_secs(1);
+        assert_eq!(c.validate().unwrap_err().key, "recovery.max_backoff");
+    }
+}

@@ -1,0 +1,508 @@
+//! Typed OpenCode events, decoded from the JSON of one SSE `data:` frame.
+//!
+//! Decoding is pure: a frame goes in, an [`Envelope`] or a [`DecodeError`] comes out.
+//! Both stream shapes are accepted — `/global/event` wraps each event as
+//! `{"directory","project","payload":{…}}`, `/event` sends the payload bare. Types the
+//! server may add (the schema lists 89, the stream also sends `server.heartbeat` and
+//! `sync`) decode to [`Event::Unknown`] so the caller can count them; a known type whose
+//! properties do not match its shape is a [`DecodeError`], never a panic. Only the
+//! fields Shepherd decides on are kept.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One decoded frame: the event and the directory (instance) it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    /// Absent on `server.*` events and on the per-directory stream.
+    pub directory: Option<String>,
+    pub event: Event,
+}
+
+/// The events Shepherd decides on. Everything else is [`Event::Unknown`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    ServerConnected,
+    Heartbeat,
+    /// The global stream's durable-change duplicate of another event; ignored.
+    Sync,
+    SessionCreated(SessionInfo),
+    SessionUpdated(SessionInfo),
+    SessionDeleted(SessionInfo),
+    SessionStatus { session_id: String, status: Status },
+    SessionIdle { session_id: String },
+    SessionError { session_id: Option<String>, error: ErrorInfo },
+    SessionCompacted { session_id: String },
+    SessionDiff { session_id: String },
+    MessageUpdated(MessageInfo),
+    MessageRemoved { session_id: String, message_id: String },
+    PartUpdated(Part),
+    PartDelta { session_id: String, message_id: String, part_id: String },
+    PartRemoved { session_id: String, message_id: String, part_id: String },
+    TodoUpdated { session_id: String, todos: Vec<Todo> },
+    PermissionAsked { id: String, session_id: String },
+    PermissionReplied { request_id: String, session_id: String },
+    QuestionAsked { id: String, session_id: String },
+    QuestionReplied { request_id: String, session_id: String },
+    QuestionRejected { request_id: String, session_id: String },
+    /// A type Shepherd does not act on (counted, then ignored).
+    Unknown { kind: String },
+}
+
+impl Event {
+    /// The session this event concerns, when it concerns one.
+    pub fn session_id(&self) -> Option<&str> {
+        use Event::*;
+        match self {
+            SessionCreated(s) | SessionUpdated(s) | SessionDeleted(s) => Some(&s.id),
+            SessionStatus { session_id, .. }
+            | SessionIdle { session_id }
+            | SessionCompacted { session_id }
+            | SessionDiff { session_id }
+            | MessageRemoved { session_id, .. }
+            | PartDelta { session_id, .. }
+            | PartRemoved { session_id, .. }
+            | TodoUpdated { session_id, .. }
+            | PermissionAsked { session_id, .. }
+            | PermissionReplied { session_id, .. }
+            | QuestionAsked { session_id, .. }
+            | QuestionReplied { session_id, .. }
+            | QuestionRejected { session_id, .. } => Some(session_id),
+            SessionError { session_id, .. } => session_id.as_deref(),
+            MessageUpdated(m) => Some(&m.session_id),
+            PartUpdated(p) => Some(&p.session_id),
+            ServerConnected | Heartbeat | Sync | Unknown { .. } => None,
+        }
+    }
+
+    /// A short stable name for metrics and logs.
+    pub fn kind(&self) -> &str {
+        use Event::*;
+        match self {
+            ServerConnected => "server.connected",
+            Heartbeat => "server.heartbeat",
+            Sync => "sync",
+            SessionCreated(_) => "session.created",
+            SessionUpdated(_) => "session.updated",
+            SessionDeleted(_) => "session.deleted",
+            SessionStatus { .. } => "session.status",
+            SessionIdle { .. } => "session.idle",
+            SessionError { .. } => "session.error",
+            SessionCompacted { .. } => "session.compacted",
+            SessionDiff { .. } => "session.diff",
+            MessageUpdated(_) => "message.updated",
+            MessageRemoved { .. } => "message.removed",
+            PartUpdated(_) => "message.part.updated",
+            PartDelta { .. } => "message.part.delta",
+            PartRemoved { .. } => "message.part.removed",
+            TodoUpdated { .. } => "todo.updated",
+            PermissionAsked { .. } => "permission.asked",
+            PermissionReplied { .. } => "permission.replied",
+            QuestionAsked { .. } => "question.asked",
+            QuestionReplied { .. } => "question.replied",
+            QuestionRejected { .. } => "question.rejected",
+            Unknown { kind } => kind,
+        }
+    }
+}
+
+/// `Session` as the server describes it (only what Shepherd uses).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub id: String,
+    #[serde(default, rename = "parentID")]
+    pub parent_id: Option<String>,
+    #[serde(default)]
+    pub directory: Option<String>,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub time: Times,
+}
+
+/// Epoch-millisecond timestamps carried by sessions and messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct Times {
+    #[serde(default)]
+    pub created: Option<i64>,
+    #[serde(default)]
+    pub updated: Option<i64>,
+    #[serde(default)]
+    pub completed: Option<i64>,
+}
+
+/// `session.status` → `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Status {
+    Idle,
+    Busy,
+    /// OpenCode is waiting to retry a failed model call; `next` is epoch ms.
+    Retry {
+        #[serde(default)]
+        attempt: Option<u32>,
+        #[serde(default)]
+        next: Option<i64>,
+    },
+}
+
+/// An error as carried by `session.error` and by failed assistant messages.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ErrorInfo {
+    pub name: String,
+    #[serde(default)]
+    pub data: Option<ErrorData>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ErrorData {
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+impl ErrorInfo {
+    pub const ABORTED: &'static str = "MessageAbortedError";
+
+    pub fn is_abort(&self) -> bool {
+        self.name == Self::ABORTED
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// The agent and model a turn ran with; copied into every prompt Shepherd sends so
+/// OpenCode does not switch the session to its default agent.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct ModelRef {
+    #[serde(rename = "providerID")]
+    pub provider_id: String,
+    #[serde(rename = "modelID")]
+    pub model_id: String,
+}
+
+/// `message.updated` → `info`. User and assistant messages share this shape; the
+/// model is `model{providerID,modelID}` on user messages and top-level fields on
+/// assistant ones — both end up in [`MessageInfo::model`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageInfo {
+    pub id: String,
+    pub session_id: String,
+    pub role: Role,
+    pub agent: Option<String>,
+    pub model: Option<ModelRef>,
+    pub finish: Option<String>,
+    pub error: Option<ErrorInfo>,
+    pub time: Times,
+    /// A compaction summary (`summary: true`).
+    pub summary: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawMessageInfo {
+    id: String,
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    role: Role,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    model: Option<ModelRef>,
+    #[serde(default, rename = "providerID")]
+    provider_id: Option<String>,
+    #[serde(default, rename = "modelID")]
+    model_id: Option<String>,
+    #[serde(default)]
+    finish: Option<String>,
+    #[serde(default)]
+    error: Option<ErrorInfo>,
+    #[serde(default)]
+    time: Times,
+    #[serde(default)]
+    summary: Value,
+}
+
+impl From<RawMessageInfo> for MessageInfo {
+    fn from(r: RawMessageInfo) -> Self {
+        let model = r.model.or(match (r.provider_id, r.model_id) {
+            (Some(provider_id), Some(model_id)) => Some(ModelRef { provider_id, model_id }),
+            _ => None,
+        });
+        MessageInfo {
+            id: r.id,
+            session_id: r.session_id,
+            role: r.role,
+            agent: r.agent,
+            model,
+            finish: r.finish,
+            error: r.error,
+            time: r.time,
+            summary: r.summary == Value::Bool(true),
+        }
+    }
+}
+
+/// How Shepherd marks its own prompts: part `metadata.shepherd`, stored and echoed
+/// unchanged by OpenCode, so this instance and others recognise them in events and
+/// in history.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct ShepherdTag {
+    pub kind: String,
+    #[serde(default)]
+    pub instance: String,
+    #[serde(default)]
+    pub decision: String,
+}
+
+/// `message.part.updated` → `part`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    pub id: String,
+    pub message_id: String,
+    pub session_id: String,
+    pub kind: PartKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PartKind {
+    Text { synthetic: bool, ignored: bool, shepherd: Option<ShepherdTag> },
+    Reasoning,
+    Tool { tool: String, status: ToolStatus, child_session: Option<String> },
+    StepStart,
+    StepFinish,
+    Compaction,
+    Other(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolStatus {
+    Pending,
+    Running,
+    Completed,
+    Error,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawPart {
+    id: String,
+    #[serde(rename = "messageID")]
+    message_id: String,
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    synthetic: Option<bool>,
+    #[serde(default)]
+    ignored: Option<bool>,
+    #[serde(default)]
+    metadata: Option<Value>,
+    #[serde(default)]
+    tool: Option<String>,
+    #[serde(default)]
+    state: Option<RawToolState>,
+}
+
+#[derive(Deserialize)]
+struct RawToolState {
+    status: ToolStatus,
+    #[serde(default)]
+    metadata: Option<Value>,
+}
+
+impl TryFrom<RawPart> for Part {
+    type Error = String;
+
+    fn try_from(r: RawPart) -> Result<Self, String> {
+        let kind = match r.kind.as_str() {
+            "text" => PartKind::Text {
+                synthetic: r.synthetic.unwrap_or(false),
+                ignored: r.ignored.unwrap_or(false),
+                shepherd: r
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.get("shepherd"))
+                    .and_then(|s| serde_json::from_value(s.clone()).ok()),
+            },
+            "reasoning" => PartKind::Reasoning,
+            "tool" => {
+                let state = r.state.ok_or("tool part without state")?;
+                let child_session = state
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.get("sessionId"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                PartKind::Tool {
+                    tool: r.tool.unwrap_or_default(),
+                    status: state.status,
+                    child_session,
+                }
+            }
+            "step-start" => PartKind::StepStart,
+            "step-finish" => PartKind::StepFinish,
+            "compaction" => PartKind::Compaction,
+            other => PartKind::Other(other.to_string()),
+        };
+        Ok(Part { id: r.id, message_id: r.message_id, session_id: r.session_id, kind })
+    }
+}
+
+/// One todo item. Items have no id; the list is replaced whole on every update.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct Todo {
+    pub content: String,
+    pub status: TodoStatus,
+    #[serde(default)]
+    pub priority: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TodoStatus {
+    Pending,
+    InProgress,
+    Completed,
+    Cancelled,
+}
+
+impl TodoStatus {
+    /// `cancelled` counts as done.
+    pub fn is_open(self) -> bool {
+        matches!(self, TodoStatus::Pending | TodoStatus::InProgress)
+    }
+}
+
+/// Why a frame could not be decoded. The frame is skipped; the stream goes on.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("frame is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("frame has no event type")]
+    NoType,
+    #[error("{kind}: unexpected shape: {reason}")]
+    BadShape { kind: String, reason: String },
+}
+
+/// Decodes one SSE `data:` payload (either stream shape).
+pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
+    let mut value: Value = serde_json::from_str(frame).map_err(DecodeError::NotJson)?;
+    let directory = value.get("directory").and_then(Value::as_str).map(str::to_string);
+    let payload = match value.get_mut("payload") {
+        Some(p) => p.take(),
+        None => value,
+    };
+    let kind = payload.get("type").and_then(Value::as_str).ok_or(DecodeError::NoType)?.to_string();
+    let props = payload.get("properties").cloned().unwrap_or(Value::Null);
+    let event = decode_event(&kind, props)
+        .map_err(|reason| DecodeError::BadShape { kind: kind.clone(), reason })?;
+    Ok(Envelope { directory, event })
+}
+
+fn decode_event(kind: &str, props: Value) -> Result<Event, String> {
+    fn field<T: serde::de::DeserializeOwned>(props: &Value, name: &str) -> Result<T, String> {
+        let v = props.get(name).ok_or_else(|| format!("missing `{name}`"))?;
+        serde_json::from_value(v.clone()).map_err(|e| format!("`{name}`: {e}"))
+    }
+    let sid = |p: &Value| field::<String>(p, "sessionID");
+    Ok(match kind {
+        "server.connected" => Event::ServerConnected,
+        "server.heartbeat" => Event::Heartbeat,
+        "sync" => Event::Sync,
+        "session.created" => Event::SessionCreated(field(&props, "info")?),
+        "session.updated" => Event::SessionUpdated(field(&props, "info")?),
+        "session.deleted" => Event::SessionDeleted(field(&props, "info")?),
+        "session.status" => {
+            Event::SessionStatus { session_id: sid(&props)?, status: field(&props, "status")? }
+        }
+        "session.idle" => Event::SessionIdle { session_id: sid(&props)? },
+        "session.error" => Event::SessionError {
+            session_id: props.get("sessionID").and_then(Value::as_str).map(str::to_string),
+            error: field(&props, "error")?,
+        },
+        "session.compacted" => Event::SessionCompacted { session_id: sid(&props)? },
+        "session.diff" => Event::SessionDiff { session_id: sid(&props)? },
+        "message.updated" => Event::MessageUpdated(field::<RawMessageInfo>(&props, "info")?.into()),
+        "message.removed" => Event::MessageRemoved {
+            session_id: sid(&props)?,
+            message_id: field(&props, "messageID")?,
+        },
+        "message.part.updated" => Event::PartUpdated(field::<RawPart>(&props, "part")?.try_into()?),
+        "message.part.delta" => Event::PartDelta {
+            session_id: sid(&props)?,
+            message_id: field(&props, "messageID")?,
+            part_id: field(&props, "partID")?,
+        },
+        "message.part.removed" => Event::PartRemoved {
+            session_id: sid(&props)?,
+            message_id: field(&props, "messageID")?,
+            part_id: field(&props, "partID")?,
+        },
+        "todo.updated" => Event::TodoUpdated { session_id: sid(&props)?, todos: field(&props, "todos")? },
+        "permission.asked" => Event::PermissionAsked { id: field(&props, "id")?, session_id: sid(&props)? },
+        "permission.replied" => Event::PermissionReplied {
+            request_id: field(&props, "requestID")?,
+            session_id: sid(&props)?,
+        },
+        "question.asked" => Event::QuestionAsked { id: field(&props, "id")?, session_id: sid(&props)? },
+        "question.replied" => Event::QuestionReplied {
+            request_id: field(&props, "requestID")?,
+            session_id: sid(&props)?,
+        },
+        "question.rejected" => Event::QuestionRejected {
+            request_id: field(&props, "requestID")?,
+            session_id: sid(&props)?,
+        },
+        other => Event::Unknown { kind: other.to_string() },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn global_envelope_carries_the_directory() {
+        let frame = r#"{"directory":"/p","project":"x","payload":{"id":"evt_1","type":"session.idle","properties":{"sessionID":"ses_A"}}}"#;
+        let env = decode(frame).unwrap();
+        assert_eq!(env.directory.as_deref(), Some("/p"));
+        assert_eq!(env.event, Event::SessionIdle { session_id: "ses_A".into() });
+    }
+
+    #[test]
+    fn unknown_types_decode_to_unknown_not_an_error() {
+        let env = decode(r#"{"type":"plugin.added","properties":{"x":1}}"#).unwrap();
+        assert_eq!(env.event, Event::Unknown { kind: "plugin.added".into() });
+    }
+
+    #[test]
+    fn a_known_type_with_a_wrong_shape_is_a_clear_error() {
+        let err = decode(r#"{"type":"session.status","properties":{"sessionID":"s"}}"#).unwrap_err();
+        assert_eq!(err.to_string(), "session.status: unexpected shape: missing `status`");
+    }
+
+    #[test]
+    fn assistant_model_fields_become_a_model_ref() {
+        let frame = r#"{"type":"message.updated","properties":{"sessionID":"s","info":{"id":"m","sessionID":"s","role":"assistant","agent":"plan","providerID":"fake","modelID":"m2","finish":"stop","time":{"created":1}}}}"#;
+        let Event::MessageUpdated(m) = decode(frame).unwrap().event else { panic!() };
+        assert_eq!(m.model, Some(ModelRef { provider_id: "fake".into(), model_id: "m2".into() }));
+        assert_eq!(m.agent.as_deref(), Some("plan"));
+    }
+
+    #[test]
+    fn shepherd_metadata_on_a_text_part_is_recognised() {
+        let frame = r#"{"type":"message.part.updated","properties":{"sessionID":"s","part":{"id":"p","messageID":"m","sessionID":"s","type":"text","text":"go on","synthetic":true,"metadata":{"shepherd":{"kind":"continue","instance":"i","decision":"d"}}}}}"#;
+        let Event::PartUpdated(p) = decode(frame).unwrap().event else { panic!() };
+        let PartKind::Text { synthetic, shepherd, .. } = p.kind else { panic!() };
+        assert!(synthetic);
+        assert_eq!(shepherd.unwrap().kind, "continue");
+    }
+}

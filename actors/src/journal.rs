@@ -1,0 +1,160 @@
+//! The record of every action Shepherd takes or declines on a session.
+//!
+//! Each decision becomes one [`ActionRecord`]: one structured log event (`server`,
+//! `session`, `action`, `outcome`, `reason` and the numbers that decided it) and one
+//! message on a broadcast channel that the demo, the tests and later the status API
+//! read. Records are built by the pure cores; [`Journal::record`] is the only place
+//! that writes them out.
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+/// What Shepherd did, or considered doing, to a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// A busy session went quiet past its timeout.
+    StallDetected,
+    /// The stall was confirmed; abort + continue starts.
+    Recover,
+    /// `POST /abort` sent.
+    Abort,
+    /// The continue prompt sent after an abort.
+    Continue,
+    /// Recovery postponed by the back-off.
+    Backoff,
+    /// Automation stopped for this session until the person writes.
+    Pause,
+    /// Automation resumed (a real user message arrived).
+    Resume,
+    /// Shepherd stopped recovering this session (limits reached).
+    GiveUp,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::StallDetected => "stall_detected",
+            Action::Recover => "recover",
+            Action::Abort => "abort",
+            Action::Continue => "continue",
+            Action::Backoff => "backoff",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+            Action::GiveUp => "give_up",
+        }
+    }
+}
+
+/// Whether the action happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Carried out.
+    Done,
+    /// Decided against, with the reason.
+    Declined,
+    /// Tried and failed, with the reason.
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Done => "done",
+            Outcome::Declined => "declined",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// The numbers behind a decision. Absent numbers are not logged.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Numbers {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_for_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_submits: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub age_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running_tools: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_todos: Option<u32>,
+}
+
+/// One decision about one session.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ActionRecord {
+    pub server: String,
+    pub session: String,
+    pub action: Action,
+    pub outcome: Outcome,
+    pub reason: String,
+    pub numbers: Numbers,
+    /// Epoch milliseconds.
+    pub at_ms: i64,
+}
+
+/// Where records go: the log and every subscriber.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    tx: broadcast::Sender<ActionRecord>,
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Journal {
+    pub fn new() -> Self {
+        let (tx, _) = broadcast::channel(4096);
+        Self { tx }
+    }
+
+    /// Every record from now on (slow readers lose the oldest, never block Shepherd).
+    pub fn subscribe(&self) -> broadcast::Receiver<ActionRecord> {
+        self.tx.subscribe()
+    }
+
+    pub fn record(&self, r: ActionRecord) {
+        let n = &r.numbers;
+        macro_rules! emit {
+            ($level:ident) => {
+                tracing::$level!(
+                    target: "shepherd::action",
+                    server = %r.server,
+                    session = %r.session,
+                    action = r.action.as_str(),
+                    outcome = r.outcome.as_str(),
+                    reason = %r.reason,
+                    idle_for_ms = n.idle_for_ms,
+                    timeout_ms = n.timeout_ms,
+                    attempt = n.attempt,
+                    max_attempts = n.max_attempts,
+                    backoff_ms = n.backoff_ms,
+                    auto_submits = n.auto_submits,
+                    age_ms = n.age_ms,
+                    running_tools = n.running_tools,
+                    open_todos = n.open_todos,
+                    "{} {}: {}", r.action.as_str(), r.outcome.as_str(), r.reason
+                )
+            };
+        }
+        match r.outcome {
+            Outcome::Failed => emit!(warn),
+            _ => emit!(info),
+        }
+        let _ = self.tx.send(r);
+    }
+}

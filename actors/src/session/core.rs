@@ -1,0 +1,555 @@
+//! The pure decision core of one session: what state it is in, and what to do.
+//!
+//! `(state, event, now) -> effects`. The core never performs I/O, never reads a clock
+//! and knows nothing of actix: the actor passes `now` in, asks for the next
+//! [`SessionCore::deadline`], and carries out the [`Effect`]s returned.
+//!
+//! What it decides:
+//! - **Activity** (resets the stall timer): any event of the session that is not
+//!   Shepherd's own — deltas, part updates, assistant messages, todos, status changes,
+//!   permission and question traffic. Parts and messages tagged with Shepherd's
+//!   metadata are not activity.
+//! - **Real progress** (resets the recovery counters): an assistant step that finished
+//!   normally, a tool that completed, a changed todo list, or a real user message.
+//! - **Stall**: busy, no activity for `stall_timeout` (× `tool_grace_factor` while a
+//!   tool runs). Never while a permission or question waits (the session waits for a
+//!   person by design), never in `retry` (OpenCode's own wait), never while a recovery
+//!   is already under way.
+//! - **User in charge**: an abort Shepherd did not send pauses all automation until
+//!   the next real (non-synthetic, untagged) user message.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::RecoveryConfig;
+use crate::event::{Event, MessageInfo, Part, PartKind, Role, SessionInfo, Status, Todo, ToolStatus};
+use crate::journal::{Action, ActionRecord, Numbers, Outcome};
+use crate::ports::{EngineError, TurnSettings};
+
+/// A moment, in both of the clocks the core compares with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    pub mono: Instant,
+    /// Epoch milliseconds (OpenCode's timestamps).
+    pub wall_ms: i64,
+}
+
+/// What the actor must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Write this record to the journal.
+    Record(ActionRecord),
+    /// Run the abort + continue procedure.
+    Recover(RecoveryOrder),
+    /// The session is gone: stop the actor.
+    Stop,
+}
+
+/// Everything the recovery procedure needs to know, decided by the core.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoveryOrder {
+    pub session_id: String,
+    pub directory: Option<String>,
+    /// 1-based attempt number, rendered into the continue prompt.
+    pub attempt: u32,
+    /// Todos as last seen in events (the procedure re-reads them before writing).
+    pub known_todos: Vec<Todo>,
+    /// Agent/model of the last user message, if seen in events.
+    pub known_turn: Option<TurnSettings>,
+    /// A fresh id naming this decision in the prompt's metadata and the log.
+    pub decision: String,
+}
+
+/// How the recovery procedure ended.
+#[derive(Debug, Clone)]
+pub enum RecoveryReport {
+    /// `GET /session/status` says the session is not busy: nothing was done.
+    NotBusy,
+    /// The status could not be read: nothing was done (no abort on a guess).
+    StatusUnavailable(EngineError),
+    /// The abort request failed: nothing else was done.
+    AbortFailed(EngineError),
+    /// Shutdown began before the abort: nothing was done.
+    Cancelled,
+    /// Aborted, then continued.
+    Continued { idle_after_ms: Option<u64>, open_todos: u32 },
+    /// Aborted, but the continue could not be sent.
+    ContinueFailed { idle_after_ms: Option<u64>, error: EngineError },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunState {
+    Idle,
+    Busy,
+    Retry,
+}
+
+/// Why automation is off for this session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pause {
+    /// The person aborted the session.
+    UserAbort,
+    /// Shepherd's limits were reached.
+    GaveUp,
+}
+
+#[derive(Debug, Clone)]
+struct Recovering {
+    aborted_message: Option<String>,
+}
+
+/// How many message roles to remember (to tell user parts from assistant parts).
+const ROLE_MEMORY: usize = 256;
+
+/// The state of one session and the rules that move it.
+#[derive(Debug)]
+pub struct SessionCore {
+    server: String,
+    id: String,
+    cfg: Arc<RecoveryConfig>,
+    directory: Option<String>,
+    created_ms: Option<i64>,
+    busy: RunState,
+    last_activity: Instant,
+    running_tools: HashSet<String>,
+    waiting_on_person: HashSet<String>,
+    todos: Vec<Todo>,
+    roles: HashMap<String, Role>,
+    role_order: VecDeque<String>,
+    own_messages: HashSet<String>,
+    turn: Option<TurnSettings>,
+    last_assistant: Option<String>,
+    attempts: u32,
+    auto_submits: u32,
+    pause: Option<Pause>,
+    recovering: Option<Recovering>,
+    recovery_ended: Option<(Instant, Option<String>)>,
+    backoff_until: Option<Instant>,
+}
+
+impl SessionCore {
+    pub fn new(server: impl Into<String>, id: impl Into<String>, cfg: Arc<RecoveryConfig>, now: Now) -> Self {
+        Self {
+            server: server.into(),
+            id: id.into(),
+            cfg,
+            directory: None,
+            created_ms: None,
+            busy: RunState::Idle,
+            last_activity: now.mono,
+            running_tools: HashSet::new(),
+            waiting_on_person: HashSet::new(),
+            todos: Vec::new(),
+            roles: HashMap::new(),
+            role_order: VecDeque::new(),
+            own_messages: HashSet::new(),
+            turn: None,
+            last_assistant: None,
+            attempts: 0,
+            auto_submits: 0,
+            pause: None,
+            recovering: None,
+            recovery_ended: None,
+            backoff_until: None,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn directory(&self) -> Option<&str> {
+        self.directory.as_deref()
+    }
+
+    pub fn is_busy(&self) -> bool {
+        self.busy != RunState::Idle
+    }
+
+    pub fn pause(&self) -> Option<Pause> {
+        self.pause
+    }
+
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    pub fn todos(&self) -> &[Todo] {
+        &self.todos
+    }
+
+    pub fn is_recovering(&self) -> bool {
+        self.recovering.is_some()
+    }
+
+    /// Replaces the recovery settings (hot reload); applies to decisions from now on.
+    pub fn set_config(&mut self, cfg: Arc<RecoveryConfig>) {
+        self.cfg = cfg;
+    }
+
+    /// Learns the session's directory and creation time from its description.
+    pub fn hydrate(&mut self, info: &SessionInfo) {
+        if info.directory.is_some() {
+            self.directory.clone_from(&info.directory);
+        }
+        if info.time.created.is_some() {
+            self.created_ms = info.time.created;
+        }
+    }
+
+    /// The stall timeout in force now.
+    pub fn stall_timeout(&self) -> Duration {
+        if self.running_tools.is_empty() {
+            self.cfg.stall_timeout
+        } else {
+            self.cfg.stall_timeout.mul_f64(self.cfg.tool_grace_factor)
+        }
+    }
+
+    /// When [`SessionCore::on_deadline`] should next be called, if ever.
+    pub fn deadline(&self) -> Option<Instant> {
+        if self.busy != RunState::Busy
+            || self.recovering.is_some()
+            || self.pause.is_some()
+            || !self.waiting_on_person.is_empty()
+        {
+            return None;
+        }
+        let stall_at = self.last_activity + self.stall_timeout();
+        Some(self.backoff_until.map_or(stall_at, |b| b.max(stall_at)))
+    }
+
+    /// Feeds one event of this session in.
+    pub fn observe(&mut self, event: &Event, now: Now) -> Vec<Effect> {
+        let mut out = Vec::new();
+        match event {
+            Event::SessionCreated(info) | Event::SessionUpdated(info) => self.hydrate(info),
+            Event::SessionDeleted(_) => out.push(Effect::Stop),
+            Event::SessionStatus { status, .. } => self.on_status(status, now),
+            Event::SessionIdle { .. } => self.on_status(&Status::Idle, now),
+            Event::SessionError { error, .. } if error.is_abort() => self.on_abort_seen(None, now, &mut out),
+            Event::MessageUpdated(m) => self.on_message(m, now, &mut out),
+            Event::PartUpdated(p) => self.on_part(p, now, &mut out),
+            Event::PartDelta { message_id, .. } if !self.own_messages.contains(message_id) => self.activity(now),
+            Event::TodoUpdated { todos, .. } => {
+                self.activity(now);
+                if snapshot(todos) != snapshot(&self.todos) {
+                    self.real_progress();
+                }
+                self.todos.clone_from(todos);
+            }
+            Event::PermissionAsked { id, .. } | Event::QuestionAsked { id, .. } => {
+                self.waiting_on_person.insert(id.clone());
+                self.activity(now);
+            }
+            Event::PermissionReplied { request_id, .. }
+            | Event::QuestionReplied { request_id, .. }
+            | Event::QuestionRejected { request_id, .. } => {
+                self.waiting_on_person.remove(request_id);
+                self.activity(now);
+            }
+            Event::SessionCompacted { .. } => self.activity(now),
+            _ => {}
+        }
+        out
+    }
+
+    fn on_status(&mut self, status: &Status, now: Now) {
+        match status {
+            Status::Busy => {
+                if self.busy != RunState::Busy {
+                    self.busy = RunState::Busy;
+                    self.activity(now);
+                }
+            }
+            Status::Retry { .. } => {
+                self.busy = RunState::Retry;
+                self.activity(now);
+            }
+            Status::Idle => {
+                self.busy = RunState::Idle;
+                self.running_tools.clear();
+                self.waiting_on_person.clear();
+                self.backoff_until = None;
+            }
+        }
+    }
+
+    fn on_message(&mut self, m: &MessageInfo, now: Now, out: &mut Vec<Effect>) {
+        self.remember_role(&m.id, m.role);
+        match m.role {
+            Role::User => {
+                // A user message's `message.updated` repeats after idle (diff summary):
+                // not activity. Its agent/model is what our prompts must repeat.
+                if m.agent.is_some() || m.model.is_some() {
+                    self.turn = Some(TurnSettings { agent: m.agent.clone(), model: m.model.clone() });
+                }
+            }
+            Role::Assistant => {
+                self.last_assistant = Some(m.id.clone());
+                if let Some(err) = &m.error {
+                    if err.is_abort() {
+                        self.on_abort_seen(Some(&m.id), now, out);
+                    }
+                    return;
+                }
+                self.activity(now);
+                if matches!(m.finish.as_deref(), Some("stop" | "tool-calls" | "length")) {
+                    self.real_progress();
+                }
+            }
+        }
+    }
+
+    fn on_part(&mut self, p: &Part, now: Now, out: &mut Vec<Effect>) {
+        if self.own_messages.contains(&p.message_id) {
+            return;
+        }
+        match &p.kind {
+            PartKind::Text { shepherd: Some(_), .. } => {
+                // Ours (this instance or another): neither activity nor the person.
+                self.own_messages.insert(p.message_id.clone());
+            }
+            PartKind::Text { synthetic, ignored, .. }
+                if self.roles.get(&p.message_id) == Some(&Role::User) =>
+            {
+                self.activity(now);
+                if !synthetic && !ignored {
+                    self.on_real_user_message(now, out);
+                }
+            }
+            PartKind::Tool { status, .. } => {
+                self.activity(now);
+                match status {
+                    ToolStatus::Running => {
+                        self.running_tools.insert(p.id.clone());
+                    }
+                    ToolStatus::Completed => {
+                        self.running_tools.remove(&p.id);
+                        self.real_progress();
+                    }
+                    ToolStatus::Error | ToolStatus::Pending => {
+                        self.running_tools.remove(&p.id);
+                    }
+                }
+            }
+            _ => self.activity(now),
+        }
+    }
+
+    fn on_real_user_message(&mut self, now: Now, out: &mut Vec<Effect>) {
+        self.real_progress();
+        if let Some(pause) = self.pause.take() {
+            let reason = match pause {
+                Pause::UserAbort => "the person wrote after aborting",
+                Pause::GaveUp => "the person wrote after Shepherd gave up",
+            };
+            out.push(self.record(Action::Resume, Outcome::Done, reason, Numbers::default(), now));
+        }
+    }
+
+    /// A `MessageAbortedError`: ours if a recovery is under way, or it names the
+    /// message our abort interrupted, or it trails a recovery that just ended.
+    fn on_abort_seen(&mut self, message_id: Option<&str>, now: Now, out: &mut Vec<Effect>) {
+        if self.recovering.is_some() {
+            return;
+        }
+        if let Some((ended, aborted)) = &self.recovery_ended {
+            let trailing = now.mono.duration_since(*ended) <= self.cfg.abort_poll_max;
+            let same_message = message_id.is_some() && message_id == aborted.as_deref();
+            if trailing || same_message {
+                return;
+            }
+        }
+        if self.pause == Some(Pause::UserAbort) {
+            return; // the same abort seen twice (event + message error)
+        }
+        self.pause = Some(Pause::UserAbort);
+        self.backoff_until = None;
+        out.push(self.record(
+            Action::Pause,
+            Outcome::Done,
+            "aborted by someone else than Shepherd: automation paused until the person writes",
+            Numbers::default(),
+            now,
+        ));
+    }
+
+    fn activity(&mut self, now: Now) {
+        self.last_activity = now.mono;
+        self.backoff_until = None;
+    }
+
+    fn real_progress(&mut self) {
+        self.attempts = 0;
+        self.auto_submits = 0;
+    }
+
+    fn remember_role(&mut self, message_id: &str, role: Role) {
+        if self.roles.insert(message_id.to_string(), role).is_none() {
+            self.role_order.push_back(message_id.to_string());
+            if self.role_order.len() > ROLE_MEMORY {
+                if let Some(old) = self.role_order.pop_front() {
+                    self.roles.remove(&old);
+                    self.own_messages.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Called when [`SessionCore::deadline`] has passed: decides whether the session
+    /// is stalled and what to do about it.
+    pub fn on_deadline(&mut self, now: Now) -> Vec<Effect> {
+        let Some(deadline) = self.deadline() else { return Vec::new() };
+        if now.mono < deadline {
+            return Vec::new();
+        }
+        let cfg = Arc::clone(&self.cfg);
+        let idle_for = now.mono.duration_since(self.last_activity);
+        let base = Numbers {
+            idle_for_ms: Some(ms(idle_for)),
+            timeout_ms: Some(ms(self.stall_timeout())),
+            running_tools: Some(self.running_tools.len() as u32),
+            attempt: Some(self.attempts + 1),
+            max_attempts: Some(cfg.max_auto_submits),
+            auto_submits: Some(self.auto_submits),
+            ..Numbers::default()
+        };
+
+        if self.attempts >= cfg.max_recoveries && self.backoff_until.is_none() {
+            let exp = (self.attempts - cfg.max_recoveries).min(20);
+            let backoff = cfg.cooldown.saturating_mul(1u32 << exp).min(cfg.max_backoff);
+            self.backoff_until = Some(now.mono + backoff);
+            let numbers = Numbers { backoff_ms: Some(ms(backoff)), ..base };
+            return vec![self.record(
+                Action::Backoff,
+                Outcome::Done,
+                "stalled again after max_recoveries recoveries: backing off before the next",
+                numbers,
+                now,
+            )];
+        }
+        if let Some(created) = self.created_ms {
+            let age_ms = now.wall_ms.saturating_sub(created).max(0) as u64;
+            if age_ms > ms(cfg.max_session_age) {
+                self.pause = Some(Pause::GaveUp);
+                let numbers = Numbers { age_ms: Some(age_ms), ..base };
+                return vec![self.record(
+                    Action::GiveUp,
+                    Outcome::Done,
+                    "stalled, but older than max_session_age: not recovering",
+                    numbers,
+                    now,
+                )];
+            }
+        }
+        if self.auto_submits >= cfg.max_auto_submits {
+            self.pause = Some(Pause::GaveUp);
+            return vec![self.record(
+                Action::GiveUp,
+                Outcome::Done,
+                "stalled again after max_auto_submits continues without progress",
+                base,
+                now,
+            )];
+        }
+
+        self.attempts += 1;
+        self.auto_submits += 1;
+        self.backoff_until = None;
+        self.recovering = Some(Recovering { aborted_message: self.last_assistant.clone() });
+        let reason = if self.running_tools.is_empty() {
+            "busy with no progress for the stall timeout"
+        } else {
+            "busy with a running tool and no progress for the stall timeout × tool_grace_factor"
+        };
+        vec![
+            self.record(Action::StallDetected, Outcome::Done, reason, base, now),
+            Effect::Recover(RecoveryOrder {
+                session_id: self.id.clone(),
+                directory: self.directory.clone(),
+                attempt: self.attempts,
+                known_todos: self.todos.clone(),
+                known_turn: self.turn.clone(),
+                decision: format!("{}-{}", self.id, now.wall_ms),
+            }),
+        ]
+    }
+
+    /// Feeds the recovery procedure's result in.
+    pub fn on_recovery_finished(&mut self, report: &RecoveryReport, now: Now) -> Vec<Effect> {
+        let aborted = self.recovering.take().and_then(|r| r.aborted_message);
+        let numbers = Numbers {
+            attempt: Some(self.attempts),
+            max_attempts: Some(self.cfg.max_auto_submits),
+            ..Numbers::default()
+        };
+        let mut out = Vec::new();
+        match report {
+            RecoveryReport::NotBusy | RecoveryReport::StatusUnavailable(_) | RecoveryReport::AbortFailed(_)
+            | RecoveryReport::Cancelled => {
+                // Nothing reached the session: the attempt does not count.
+                self.attempts = self.attempts.saturating_sub(1);
+                self.auto_submits = self.auto_submits.saturating_sub(1);
+                self.activity(now);
+                let (outcome, reason) = match report {
+                    RecoveryReport::NotBusy => {
+                        self.busy = RunState::Idle;
+                        (Outcome::Declined, "the status endpoint says the session is no longer busy".to_string())
+                    }
+                    RecoveryReport::StatusUnavailable(e) => {
+                        (Outcome::Failed, format!("could not confirm the session is busy ({e}); not aborting"))
+                    }
+                    RecoveryReport::AbortFailed(e) => (Outcome::Failed, format!("abort request failed: {e}")),
+                    _ => (Outcome::Declined, "shutting down: nothing was sent".to_string()),
+                };
+                out.push(self.record(Action::Recover, outcome, &reason, numbers, now));
+            }
+            RecoveryReport::Continued { idle_after_ms, open_todos } => {
+                self.recovery_ended = Some((now.mono, aborted));
+                self.activity(now);
+                let abort_numbers = Numbers { idle_for_ms: *idle_after_ms, ..numbers.clone() };
+                let abort_reason = match idle_after_ms {
+                    Some(_) => "stalled session aborted; it went idle",
+                    None => "stalled session aborted; still busy after abort_poll_max, continuing anyway",
+                };
+                out.push(self.record(Action::Abort, Outcome::Done, abort_reason, abort_numbers, now));
+                let numbers = Numbers { open_todos: Some(*open_todos), ..numbers };
+                out.push(self.record(Action::Continue, Outcome::Done, "continue sent after the abort", numbers, now));
+            }
+            RecoveryReport::ContinueFailed { idle_after_ms, error } => {
+                self.recovery_ended = Some((now.mono, aborted));
+                self.activity(now);
+                let abort_numbers = Numbers { idle_for_ms: *idle_after_ms, ..numbers.clone() };
+                out.push(self.record(Action::Abort, Outcome::Done, "stalled session aborted", abort_numbers, now));
+                let reason = format!("abort sent but the continue was not: {error}");
+                out.push(self.record(Action::Continue, Outcome::Failed, &reason, numbers, now));
+            }
+        }
+        out
+    }
+
+    fn record(&self, action: Action, outcome: Outcome, reason: &str, numbers: Numbers, now: Now) -> Effect {
+        Effect::Record(ActionRecord {
+            server: self.server.clone(),
+            session: self.id.clone(),
+            action,
+            outcome,
+            reason: reason.to_string(),
+            numbers,
+            at_ms: now.wall_ms,
+        })
+    }
+}
+
+/// `content:status` of every todo: equal snapshots mean no progress on the list.
+fn snapshot(todos: &[Todo]) -> Vec<(&str, crate::event::TodoStatus)> {
+    todos.iter().map(|t| (t.content.as_str(), t.status)).collect()
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
+}

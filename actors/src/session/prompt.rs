@@ -1,0 +1,130 @@
+//! The text of the prompts Shepherd sends, rendered from the configured templates.
+//!
+//! Pure: templates and facts in, text out. Variables are written `{name}`; an unknown
+//! `{word}` is left as it is, so a template may contain braces of its own.
+
+use crate::config::RecoveryConfig;
+use crate::event::{Todo, TodoStatus};
+
+/// At most this many open todos are listed in `{todoList}`; the issue fixes it at five
+/// so the prompt stays short whatever the list length.
+pub const TODO_LIST_MAX: usize = 5;
+
+/// Counts of a todo list, as the templates name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TodoCounts {
+    /// `pending` + `in_progress`.
+    pub open: usize,
+    pub completed: usize,
+    pub total: usize,
+}
+
+impl TodoCounts {
+    pub fn of(todos: &[Todo]) -> Self {
+        Self {
+            open: todos.iter().filter(|t| t.status.is_open()).count(),
+            completed: todos.iter().filter(|t| t.status == TodoStatus::Completed).count(),
+            total: todos.len(),
+        }
+    }
+}
+
+/// The continue prompt after a stall recovery: the todo template when todos are open.
+pub fn render_continue(cfg: &RecoveryConfig, todos: &[Todo], attempt: u32) -> String {
+    let counts = TodoCounts::of(todos);
+    let template = if counts.open > 0 { &cfg.continue_with_todos_message } else { &cfg.continue_message };
+    let todo_list = todos
+        .iter()
+        .filter(|t| t.status.is_open())
+        .take(TODO_LIST_MAX)
+        .map(|t| format!("- [{}] {}", status_word(t.status), t.content))
+        .collect::<Vec<_>>()
+        .join("\n");
+    fill(
+        template,
+        &[
+            ("pending", counts.open.to_string()),
+            ("total", counts.total.to_string()),
+            ("completed", counts.completed.to_string()),
+            ("todoList", todo_list),
+            ("attempts", attempt.to_string()),
+            ("maxAttempts", cfg.max_auto_submits.to_string()),
+        ],
+    )
+}
+
+fn status_word(s: TodoStatus) -> &'static str {
+    match s {
+        TodoStatus::Pending => "pending",
+        TodoStatus::InProgress => "in progress",
+        TodoStatus::Completed => "completed",
+        TodoStatus::Cancelled => "cancelled",
+    }
+}
+
+/// Replaces each `{name}` with its value, in one pass (values are never re-expanded).
+pub fn fill(template: &str, vars: &[(&str, String)]) -> String {
+    let mut out = String::with_capacity(template.len() + 64);
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find('}').map(|close| (&after[..close], close)) {
+            Some((name, close)) if vars.iter().any(|(n, _)| *n == name) => {
+                let (_, value) = vars.iter().find(|(n, _)| *n == name).expect("checked above");
+                out.push_str(value);
+                rest = &after[close + 1..];
+            }
+            _ => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn todo(content: &str, status: TodoStatus) -> Todo {
+        Todo { content: content.into(), status, priority: None }
+    }
+
+    #[test]
+    fn open_todos_are_rendered_into_the_todo_template() {
+        let cfg = RecoveryConfig {
+            continue_with_todos_message: "{pending}/{total} open, {completed} done, try {attempts}/{maxAttempts}:\n{todoList}".into(),
+            ..RecoveryConfig::default()
+        };
+        let todos = [
+            todo("parse", TodoStatus::Completed),
+            todo("test", TodoStatus::InProgress),
+            todo("docs", TodoStatus::Pending),
+        ];
+        assert_eq!(
+            render_continue(&cfg, &todos, 2),
+            "2/3 open, 1 done, try 2/3:\n- [in progress] test\n- [pending] docs"
+        );
+    }
+
+    #[test]
+    fn without_open_todos_the_plain_template_is_used() {
+        let cfg = RecoveryConfig { continue_message: "go on ({attempts})".into(), ..RecoveryConfig::default() };
+        assert_eq!(render_continue(&cfg, &[todo("x", TodoStatus::Cancelled)], 1), "go on (1)");
+    }
+
+    #[test]
+    fn the_todo_list_is_capped_at_five_items() {
+        let todos: Vec<_> = (0..8).map(|i| todo(&format!("t{i}"), TodoStatus::Pending)).collect();
+        let cfg = RecoveryConfig { continue_with_todos_message: "{todoList}".into(), ..RecoveryConfig::default() };
+        assert_eq!(render_continue(&cfg, &todos, 1).lines().count(), TODO_LIST_MAX);
+    }
+
+    #[test]
+    fn unknown_braces_are_left_alone() {
+        assert_eq!(fill("{a} {json: 1} {b", &[("a", "x".into())]), "x {json: 1} {b");
+    }
+}

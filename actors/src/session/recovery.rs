@@ -1,0 +1,139 @@
+//! The abort + continue procedure, run against the [`Engine`] port.
+//!
+//! The core decided that a session is stalled; this carries the decision out, step by
+//! step, and reports how far it got:
+//! 1. confirm the session is still busy (`GET /session/status`) — never abort on a guess;
+//! 2. `POST /abort`;
+//! 3. poll the status every `abort_poll_interval` until idle, at most `abort_poll_max`;
+//! 4. wait `wait_after_abort`;
+//! 5. re-read the todos and the last user turn's agent/model (events can be missed);
+//! 6. `prompt_async` the continue message, synthetic and tagged as Shepherd's.
+//!
+//! Once the abort is sent the procedure always goes on to its continue (or reports
+//! that it could not send it): shutdown is only honoured before step 2.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::config::RecoveryConfig;
+use crate::event::{ShepherdTag, Status};
+use crate::ports::{Engine, Prompt};
+use crate::session::core::{RecoveryOrder, RecoveryReport};
+use crate::session::prompt::{render_continue, TodoCounts};
+
+/// Runs one recovery. `stopping` is checked before the abort only.
+pub async fn recover(
+    engine: &dyn Engine,
+    cfg: &RecoveryConfig,
+    order: &RecoveryOrder,
+    instance: &str,
+    stopping: &AtomicBool,
+) -> RecoveryReport {
+    let directory = match &order.directory {
+        Some(d) => d.clone(),
+        None => match engine.session(&order.session_id).await {
+            Ok(info) => info.directory.unwrap_or_default(),
+            Err(e) => return RecoveryReport::StatusUnavailable(e),
+        },
+    };
+    match engine.statuses(&directory).await {
+        Ok(map) if matches!(map.get(&order.session_id), Some(Status::Busy)) => {}
+        Ok(_) => return RecoveryReport::NotBusy,
+        Err(e) => return RecoveryReport::StatusUnavailable(e),
+    }
+    if stopping.load(Ordering::SeqCst) {
+        return RecoveryReport::Cancelled;
+    }
+    if let Err(e) = engine.abort(&order.session_id).await {
+        return RecoveryReport::AbortFailed(e);
+    }
+
+    let started = tokio::time::Instant::now();
+    let idle_after_ms = loop {
+        tokio::time::sleep(cfg.abort_poll_interval).await;
+        let waited = started.elapsed();
+        match engine.statuses(&directory).await {
+            Ok(map) if !map.contains_key(&order.session_id) => break Some(waited.as_millis() as u64),
+            Ok(_) | Err(_) if waited >= cfg.abort_poll_max => break None,
+            _ => {}
+        }
+    };
+    tokio::time::sleep(cfg.wait_after_abort).await;
+
+    let todos = engine.todos(&order.session_id).await.unwrap_or_else(|_| order.known_todos.clone());
+    let turn = match engine.last_turn_settings(&order.session_id).await {
+        Ok(t) if t.agent.is_some() || t.model.is_some() => t,
+        _ => order.known_turn.clone().unwrap_or_default(),
+    };
+    let prompt = Prompt {
+        text: render_continue(cfg, &todos, order.attempt),
+        tag: ShepherdTag {
+            kind: "continue".into(),
+            instance: instance.to_string(),
+            decision: order.decision.clone(),
+        },
+        turn,
+    };
+    match engine.prompt(&order.session_id, &prompt).await {
+        Ok(()) => RecoveryReport::Continued { idle_after_ms, open_todos: TodoCounts::of(&todos).open as u32 },
+        Err(error) => RecoveryReport::ContinueFailed { idle_after_ms, error },
+    }
+}
+
+/// Counts recoveries under way so shutdown can wait for them to finish.
+#[derive(Debug, Clone, Default)]
+pub struct InFlight {
+    inner: Arc<InFlightInner>,
+}
+
+#[derive(Debug, Default)]
+struct InFlightInner {
+    count: std::sync::atomic::AtomicUsize,
+    stopping: AtomicBool,
+    changed: tokio::sync::Notify,
+}
+
+impl InFlight {
+    /// Marks the start of a procedure; the guard marks its end when dropped.
+    pub fn enter(&self) -> InFlightGuard {
+        self.inner.count.fetch_add(1, Ordering::SeqCst);
+        InFlightGuard { inner: Arc::clone(&self.inner) }
+    }
+
+    pub fn count(&self) -> usize {
+        self.inner.count.load(Ordering::SeqCst)
+    }
+
+    /// From now on no new abort is sent.
+    pub fn begin_shutdown(&self) {
+        self.inner.stopping.store(true, Ordering::SeqCst);
+    }
+
+    pub fn stopping(&self) -> &AtomicBool {
+        &self.inner.stopping
+    }
+
+    /// Waits until no procedure is under way.
+    pub async fn drained(&self) {
+        loop {
+            let notified = self.inner.changed.notified();
+            if self.count() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Held while one procedure runs.
+#[derive(Debug)]
+pub struct InFlightGuard {
+    inner: Arc<InFlightInner>,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.inner.count.fetch_sub(1, Ordering::SeqCst);
+        self.inner.changed.notify_waiters();
+    }
+}

@@ -1,0 +1,395 @@
+//! The supervisor: the one actor that sees the whole fleet.
+//!
+//! It creates a session actor the first time a session is seen (from an event or from
+//! reconciliation), routes every event to its session, and after each event-stream
+//! (re)connect reconciles by REST — the stream replays nothing, so busy sessions that
+//! started or stopped while it was down are found through `GET /session/status`.
+//! On shutdown it stops new recoveries, waits (bounded) for those under way, then stops
+//! every session actor.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use crate::config::RecoveryConfig;
+use crate::event::{Envelope, Event, SessionInfo, Status};
+use crate::journal::Journal;
+use crate::ports::{Clock, Engine, EngineError};
+use crate::session::actor::{Hydrate, Inspect, Reconfigure, SessionView, StopSession};
+use crate::session::recovery::InFlight;
+use crate::session::{Observe, SessionActor, SessionEnv};
+
+/// One supervised OpenCode server.
+struct Server {
+    env: SessionEnv,
+    list_limit: u32,
+    directories: HashSet<String>,
+    connected: bool,
+    reconciled: bool,
+    events: BTreeMap<String, u64>,
+}
+
+/// The fleet supervisor.
+pub struct Supervisor {
+    cfg: Arc<RecoveryConfig>,
+    clock: Arc<dyn Clock>,
+    journal: Journal,
+    in_flight: InFlight,
+    instance: String,
+    servers: HashMap<String, Server>,
+    sessions: HashMap<(String, String), SessionSlot>,
+}
+
+/// A tracked session: its actor and the directory (OpenCode instance) it lives in.
+struct SessionSlot {
+    addr: Addr<SessionActor>,
+    directory: Option<String>,
+}
+
+impl Supervisor {
+    pub fn new(cfg: Arc<RecoveryConfig>, clock: Arc<dyn Clock>, journal: Journal, instance: String) -> Self {
+        Self {
+            cfg,
+            clock,
+            journal,
+            in_flight: InFlight::default(),
+            instance,
+            servers: HashMap::new(),
+            sessions: HashMap::new(),
+        }
+    }
+
+    /// The actor of a session, created (and hydrated by REST if `info` is unknown) on
+    /// first sight.
+    fn session(&mut self, server: &str, id: &str, info: Option<&SessionInfo>, ctx: &mut Context<Self>) -> Option<Addr<SessionActor>> {
+        let key = (server.to_string(), id.to_string());
+        if let Some(slot) = self.sessions.get_mut(&key) {
+            if slot.addr.connected() {
+                if slot.directory.is_none() {
+                    slot.directory = info.and_then(|i| i.directory.clone());
+                }
+                return Some(slot.addr.clone());
+            }
+        }
+        let srv = self.servers.get(server)?;
+        let addr = SessionActor::new(id, Arc::clone(&self.cfg), srv.env.clone()).start();
+        tracing::debug!(server, session = id, "tracking session");
+        match info {
+            Some(info) => addr.do_send(Hydrate(info.clone())),
+            None => {
+                let engine = Arc::clone(&srv.env.engine);
+                let (addr2, id2, server2) = (addr.clone(), id.to_string(), server.to_string());
+                ctx.spawn(
+                    async move {
+                        match engine.session(&id2).await {
+                            Ok(info) => addr2.do_send(Hydrate(info)),
+                            Err(e) => tracing::warn!(server = %server2, session = %id2, error = %e, "could not read the session's description"),
+                        }
+                    }
+                    .into_actor(self),
+                );
+            }
+        }
+        let directory = info.and_then(|i| i.directory.clone());
+        self.sessions.insert(key, SessionSlot { addr: addr.clone(), directory });
+        Some(addr)
+    }
+
+    fn reconcile(&mut self, server: &str, ctx: &mut Context<Self>) {
+        let Some(srv) = self.servers.get(server) else { return };
+        let engine = Arc::clone(&srv.env.engine);
+        let limit = srv.list_limit;
+        let mut directories = srv.directories.clone();
+        let server = server.to_string();
+        let work = async move {
+            let listed = engine.list_sessions(limit).await;
+            if let Ok(infos) = &listed {
+                directories.extend(infos.iter().filter_map(|i| i.directory.clone()));
+            }
+            let mut statuses = Vec::new();
+            for dir in directories {
+                let result = engine.statuses(&dir).await;
+                statuses.push((dir, result));
+            }
+            Reconciled { server, listed, statuses }
+        };
+        ctx.spawn(work.into_actor(self).map(|r, act, ctx| act.apply_reconciliation(r, ctx)));
+    }
+
+    fn apply_reconciliation(&mut self, r: Reconciled, ctx: &mut Context<Self>) {
+        let infos: HashMap<String, SessionInfo> = match r.listed {
+            Ok(list) => list.into_iter().map(|i| (i.id.clone(), i)).collect(),
+            Err(e) => {
+                tracing::warn!(server = %r.server, error = %e, "reconcile: could not list sessions");
+                HashMap::new()
+            }
+        };
+        let mut busy_ids = HashSet::new();
+        let mut checked_dirs = HashSet::new();
+        for (dir, result) in r.statuses {
+            let map = match result {
+                Ok(map) => map,
+                Err(e) => {
+                    tracing::warn!(server = %r.server, directory = %dir, error = %e, "reconcile: could not read statuses");
+                    continue;
+                }
+            };
+            if let Some(srv) = self.servers.get_mut(&r.server) {
+                srv.directories.insert(dir.clone());
+            }
+            checked_dirs.insert(dir);
+            for (id, status) in map {
+                busy_ids.insert(id.clone());
+                if let Some(addr) = self.session(&r.server, &id, infos.get(&id), ctx) {
+                    addr.do_send(Observe(Event::SessionStatus { session_id: id, status }));
+                }
+            }
+        }
+        // Tracked sessions of a checked directory that the status endpoint left out
+        // are idle now (their idle event may have been lost while disconnected).
+        for ((server, id), slot) in &self.sessions {
+            if *server != r.server || busy_ids.contains(id) {
+                continue;
+            }
+            let dir = slot.directory.clone().or_else(|| infos.get(id).and_then(|i| i.directory.clone()));
+            if dir.is_some_and(|d| checked_dirs.contains(&d)) {
+                slot.addr.do_send(Observe(Event::SessionStatus { session_id: id.clone(), status: Status::Idle }));
+            }
+        }
+        if let Some(srv) = self.servers.get_mut(&r.server) {
+            srv.reconciled = true;
+        }
+        tracing::info!(server = %r.server, directories = checked_dirs.len(), busy = busy_ids.len(), "reconciled after stream connect");
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+}
+
+/// The statuses of one directory, or why they could not be read.
+type DirectoryStatuses = (String, Result<HashMap<String, Status>, EngineError>);
+
+struct Reconciled {
+    server: String,
+    listed: Result<Vec<SessionInfo>, EngineError>,
+    statuses: Vec<DirectoryStatuses>,
+}
+
+/// Starts supervising a server.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AttachServer {
+    pub name: String,
+    pub engine: Arc<dyn Engine>,
+    pub list_limit: u32,
+}
+
+impl Handler<AttachServer> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AttachServer, _: &mut Context<Self>) {
+        let env = SessionEnv {
+            server: msg.name.clone(),
+            engine: msg.engine,
+            clock: Arc::clone(&self.clock),
+            journal: self.journal.clone(),
+            in_flight: self.in_flight.clone(),
+            instance: self.instance.clone(),
+        };
+        self.servers.insert(
+            msg.name,
+            Server {
+                env,
+                list_limit: msg.list_limit,
+                directories: HashSet::new(),
+                connected: false,
+                reconciled: false,
+                events: BTreeMap::new(),
+            },
+        );
+    }
+}
+
+/// One decoded event from a server's stream.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Ingest {
+    pub server: String,
+    pub envelope: Envelope,
+}
+
+impl Handler<Ingest> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Ingest, ctx: &mut Context<Self>) {
+        let Envelope { directory, event } = msg.envelope;
+        let Some(srv) = self.servers.get_mut(&msg.server) else { return };
+        *srv.events.entry(event.kind().to_string()).or_default() += 1;
+        if let Event::Unknown { kind } = &event {
+            tracing::trace!(server = %msg.server, kind = %kind, "ignoring an event type Shepherd does not act on");
+            return;
+        }
+        if let Some(dir) = &directory {
+            srv.directories.insert(dir.clone());
+        }
+        let Some(id) = event.session_id().map(str::to_string) else { return };
+        if let Event::SessionDeleted(_) = event {
+            if let Some(slot) = self.sessions.remove(&(msg.server.clone(), id)) {
+                slot.addr.do_send(Observe(event));
+            }
+            return;
+        }
+        let info = match &event {
+            Event::SessionCreated(i) | Event::SessionUpdated(i) => Some(i.clone()),
+            _ => None,
+        };
+        if let Some(addr) = self.session(&msg.server, &id, info.as_ref(), ctx) {
+            if let Some(slot) = self.sessions.get_mut(&(msg.server.clone(), id)) {
+                if slot.directory.is_none() {
+                    slot.directory = directory;
+                }
+            }
+            addr.do_send(Observe(event));
+        }
+    }
+}
+
+/// A server's event stream is (re)connected: reconcile.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StreamUp {
+    pub server: String,
+}
+
+impl Handler<StreamUp> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: StreamUp, ctx: &mut Context<Self>) {
+        if let Some(srv) = self.servers.get_mut(&msg.server) {
+            srv.connected = true;
+            srv.reconciled = false;
+        }
+        self.reconcile(&msg.server, ctx);
+    }
+}
+
+/// A server's event stream broke.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StreamDown {
+    pub server: String,
+}
+
+impl Handler<StreamDown> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: StreamDown, _: &mut Context<Self>) {
+        if let Some(srv) = self.servers.get_mut(&msg.server) {
+            srv.connected = false;
+            srv.reconciled = false;
+        }
+    }
+}
+
+/// New recovery settings for every session (hot reload).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReconfigureAll(pub Arc<RecoveryConfig>);
+
+impl Handler<ReconfigureAll> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReconfigureAll, _: &mut Context<Self>) {
+        self.cfg = Arc::clone(&msg.0);
+        for slot in self.sessions.values() {
+            slot.addr.do_send(Reconfigure(Arc::clone(&msg.0)));
+        }
+    }
+}
+
+/// The fleet as the supervisor sees it.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct FleetView {
+    pub servers: Vec<ServerView>,
+    pub sessions: Vec<(String, SessionView)>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ServerView {
+    pub name: String,
+    pub connected: bool,
+    pub reconciled: bool,
+    pub events: BTreeMap<String, u64>,
+}
+
+#[derive(Message)]
+#[rtype(result = "FleetView")]
+pub struct InspectFleet;
+
+impl Handler<InspectFleet> for Supervisor {
+    type Result = ResponseFuture<FleetView>;
+
+    fn handle(&mut self, _: InspectFleet, _: &mut Context<Self>) -> Self::Result {
+        let servers = self
+            .servers
+            .iter()
+            .map(|(name, s)| ServerView {
+                name: name.clone(),
+                connected: s.connected,
+                reconciled: s.reconciled,
+                events: s.events.clone(),
+            })
+            .collect();
+        let asks: Vec<_> = self.sessions.iter().map(|((srv, _), s)| (srv.clone(), s.addr.send(Inspect))).collect();
+        Box::pin(async move {
+            let mut sessions = Vec::new();
+            for (srv, ask) in asks {
+                if let Ok(view) = ask.await {
+                    sessions.push((srv, view));
+                }
+            }
+            FleetView { servers, sessions }
+        })
+    }
+}
+
+/// Graceful stop: no new aborts; wait up to `grace` for recoveries under way; stop
+/// every session. Answers with the number of recoveries that did not finish in time.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct Shutdown {
+    pub grace: Duration,
+}
+
+impl Handler<Shutdown> for Supervisor {
+    type Result = ResponseActFuture<Self, usize>;
+
+    fn handle(&mut self, msg: Shutdown, _: &mut Context<Self>) -> Self::Result {
+        self.in_flight.begin_shutdown();
+        let in_flight = self.in_flight.clone();
+        let pending = in_flight.count();
+        if pending > 0 {
+            tracing::info!(recoveries = pending, "shutdown: waiting for recoveries under way to send their continue");
+        }
+        Box::pin(
+            async move {
+                let _ = tokio::time::timeout(msg.grace, in_flight.drained()).await;
+                in_flight.count()
+            }
+            .into_actor(self)
+            .map(|left, act, _| {
+                if left > 0 {
+                    tracing::warn!(recoveries = left, "shutdown: recoveries still under way; their continue may not be sent");
+                }
+                for slot in act.sessions.values() {
+                    slot.addr.do_send(StopSession);
+                }
+                act.sessions.clear();
+                left
+            }),
+        )
+    }
+}
