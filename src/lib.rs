@@ -2,4 +2,5 @@
 //! outside world (OpenCode HTTP/SSE), the test bed (fake model + real OpenCode server)
 //! and the wiring that connects them to the actor system in `shepherd-actors`.
 
+pub mod config;
 pub mod testbed;

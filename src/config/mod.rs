@@ -1,0 +1,569 @@
+//! Loading the binary's configuration: which sources count, in which order, and how a
+//! wrong value is reported.
+//!
+//! The schema (keys, types, every default number) lives in
+//! [`shepherd_actors::config`]; this module must not name a default of its own. Layers,
+//! lowest first, each overriding the keys it names:
+//! 1. built-in defaults (the schema's `Default` impls);
+//! 2. one TOML file: `--config FILE`, which must exist, else [`DEFAULT_FILE_NAME`] in the
+//!    current directory if it is there ([`ConfigSources::or_default_file`]);
+//! 3. environment variables `SHEPHERD_<SECTION>__<KEY>`, keys lower-cased
+//!    (`SHEPHERD_RECOVERY__STALL_TIMEOUT=30s`, `SHEPHERD_SERVERS__0__URL=http://…`). A
+//!    `SHEPHERD_` variable without the double underscore (`SHEPHERD_OPENCODE_BIN`,
+//!    `SHEPHERD_CONTROL_TOKEN`) is not configuration and is ignored; one with it that
+//!    names no key is an error;
+//! 4. flags: `--server URL` replaces the server list by one server named
+//!    [`SERVER_FLAG_NAME`], then every `--set key.path=value`, in order.
+//!
+//! Values from the environment and from flags are strings; they become numbers or
+//! booleans where the schema asks for one (`SHEPHERD_RECOVERY__MAX_RECOVERIES=5`). Every
+//! failure is a [`ConfigError`] naming the key path, the reason and the layer it came
+//! from: `recovery.stall_timeout: invalid duration "3 parsecs" (…) (from environment
+//! variable SHEPHERD_RECOVERY__STALL_TIMEOUT)`. Unknown keys fail in every layer. Once
+//! the layers are merged, [`Config::validate`] checks ranges and relations.
+//!
+//! Parts: `key_path` (how the environment and flags spell keys), `layers` (the merged
+//! tree and the origin of every key), `value_de` (deserializing it with key paths in
+//! errors), `render` (the effective config for `shepherd config check`, secrets masked),
+//! `password` (reading `servers[].password_env`).
+
+mod key_path;
+mod layers;
+mod password;
+mod render;
+mod value_de;
+
+use std::path::{Path, PathBuf};
+
+use shepherd_actors::config::{Config, InvalidValue};
+use toml::Value;
+
+pub use self::key_path::ENV_PREFIX;
+pub use self::layers::Origin;
+pub use self::password::resolve_password;
+pub use self::render::{render_effective, MASK};
+
+use self::key_path::KeyPath;
+use self::layers::{Layers, SetError};
+
+/// The file read when `--config` is not given, if it exists in the current directory.
+pub const DEFAULT_FILE_NAME: &str = "shepherd.toml";
+
+/// The name of the one server that `--server URL` configures.
+pub const SERVER_FLAG_NAME: &str = "default";
+
+/// What the command line says about where configuration comes from (the environment is
+/// read by [`load`] itself).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigSources {
+    /// The TOML file. When it is given it must exist.
+    pub file: Option<PathBuf>,
+    /// `key.path=value` assignments from `--set`, applied in order, last.
+    pub overrides: Vec<String>,
+    /// `--server URL`: replaces the server list by one server named [`SERVER_FLAG_NAME`].
+    pub server_url: Option<String>,
+}
+
+impl ConfigSources {
+    /// Without an explicit file: [`DEFAULT_FILE_NAME`] in the current directory if it
+    /// exists. [`load`] does this itself; call it to learn which file will be read.
+    pub fn or_default_file(self) -> Self {
+        self.or_default_file_in(Path::new("."))
+    }
+
+    fn or_default_file_in(mut self, dir: &Path) -> Self {
+        if self.file.is_none() {
+            let candidate = dir.join(DEFAULT_FILE_NAME);
+            if candidate.is_file() {
+                self.file = Some(candidate);
+            }
+        }
+        self
+    }
+}
+
+/// Why the configuration could not be loaded. Every variant names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {}: not found", path.display())]
+    FileNotFound { path: PathBuf },
+    #[error("config file {}: cannot be read: {source}", path.display())]
+    FileUnreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {}: {message}", path.display())]
+    FileSyntax { path: PathBuf, message: String },
+    /// A `--set` flag or a configuration variable's name that is not a key assignment.
+    #[error("{origin}: {reason}")]
+    Malformed { origin: Origin, reason: String },
+    /// A key that does not exist, or a value that is wrong for its key.
+    #[error("{key}: {reason} (from {origin})")]
+    Invalid {
+        key: String,
+        reason: String,
+        origin: Origin,
+    },
+    #[error("environment variable {var}: the value is not valid UTF-8")]
+    NotUnicode { var: String },
+    /// `servers[].password_env` names a variable that holds no usable password.
+    #[error("server {server:?}: password_env names {var}, which {state}")]
+    PasswordUnavailable {
+        server: String,
+        var: String,
+        state: String,
+    },
+}
+
+/// Loads the configuration from `sources`, the default file if no file is named, and
+/// the process environment; then validates it.
+pub fn load(sources: &ConfigSources) -> Result<Config, ConfigError> {
+    let sources = sources.clone().or_default_file();
+    load_with_env(&sources, &config_vars_of_process()?)
+}
+
+/// Loads the configuration from `sources` and the given environment (name, value pairs;
+/// variables that are not configuration are ignored), then validates it. Reads the file
+/// `sources.file` if any, and nothing else: no process environment, no default file.
+pub fn load_with_env(
+    sources: &ConfigSources,
+    env: &[(String, String)],
+) -> Result<Config, ConfigError> {
+    let mut layers = Layers::default();
+
+    if let Some(path) = &sources.file {
+        layers.merge(read_file(path)?, &Origin::File(path.clone()));
+    }
+
+    let mut from_env = Vec::new();
+    for (name, value) in env {
+        let Some(path) = KeyPath::from_env_name(name) else {
+            continue;
+        };
+        let origin = Origin::Env(name.clone());
+        let path = path.map_err(|reason| ConfigError::Malformed {
+            origin: origin.clone(),
+            reason,
+        })?;
+        from_env.push((path, value, origin));
+    }
+    // Sorted by key, so `SERVERS__0__…` is written before `SERVERS__1__…`.
+    from_env.sort_by(|a, b| a.0.cmp(&b.0));
+    for (path, value, origin) in from_env {
+        set(&mut layers, &path, Value::String(value.clone()), origin)?;
+    }
+
+    if let Some(url) = &sources.server_url {
+        let mut server = toml::Table::new();
+        server.insert(
+            "name".to_owned(),
+            Value::String(SERVER_FLAG_NAME.to_owned()),
+        );
+        server.insert("url".to_owned(), Value::String(url.clone()));
+        let servers = Value::Array(vec![Value::Table(server)]);
+        set(
+            &mut layers,
+            &KeyPath::key("servers"),
+            servers,
+            Origin::Flag("--server".to_owned()),
+        )?;
+    }
+
+    for assignment in &sources.overrides {
+        let Some((key, value)) = assignment.split_once('=') else {
+            return Err(ConfigError::Malformed {
+                origin: Origin::Flag(format!("--set {assignment}")),
+                reason: "expected KEY=VALUE, e.g. recovery.stall_timeout=5m".to_owned(),
+            });
+        };
+        let origin = Origin::Flag(format!("--set {}", key.trim()));
+        let path = KeyPath::parse_dotted(key).map_err(|reason| ConfigError::Malformed {
+            origin: origin.clone(),
+            reason,
+        })?;
+        set(&mut layers, &path, Value::String(value.to_owned()), origin)?;
+    }
+
+    let config: Config = value_de::from_tree(layers.tree().clone()).map_err(|e| {
+        let key = e.path.unwrap_or_default();
+        invalid(&layers, key, e.reason)
+    })?;
+    config
+        .validate()
+        .map_err(|InvalidValue { key, reason }| invalid(&layers, key, reason))?;
+    Ok(config)
+}
+
+fn set(
+    layers: &mut Layers,
+    path: &KeyPath,
+    value: Value,
+    origin: Origin,
+) -> Result<(), ConfigError> {
+    layers
+        .set(path, value, &origin)
+        .map_err(|SetError { key, reason }| ConfigError::Invalid {
+            key,
+            reason,
+            origin,
+        })
+}
+
+fn invalid(layers: &Layers, key: String, reason: String) -> ConfigError {
+    let origin = layers.origin_of(&key);
+    let key = if key.is_empty() {
+        "(top level)".to_owned()
+    } else {
+        key
+    };
+    ConfigError::Invalid {
+        key,
+        reason,
+        origin,
+    }
+}
+
+fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => ConfigError::FileNotFound {
+            path: path.to_owned(),
+        },
+        _ => ConfigError::FileUnreadable {
+            path: path.to_owned(),
+            source,
+        },
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::FileSyntax {
+        path: path.to_owned(),
+        message: e.to_string().trim_end().to_owned(),
+    })
+}
+
+/// The process's configuration variables (see [`KeyPath::from_env_name`]); other
+/// variables are not looked at, whatever their encoding.
+fn config_vars_of_process() -> Result<Vec<(String, String)>, ConfigError> {
+    let mut vars = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if KeyPath::from_env_name(name).is_none() {
+            continue;
+        }
+        let value = value.into_string().map_err(|_| ConfigError::NotUnicode {
+            var: name.to_owned(),
+        })?;
+        vars.push((name.to_owned(), value));
+    }
+    Ok(vars)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::time::Duration;
+
+    use shepherd_actors::config::LogFormat;
+
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn toml_file(text: &str) -> tempfile::NamedTempFile {
+        let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        file
+    }
+
+    fn with_file(file: &tempfile::NamedTempFile) -> ConfigSources {
+        ConfigSources {
+            file: Some(file.path().to_owned()),
+            ..ConfigSources::default()
+        }
+    }
+
+    fn with_overrides(overrides: &[&str]) -> ConfigSources {
+        ConfigSources {
+            overrides: overrides.iter().map(|s| s.to_string()).collect(),
+            ..ConfigSources::default()
+        }
+    }
+
+    fn error_text(result: Result<Config, ConfigError>) -> String {
+        result.expect_err("loading should fail").to_string()
+    }
+
+    #[test]
+    fn defaults_load_when_there_is_no_file_no_environment_and_no_flag() {
+        let config = load_with_env(&ConfigSources::default(), &[]).unwrap();
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn a_file_overrides_the_defaults_and_leaves_the_rest_alone() {
+        let file = toml_file("[recovery]\nstall_timeout = \"2m\"\n[log]\nformat = \"json\"\n");
+        let config = load_with_env(&with_file(&file), &[]).unwrap();
+        assert_eq!(config.recovery.stall_timeout, Duration::from_secs(120));
+        assert_eq!(config.log.format, LogFormat::Json);
+        assert_eq!(
+            config.recovery.cooldown,
+            Config::default().recovery.cooldown
+        );
+    }
+
+    #[test]
+    fn the_environment_overrides_the_file() {
+        let file = toml_file("[recovery]\nstall_timeout = \"2m\"\n");
+        let vars = env(&[
+            ("SHEPHERD_RECOVERY__STALL_TIMEOUT", "30s"),
+            ("SHEPHERD_LOG__FORMAT", "json"),
+        ]);
+        let config = load_with_env(&with_file(&file), &vars).unwrap();
+        assert_eq!(config.recovery.stall_timeout, Duration::from_secs(30));
+        assert_eq!(config.log.format, LogFormat::Json);
+    }
+
+    #[test]
+    fn a_flag_overrides_the_environment() {
+        let vars = env(&[("SHEPHERD_RECOVERY__STALL_TIMEOUT", "30s")]);
+        let config = load_with_env(&with_overrides(&["recovery.stall_timeout=5s"]), &vars).unwrap();
+        assert_eq!(config.recovery.stall_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn numbers_from_the_environment_and_flags_are_parsed_from_their_strings() {
+        let vars = env(&[("SHEPHERD_RECOVERY__MAX_RECOVERIES", "5")]);
+        let config =
+            load_with_env(&with_overrides(&["recovery.tool_grace_factor=2.5"]), &vars).unwrap();
+        assert_eq!(config.recovery.max_recoveries, 5);
+        assert_eq!(config.recovery.tool_grace_factor, 2.5);
+    }
+
+    #[test]
+    fn the_server_flag_replaces_the_server_list_with_one_server_named_default() {
+        let file = toml_file("[[servers]]\nname = \"a\"\nurl = \"http://a:1\"\n[[servers]]\nname = \"b\"\nurl = \"http://b:1\"\n");
+        let sources = ConfigSources {
+            server_url: Some("http://127.0.0.1:4096".into()),
+            ..with_file(&file)
+        };
+        let config = load_with_env(&sources, &[]).unwrap();
+        assert_eq!(config.servers.len(), 1);
+        assert_eq!(config.servers[0].name, SERVER_FLAG_NAME);
+        assert_eq!(config.servers[0].url, "http://127.0.0.1:4096");
+    }
+
+    #[test]
+    fn set_flags_apply_after_the_server_flag() {
+        let sources = ConfigSources {
+            server_url: Some("http://127.0.0.1:4096".into()),
+            ..with_overrides(&["servers[0].password_env=OPENCODE_PW"])
+        };
+        let config = load_with_env(&sources, &[]).unwrap();
+        assert_eq!(
+            config.servers[0].password_env.as_deref(),
+            Some("OPENCODE_PW")
+        );
+    }
+
+    #[test]
+    fn a_server_can_be_described_entirely_in_the_environment() {
+        let vars = env(&[
+            ("SHEPHERD_SERVERS__0__URL", "http://127.0.0.1:4096"),
+            ("SHEPHERD_SERVERS__0__NAME", "local"),
+            ("SHEPHERD_SERVERS__0__LIST_LIMIT", "50"),
+        ]);
+        let config = load_with_env(&ConfigSources::default(), &vars).unwrap();
+        assert_eq!(config.servers[0].name, "local");
+        assert_eq!(config.servers[0].list_limit, 50);
+    }
+
+    #[test]
+    fn an_explicitly_named_missing_file_is_an_error() {
+        let sources = ConfigSources {
+            file: Some("/nonexistent/shepherd.toml".into()),
+            ..ConfigSources::default()
+        };
+        let err = load_with_env(&sources, &[]).unwrap_err();
+        assert!(matches!(err, ConfigError::FileNotFound { .. }), "{err}");
+        assert!(
+            err.to_string().contains("/nonexistent/shepherd.toml"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_default_file_is_read_only_when_it_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            ConfigSources::default().or_default_file_in(dir.path()).file,
+            None
+        );
+        std::fs::write(dir.path().join(DEFAULT_FILE_NAME), "").unwrap();
+        let found = ConfigSources::default().or_default_file_in(dir.path()).file;
+        assert_eq!(found, Some(dir.path().join(DEFAULT_FILE_NAME)));
+        let named = ConfigSources {
+            file: Some("other.toml".into()),
+            ..ConfigSources::default()
+        };
+        assert_eq!(
+            named.or_default_file_in(dir.path()).file,
+            Some("other.toml".into())
+        );
+    }
+
+    #[test]
+    fn a_toml_syntax_error_names_the_file_and_the_line() {
+        let file = toml_file("[recovery\n");
+        let text = error_text(load_with_env(&with_file(&file), &[]));
+        assert!(
+            text.contains(&file.path().display().to_string()) && text.contains("line 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_in_the_file_fails_with_its_path_and_the_file() {
+        let file = toml_file("[recovery]\nstall_timout = \"3m\"\n");
+        let text = error_text(load_with_env(&with_file(&file), &[]));
+        assert!(
+            text.starts_with("recovery.stall_timout: unknown key"),
+            "{text}"
+        );
+        assert!(text.contains("did you mean `stall_timeout`"), "{text}");
+        assert!(text.contains(&file.path().display().to_string()), "{text}");
+    }
+
+    #[test]
+    fn an_unknown_environment_key_fails_naming_the_variable() {
+        let vars = env(&[("SHEPHERD_RECOVERY__NOPE", "1")]);
+        let text = error_text(load_with_env(&ConfigSources::default(), &vars));
+        assert!(text.starts_with("recovery.nope: unknown key"), "{text}");
+        assert!(
+            text.contains("environment variable SHEPHERD_RECOVERY__NOPE"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_environment_section_fails_naming_the_variable() {
+        let vars = env(&[("SHEPHERD_OPENCODE__BIN", "/usr/bin/opencode")]);
+        let text = error_text(load_with_env(&ConfigSources::default(), &vars));
+        assert!(text.starts_with("opencode: unknown key"), "{text}");
+        assert!(text.contains("SHEPHERD_OPENCODE__BIN"), "{text}");
+    }
+
+    #[test]
+    fn variables_without_a_double_underscore_are_not_configuration() {
+        let vars = env(&[
+            ("SHEPHERD_OPENCODE_BIN", "/usr/bin/opencode"),
+            ("SHEPHERD_OPENCODE_CACHE", "/tmp/cache"),
+            ("SHEPHERD_CONTROL_TOKEN", "secret"),
+            ("PATH", "/usr/bin"),
+        ]);
+        let config = load_with_env(&ConfigSources::default(), &vars).unwrap();
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn a_bad_duration_fails_naming_the_key_the_reason_and_the_variable() {
+        let vars = env(&[("SHEPHERD_RECOVERY__STALL_TIMEOUT", "3 parsecs")]);
+        let text = error_text(load_with_env(&ConfigSources::default(), &vars));
+        assert!(
+            text.starts_with("recovery.stall_timeout: invalid duration \"3 parsecs\""),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("(from environment variable SHEPHERD_RECOVERY__STALL_TIMEOUT)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_number_that_is_not_one_fails_naming_the_key_and_the_flag() {
+        let text = error_text(load_with_env(
+            &with_overrides(&["recovery.max_recoveries=many"]),
+            &[],
+        ));
+        assert!(
+            text.starts_with("recovery.max_recoveries: invalid type: string \"many\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("flag --set recovery.max_recoveries"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_bad_url_fails_naming_servers_0_url() {
+        let file = toml_file("[[servers]]\nname = \"local\"\nurl = \"127.0.0.1:4096\"\n");
+        let text = error_text(load_with_env(&with_file(&file), &[]));
+        assert!(
+            text.starts_with("servers[0].url: must start with http://"),
+            "{text}"
+        );
+        assert!(text.contains(&file.path().display().to_string()), "{text}");
+    }
+
+    #[test]
+    fn a_server_without_a_url_fails_naming_the_server_entry() {
+        let vars = env(&[("SHEPHERD_SERVERS__0__NAME", "local")]);
+        let text = error_text(load_with_env(&ConfigSources::default(), &vars));
+        assert!(
+            text.starts_with("servers[0]: missing required key `url`"),
+            "{text}"
+        );
+        assert!(text.contains("SHEPHERD_SERVERS__0__NAME"), "{text}");
+    }
+
+    #[test]
+    fn an_invalid_relation_names_the_layer_that_set_the_value() {
+        let vars = env(&[("SHEPHERD_RECOVERY__MAX_AUTO_SUBMITS", "0")]);
+        let text = error_text(load_with_env(&ConfigSources::default(), &vars));
+        assert_eq!(
+            text,
+            "recovery.max_auto_submits: must be at least 1 \
+             (from environment variable SHEPHERD_RECOVERY__MAX_AUTO_SUBMITS)"
+        );
+    }
+
+    #[test]
+    fn a_set_flag_without_an_equals_sign_is_refused_naming_the_flag() {
+        let text = error_text(load_with_env(
+            &with_overrides(&["recovery.stall_timeout"]),
+            &[],
+        ));
+        assert!(
+            text.starts_with("flag --set recovery.stall_timeout: expected KEY=VALUE"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn secrets_never_appear_in_the_rendered_config() {
+        let file = toml_file(
+            "[[servers]]\nname = \"local\"\nurl = \"http://127.0.0.1:4096\"\npassword_env = \"OPENCODE_PW\"\n",
+        );
+        let config = load_with_env(&with_file(&file), &[]).unwrap();
+        let text = render::render_with(&config, |name| {
+            (name == "OPENCODE_PW").then(|| "hunter2".into())
+        });
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("OPENCODE_PW is set"), "{text}");
+    }
+
+    #[test]
+    fn the_rendered_config_loads_back_unchanged() {
+        let vars = env(&[("SHEPHERD_RECOVERY__WAIT_AFTER_ABORT", "2500ms")]);
+        let config = load_with_env(
+            &with_overrides(&["servers[0].name=a", "servers[0].url=http://a:1"]),
+            &vars,
+        )
+        .unwrap();
+        let file = toml_file(&render::render_with(&config, |_| None));
+        assert_eq!(load_with_env(&with_file(&file), &[]).unwrap(), config);
+    }
+}

@@ -1,0 +1,168 @@
+//! The effective configuration as TOML, for `shepherd config check`.
+//!
+//! This module decides what may be shown: every string under a key that looks secret
+//! (`password`, `token`, `secret`, `api_key`) is printed as `"***"`; a key ending in
+//! `_env` holds the NAME of a variable, is shown, and for `servers[].password_env` a
+//! comment says whether that variable is set — never its value. Durations are printed as
+//! the human strings the schema parses back (`"3m"`, `"1s 500ms"`), so the output is a
+//! valid config file.
+
+use std::ffi::OsString;
+
+use shepherd_actors::config::Config;
+use toml::Value;
+use toml_edit::{DocumentMut, Item};
+
+use super::password::PasswordVar;
+
+/// What a secret value is printed as.
+pub const MASK: &str = "***";
+
+/// Words that make a key secret (matched case-insensitively anywhere in the key).
+const SECRET_WORDS: [&str; 4] = ["password", "token", "secret", "api_key"];
+
+/// The effective configuration as TOML with secrets masked; reads the process
+/// environment only to say whether each `password_env` variable is set.
+pub fn render_effective(cfg: &Config) -> String {
+    render_with(cfg, |name| std::env::var_os(name))
+}
+
+pub(crate) fn render_with(cfg: &Config, lookup: impl Fn(&str) -> Option<OsString>) -> String {
+    let mut tree = match Value::try_from(cfg) {
+        Ok(tree) => tree,
+        Err(e) => return format!("# the configuration cannot be rendered as TOML: {e}\n"),
+    };
+    mask_secrets(&mut tree);
+    let text = match toml::to_string(&tree) {
+        Ok(text) => text,
+        Err(e) => return format!("# the configuration cannot be rendered as TOML: {e}\n"),
+    };
+    // Re-read as a document only to attach comments; without them the text is still right.
+    let Ok(mut doc) = text.parse::<DocumentMut>() else {
+        return text;
+    };
+    note_password_vars(&mut doc, &lookup);
+    doc.to_string()
+}
+
+/// Whether a key's string values are secrets.
+pub(crate) fn is_secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    !key.ends_with("_env") && SECRET_WORDS.iter().any(|word| key.contains(word))
+}
+
+fn mask_secrets(value: &mut Value) {
+    match value {
+        Value::Table(table) => {
+            for (key, child) in table.iter_mut() {
+                if is_secret_key(key) {
+                    mask_every_string(child);
+                } else {
+                    mask_secrets(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(mask_secrets),
+        _ => {}
+    }
+}
+
+fn mask_every_string(value: &mut Value) {
+    match value {
+        Value::String(text) => *text = MASK.to_owned(),
+        Value::Table(table) => table
+            .iter_mut()
+            .for_each(|(_, child)| mask_every_string(child)),
+        Value::Array(items) => items.iter_mut().for_each(mask_every_string),
+        _ => {}
+    }
+}
+
+/// Appends `# VAR is set` (or `is not set`, …) to every `password_env` line.
+fn note_password_vars(doc: &mut DocumentMut, lookup: &impl Fn(&str) -> Option<OsString>) {
+    let Some(servers) = doc
+        .get_mut("servers")
+        .and_then(Item::as_array_of_tables_mut)
+    else {
+        return;
+    };
+    for server in servers.iter_mut() {
+        let Some(value) = server.get_mut("password_env").and_then(Item::as_value_mut) else {
+            continue;
+        };
+        let Some(name) = value.as_str().map(str::to_owned) else {
+            continue;
+        };
+        let state = PasswordVar::read(&name, lookup);
+        value.decor_mut().set_suffix(format!(" # {name} {state}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use shepherd_actors::config::ServerConfig;
+
+    use super::*;
+
+    #[test]
+    fn keys_naming_secrets_are_secret_unless_they_name_a_variable() {
+        assert!(is_secret_key("password"));
+        assert!(is_secret_key("control_token"));
+        assert!(is_secret_key("OPENAI_API_KEY"));
+        assert!(!is_secret_key("password_env"));
+        assert!(!is_secret_key("continue_message"));
+    }
+
+    #[test]
+    fn strings_under_secret_keys_are_masked_wherever_they_are() {
+        let mut tree: Value = toml::from_str(
+            "token = 'abc'\n[auth]\nclient_secret = 'def'\napi_key_env = 'KEY'\n[[hooks]]\npassword = 'ghi'",
+        )
+        .unwrap();
+        mask_secrets(&mut tree);
+        let text = toml::to_string(&tree).unwrap();
+        for secret in ["abc", "def", "ghi"] {
+            assert!(!text.contains(secret), "{text}");
+        }
+        assert!(text.contains("api_key_env = \"KEY\""), "{text}");
+    }
+
+    #[test]
+    fn password_env_is_shown_with_whether_it_is_set_but_never_the_value() {
+        let mut cfg = Config::default();
+        let mut server = ServerConfig::new("local", "http://127.0.0.1:4096");
+        server.password_env = Some("OPENCODE_PW".into());
+        cfg.servers.push(server);
+        let mut other = ServerConfig::new("other", "http://127.0.0.1:4097");
+        other.password_env = Some("OTHER_PW".into());
+        cfg.servers.push(other);
+
+        let text = render_with(&cfg, |name| {
+            (name == "OPENCODE_PW").then(|| "hunter2".into())
+        });
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(
+            text.contains("password_env = \"OPENCODE_PW\" # OPENCODE_PW is set"),
+            "{text}"
+        );
+        assert!(
+            text.contains("password_env = \"OTHER_PW\" # OTHER_PW is not set"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_rendered_text_is_a_config_file_that_loads_back_to_the_same_values() {
+        let mut cfg = Config::default();
+        cfg.recovery.wait_after_abort = Duration::from_millis(1500);
+        let mut server = ServerConfig::new("local", "http://127.0.0.1:4096");
+        server.password_env = Some("OPENCODE_PW".into());
+        cfg.servers.push(server);
+        let text = render_with(&cfg, |_| None);
+        assert!(text.contains("stall_timeout = \"3m\""), "{text}");
+        let back: Config = toml::from_str(&text).unwrap();
+        assert_eq!(back, cfg);
+    }
+}
