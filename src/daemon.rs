@@ -1,0 +1,104 @@
+//! Wiring: one supervisor, one REST client and one event pump per configured server.
+//!
+//! [`Daemon::start`] must be called inside a running actix `System`. The same wiring
+//! serves `shepherd run`, `shepherd demo` and the end-to-end tests, so what the tests
+//! prove is what users run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, Addr};
+use anyhow::Context as _;
+use shepherd_actors::config::Config;
+use shepherd_actors::journal::Journal;
+use shepherd_actors::ports::SystemClock;
+use shepherd_actors::supervisor::{AttachServer, FleetView, InspectFleet, Shutdown, Supervisor};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::resolve_password;
+use crate::opencode::{Credentials, EventPump, OpenCodeClient, PumpStats};
+
+/// A running Shepherd.
+pub struct Daemon {
+    supervisor: Addr<Supervisor>,
+    journal: Journal,
+    stop_pumps: watch::Sender<bool>,
+    pumps: Vec<JoinHandle<()>>,
+    pump_stats: Vec<(String, Arc<PumpStats>)>,
+    shutdown_grace: Duration,
+    instance: String,
+}
+
+impl Daemon {
+    /// Attaches to every configured server. Fails only on configuration problems (a
+    /// named password variable that is unset); an unreachable server is retried by its
+    /// pump, not fatal.
+    pub fn start(cfg: &Config) -> anyhow::Result<Self> {
+        let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+        let journal = Journal::new();
+        let recovery = Arc::new(cfg.recovery.clone());
+        let supervisor =
+            Supervisor::new(Arc::clone(&recovery), Arc::new(SystemClock), journal.clone(), instance.clone()).start();
+        let (stop_pumps, stop_rx) = watch::channel(false);
+        let mut pumps = Vec::new();
+        let mut pump_stats = Vec::new();
+        let mut slowest_request = Duration::ZERO;
+        for server in &cfg.servers {
+            let auth = resolve_password(server)
+                .with_context(|| format!("server {:?}", server.name))?
+                .map(|password| Credentials { username: server.username.clone(), password });
+            let client = OpenCodeClient::new(server, auth.clone())
+                .map_err(|e| anyhow::anyhow!("server {:?}: {e}", server.name))?;
+            supervisor.do_send(AttachServer {
+                name: server.name.clone(),
+                engine: Arc::new(client),
+                list_limit: server.list_limit,
+            });
+            let pump = EventPump::new(server.clone(), auth, supervisor.clone());
+            pump_stats.push((server.name.clone(), pump.stats()));
+            pumps.push(actix::spawn(pump.run(stop_rx.clone())));
+            slowest_request = slowest_request.max(server.request_timeout);
+            tracing::info!(server = %server.name, url = %server.url, instance = %instance, "supervising");
+        }
+        // Long enough for a recovery under way to finish: its waits plus a few requests.
+        let shutdown_grace = recovery.abort_poll_max + recovery.wait_after_abort + slowest_request * 3;
+        Ok(Self { supervisor, journal, stop_pumps, pumps, pump_stats, shutdown_grace, instance })
+    }
+
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    pub fn supervisor(&self) -> &Addr<Supervisor> {
+        &self.supervisor
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Counters of each server's event pump.
+    pub fn pump_stats(&self) -> &[(String, Arc<PumpStats>)] {
+        &self.pump_stats
+    }
+
+    /// The fleet as the supervisor sees it now.
+    pub async fn fleet(&self) -> FleetView {
+        self.supervisor.send(InspectFleet).await.unwrap_or_default()
+    }
+
+    /// Graceful stop: streams first (no new events), then recoveries under way are
+    /// given time to send their continue, then every actor stops.
+    pub async fn shutdown(self) {
+        let _ = self.stop_pumps.send(true);
+        for pump in self.pumps {
+            let _ = pump.await;
+        }
+        match self.supervisor.send(Shutdown { grace: self.shutdown_grace }).await {
+            Ok(0) => tracing::info!("shutdown complete"),
+            Ok(left) => tracing::warn!(recoveries = left, "shutdown complete with recoveries unfinished"),
+            Err(e) => tracing::warn!(error = %e, "supervisor gone before shutdown"),
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! The REST side of one OpenCode server: the [`Engine`] port over HTTP.
+//!
+//! One `reqwest` client with a total timeout per request (the event stream has its own
+//! client, see `pump`). HTTP Basic auth when the server has a password. Every answer is
+//! mapped to an [`EngineError`] kind the cores can branch on; bodies in errors are
+//! truncated so a huge error page does not flood the log.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::json;
+use shepherd_actors::config::ServerConfig;
+use shepherd_actors::event::{MessageInfo, Role, SessionInfo, Status, Todo};
+use shepherd_actors::ports::{Engine, EngineError, Prompt, TurnSettings};
+
+/// How many recent messages are read to find the last user turn's agent and model.
+const TURN_LOOKBACK_MESSAGES: u32 = 30;
+/// Error bodies are cut to this many characters in errors and logs.
+const ERROR_BODY_CHARS: usize = 300;
+
+/// Credentials for one server (the password comes from the environment, never a file).
+#[derive(Clone)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").field("username", &self.username).field("password", &"***").finish()
+    }
+}
+
+/// REST client of one OpenCode server.
+#[derive(Debug, Clone)]
+pub struct OpenCodeClient {
+    base: String,
+    http: reqwest::Client,
+    auth: Option<Credentials>,
+}
+
+impl OpenCodeClient {
+    pub fn new(server: &ServerConfig, auth: Option<Credentials>) -> Result<Self, EngineError> {
+        let http = reqwest::Client::builder()
+            .timeout(server.request_timeout)
+            .connect_timeout(server.request_timeout)
+            .build()
+            .map_err(|e| EngineError::Unreachable(format!("cannot build HTTP client: {e}")))?;
+        Ok(Self { base: server.url.trim_end_matches('/').to_string(), http, auth })
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    pub fn credentials(&self) -> Option<&Credentials> {
+        self.auth.as_ref()
+    }
+
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let rb = self.http.request(method, format!("{}{}", self.base, path));
+        match &self.auth {
+            Some(c) => rb.basic_auth(&c.username, Some(&c.password)),
+            None => rb,
+        }
+    }
+
+    async fn send(&self, rb: RequestBuilder, what: &str) -> Result<reqwest::Response, EngineError> {
+        let resp = rb.send().await.map_err(|e| EngineError::Unreachable(format!("{what}: {e}")))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let body: String = resp.text().await.unwrap_or_default().chars().take(ERROR_BODY_CHARS).collect();
+        if status == StatusCode::NOT_FOUND {
+            return Err(EngineError::NotFound(format!("{what}: {body}")));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(EngineError::Http { status: 401, body: format!("{what}: unauthorized (check the server password)") });
+        }
+        Err(EngineError::Http { status: status.as_u16(), body: format!("{what}: {body}") })
+    }
+
+    async fn get_json<T: DeserializeOwned>(&self, rb: RequestBuilder, what: &str) -> Result<T, EngineError> {
+        let resp = self.send(rb, what).await?;
+        resp.json::<T>().await.map_err(|e| EngineError::Decode(format!("{what}: {e}")))
+    }
+}
+
+fn session_path(id: &str, rest: &str) -> String {
+    format!("/session/{}{}", urlencode(id), rest)
+}
+
+/// Session ids are `ses_` + alphanumerics; anything else is escaped, never trusted.
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[derive(Deserialize)]
+struct MessageWithParts {
+    info: serde_json::Value,
+}
+
+#[async_trait]
+impl Engine for OpenCodeClient {
+    async fn statuses(&self, directory: &str) -> Result<HashMap<String, Status>, EngineError> {
+        let mut rb = self.request(Method::GET, "/session/status");
+        if !directory.is_empty() {
+            rb = rb.query(&[("directory", directory)]);
+        }
+        self.get_json(rb, "GET /session/status").await
+    }
+
+    async fn list_sessions(&self, limit: u32) -> Result<Vec<SessionInfo>, EngineError> {
+        let rb = self.request(Method::GET, "/experimental/session").query(&[("limit", limit)]);
+        self.get_json(rb, "GET /experimental/session").await
+    }
+
+    async fn session(&self, session_id: &str) -> Result<SessionInfo, EngineError> {
+        let rb = self.request(Method::GET, &session_path(session_id, ""));
+        self.get_json(rb, "GET /session/{id}").await
+    }
+
+    async fn abort(&self, session_id: &str) -> Result<(), EngineError> {
+        let rb = self.request(Method::POST, &session_path(session_id, "/abort"));
+        self.send(rb, "POST /session/{id}/abort").await.map(drop)
+    }
+
+    async fn todos(&self, session_id: &str) -> Result<Vec<Todo>, EngineError> {
+        let rb = self.request(Method::GET, &session_path(session_id, "/todo"));
+        self.get_json(rb, "GET /session/{id}/todo").await
+    }
+
+    async fn last_turn_settings(&self, session_id: &str) -> Result<TurnSettings, EngineError> {
+        let rb = self
+            .request(Method::GET, &session_path(session_id, "/message"))
+            .query(&[("limit", TURN_LOOKBACK_MESSAGES)]);
+        let messages: Vec<MessageWithParts> = self.get_json(rb, "GET /session/{id}/message").await?;
+        // Oldest → newest; take the newest user message that names its agent/model.
+        for m in messages.iter().rev() {
+            let Some(info) = decode_message(&m.info) else { continue };
+            if info.role == Role::User && (info.agent.is_some() || info.model.is_some()) {
+                return Ok(TurnSettings { agent: info.agent, model: info.model });
+            }
+        }
+        Ok(TurnSettings::default())
+    }
+
+    async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError> {
+        let mut body = json!({
+            "parts": [{
+                "type": "text",
+                "text": prompt.text,
+                "synthetic": true,
+                "metadata": { "shepherd": prompt.tag },
+            }],
+        });
+        if let Some(agent) = &prompt.turn.agent {
+            body["agent"] = json!(agent);
+        }
+        if let Some(model) = &prompt.turn.model {
+            body["model"] = json!(model);
+        }
+        let rb = self.request(Method::POST, &session_path(session_id, "/prompt_async")).json(&body);
+        self.send(rb, "POST /session/{id}/prompt_async").await.map(drop)
+    }
+}
+
+/// A message's `info` through the same decoder the event stream uses.
+fn decode_message(info: &serde_json::Value) -> Option<MessageInfo> {
+    let frame = json!({"type": "message.updated", "properties": {"info": info}});
+    match shepherd_actors::event::decode(&frame.to_string()).ok()?.event {
+        shepherd_actors::event::Event::MessageUpdated(m) => Some(m),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn odd_session_ids_are_escaped_in_paths() {
+        assert_eq!(session_path("ses_1/../x", "/abort"), "/session/ses_1%2F..%2Fx/abort");
+    }
+
+    #[test]
+    fn credentials_never_print_the_password() {
+        let c = Credentials { username: "u".into(), password: "hunter2".into() };
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+}

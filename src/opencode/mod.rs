@@ -1,0 +1,10 @@
+//! The adapter to OpenCode servers: REST ([`client`]), the event stream ([`pump`]) and
+//! its framing ([`sse`]). Decoding of event payloads is shared with the cores
+//! (`shepherd_actors::event`).
+
+pub mod client;
+pub mod pump;
+pub mod sse;
+
+pub use client::{Credentials, OpenCodeClient};
+pub use pump::{EventPump, PumpStats};

@@ -1,0 +1,134 @@
+//! The event pump: one per server, following `GET /global/event` (every directory).
+//!
+//! Its own `reqwest` client has a read timeout, not a total one (a total timeout would
+//! cut the endless stream). It decodes each frame and hands it to the supervisor; an
+//! undecodable frame is logged (truncated) and skipped, never fatal. When the stream
+//! breaks or goes silent past `stream_read_timeout` (OpenCode sends a heartbeat every
+//! 10 s), it reconnects with exponential back-off, and after every (re)connect the
+//! supervisor reconciles by REST, because the stream replays nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use actix::Addr;
+use futures::StreamExt;
+use shepherd_actors::config::ServerConfig;
+use shepherd_actors::event::decode;
+use shepherd_actors::supervisor::{Ingest, StreamDown, StreamUp, Supervisor};
+use tokio::sync::watch;
+
+use super::client::Credentials;
+use super::sse::SseDecoder;
+
+/// Malformed frames are logged with at most this many characters of their text.
+const LOGGED_FRAME_CHARS: usize = 200;
+
+/// Counters of one pump, readable from outside (status, tests).
+#[derive(Debug, Default)]
+pub struct PumpStats {
+    pub frames: AtomicU64,
+    pub malformed: AtomicU64,
+    pub connects: AtomicU64,
+}
+
+/// Follows one server's event stream until shutdown.
+pub struct EventPump {
+    server: ServerConfig,
+    auth: Option<Credentials>,
+    supervisor: Addr<Supervisor>,
+    stats: Arc<PumpStats>,
+}
+
+impl EventPump {
+    pub fn new(server: ServerConfig, auth: Option<Credentials>, supervisor: Addr<Supervisor>) -> Self {
+        Self { server, auth, supervisor, stats: Arc::default() }
+    }
+
+    pub fn stats(&self) -> Arc<PumpStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Runs until `shutdown` turns true.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let name = self.server.name.clone();
+        let client = match reqwest::Client::builder()
+            .connect_timeout(self.server.request_timeout)
+            .read_timeout(self.server.stream_read_timeout)
+            .build()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(server = %name, error = %e, "cannot build the event-stream client; this server is not supervised");
+                return;
+            }
+        };
+        let mut delay = self.server.reconnect_initial;
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            let started = tokio::time::Instant::now();
+            let result = tokio::select! {
+                r = self.follow(&client) => r,
+                _ = shutdown.changed() => return,
+            };
+            self.supervisor.do_send(StreamDown { server: name.clone() });
+            // A connection that lived a while resets the back-off.
+            if started.elapsed() > self.server.reconnect_max {
+                delay = self.server.reconnect_initial;
+            }
+            match result {
+                Ok(()) => tracing::warn!(server = %name, retry_in_ms = delay.as_millis() as u64, "event stream ended; reconnecting"),
+                Err(e) => tracing::warn!(server = %name, retry_in_ms = delay.as_millis() as u64, error = %e, "event stream failed; reconnecting"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = shutdown.changed() => return,
+            }
+            delay = (delay * 2).min(self.server.reconnect_max);
+        }
+    }
+
+    /// One connection: connect, announce, pump frames until the stream ends.
+    async fn follow(&self, client: &reqwest::Client) -> Result<(), String> {
+        let name = &self.server.name;
+        let url = format!("{}/global/event", self.server.url.trim_end_matches('/'));
+        let mut rb = client.get(&url).header("accept", "text/event-stream");
+        if let Some(c) = &self.auth {
+            rb = rb.basic_auth(&c.username, Some(&c.password));
+        }
+        let resp = rb.send().await.map_err(|e| format!("connect: {e}"))?;
+        if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
+            return Err("401 unauthorized: check the server's password (password_env)".into());
+        }
+        if !resp.status().is_success() {
+            return Err(format!("HTTP {}", resp.status()));
+        }
+        self.stats.connects.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(server = %name, url = %url, "event stream connected");
+        self.supervisor.do_send(StreamUp { server: name.clone() });
+
+        let mut decoder = SseDecoder::new();
+        let mut body = resp.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| format!("read: {e}"))?;
+            let frames = decoder.push(&chunk);
+            if frames.dropped > 0 {
+                self.stats.malformed.fetch_add(frames.dropped as u64, Ordering::Relaxed);
+                tracing::warn!(server = %name, dropped = frames.dropped, "dropped oversized or non-UTF-8 event frames");
+            }
+            for data in frames.data {
+                self.stats.frames.fetch_add(1, Ordering::Relaxed);
+                match decode(&data) {
+                    Ok(envelope) => self.supervisor.do_send(Ingest { server: name.clone(), envelope }),
+                    Err(e) => {
+                        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                        let excerpt: String = data.chars().take(LOGGED_FRAME_CHARS).collect();
+                        tracing::warn!(server = %name, error = %e, frame = %excerpt, "skipping a malformed event frame");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
