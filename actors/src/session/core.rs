@@ -553,3 +553,251 @@ fn snapshot(todos: &[Todo]) -> Vec<(&str, crate::event::TodoStatus)> {
 fn ms(d: Duration) -> u64 {
     d.as_millis().min(u64::MAX as u128) as u64
 }
+
+#[cfg(test)]
+mod tests {
+    //! The core as a specification: events and moments in, effects out.
+    use super::*;
+    use crate::event::{decode, TodoStatus};
+    use crate::journal::Action;
+
+    struct Bench {
+        core: SessionCore,
+        t0: Instant,
+    }
+
+    const CREATED_MS: i64 = 1_000_000;
+
+    impl Bench {
+        fn new() -> Self {
+            Self::with(RecoveryConfig::default())
+        }
+        fn with(cfg: RecoveryConfig) -> Self {
+            let t0 = Instant::now();
+            let mut core = SessionCore::new("srv", "ses_A", Arc::new(cfg), Now { mono: t0, wall_ms: CREATED_MS });
+            core.hydrate(&SessionInfo {
+                id: "ses_A".into(),
+                parent_id: None,
+                directory: Some("/p".into()),
+                title: None,
+                time: crate::event::Times { created: Some(CREATED_MS), ..Default::default() },
+            });
+            Self { core, t0 }
+        }
+        fn at(&self, secs: u64) -> Now {
+            Now { mono: self.t0 + Duration::from_secs(secs), wall_ms: CREATED_MS + secs as i64 * 1000 }
+        }
+        fn feed(&mut self, secs: u64, json: &str) -> Vec<Effect> {
+            let event = decode(json).expect("test event decodes").event;
+            let now = self.at(secs);
+            self.core.observe(&event, now)
+        }
+        fn busy(&mut self, secs: u64) {
+            self.feed(secs, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
+        }
+        fn tick(&mut self, secs: u64) -> Vec<Effect> {
+            let now = self.at(secs);
+            self.core.on_deadline(now)
+        }
+        fn recovered(&mut self, secs: u64) -> Vec<Effect> {
+            let now = self.at(secs);
+            self.core.on_recovery_finished(&RecoveryReport::Continued { idle_after_ms: Some(20), open_todos: 0 }, now)
+        }
+    }
+
+    fn actions(effects: &[Effect]) -> Vec<Action> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Record(r) => Some(r.action),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn recovers(effects: &[Effect]) -> bool {
+        effects.iter().any(|e| matches!(e, Effect::Recover(_)))
+    }
+
+    const DELTA: &str = r#"{"type":"message.part.delta","properties":{"sessionID":"ses_A","messageID":"msg_B","partID":"prt_1","field":"text","delta":"x"}}"#;
+
+    #[test]
+    fn a_busy_session_silent_for_the_stall_timeout_is_recovered() {
+        let mut b = Bench::new();
+        b.busy(0);
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(180)));
+        assert!(b.tick(179).is_empty());
+        let effects = b.tick(180);
+        assert!(recovers(&effects));
+        assert_eq!(actions(&effects), vec![Action::StallDetected]);
+    }
+
+    #[test]
+    fn activity_pushes_the_stall_deadline_back() {
+        let mut b = Bench::new();
+        b.busy(0);
+        b.feed(100, DELTA);
+        assert!(b.tick(180).is_empty());
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(280)));
+    }
+
+    #[test]
+    fn repeated_busy_events_do_not_count_as_progress() {
+        let mut b = Bench::new();
+        b.busy(0);
+        b.busy(100);
+        assert!(recovers(&b.tick(180)));
+    }
+
+    #[test]
+    fn a_running_tool_extends_the_timeout_by_the_grace_factor() {
+        let mut b = Bench::new();
+        b.busy(0);
+        b.feed(0, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_T","messageID":"msg_B","sessionID":"ses_A","type":"tool","tool":"bash","state":{"status":"running"}}}}"#);
+        assert!(b.tick(180).is_empty());
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(720)));
+        assert!(recovers(&b.tick(720)));
+    }
+
+    #[test]
+    fn a_pending_question_is_never_a_stall() {
+        let mut b = Bench::new();
+        b.busy(0);
+        b.feed(1, r#"{"type":"question.asked","properties":{"id":"que_1","sessionID":"ses_A","questions":[]}}"#);
+        assert_eq!(b.core.deadline(), None);
+        assert!(b.tick(10_000).is_empty());
+        b.feed(20_000, r#"{"type":"question.replied","properties":{"sessionID":"ses_A","requestID":"que_1","answers":[["A"]]}}"#);
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(20_180)));
+    }
+
+    #[test]
+    fn retry_is_opencodes_own_wait_and_not_a_stall() {
+        let mut b = Bench::new();
+        b.busy(0);
+        b.feed(1, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"retry","attempt":1,"message":"x","next":5}}}"#);
+        assert_eq!(b.core.deadline(), None);
+    }
+
+    #[test]
+    fn our_own_abort_is_not_taken_for_a_user_abort() {
+        let mut b = Bench::new();
+        b.busy(0);
+        b.feed(0, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_B","sessionID":"ses_A","role":"assistant","time":{"created":1}}}}"#);
+        assert!(recovers(&b.tick(180)));
+        // The abort's events arrive while the procedure runs…
+        let during = b.feed(180, r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError","data":{"message":"Aborted"}}}}"#);
+        assert!(during.is_empty());
+        b.recovered(182);
+        // …and the message's own error may trail it.
+        let after = b.feed(182, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_B","sessionID":"ses_A","role":"assistant","error":{"name":"MessageAbortedError"},"time":{"created":1,"completed":2}}}}"#);
+        assert!(after.is_empty());
+        assert_eq!(b.core.pause(), None);
+    }
+
+    #[test]
+    fn a_user_abort_pauses_until_a_real_user_message() {
+        let mut b = Bench::new();
+        b.busy(0);
+        let effects = b.feed(5, r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#);
+        assert_eq!(actions(&effects), vec![Action::Pause]);
+        b.feed(6, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}"#);
+        // A synthetic prompt from some tool does not un-pause…
+        b.feed(7, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_S","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
+        b.feed(7, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"p1","messageID":"msg_S","sessionID":"ses_A","type":"text","text":"x","synthetic":true}}}"#);
+        b.busy(7);
+        assert_eq!(b.core.deadline(), None, "paused: no stall recovery");
+        // …a real one does.
+        b.feed(8, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_U","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
+        let effects = b.feed(8, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"p2","messageID":"msg_U","sessionID":"ses_A","type":"text","text":"go"}}}"#);
+        assert_eq!(actions(&effects), vec![Action::Resume]);
+        assert!(b.core.deadline().is_some());
+    }
+
+    #[test]
+    fn shepherds_own_prompt_is_neither_user_activity_nor_progress() {
+        let mut b = Bench::new();
+        b.busy(0);
+        assert!(recovers(&b.tick(180)));
+        b.recovered(182);
+        assert_eq!(b.core.attempts(), 1);
+        b.feed(182, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_C","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
+        b.feed(182, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"p3","messageID":"msg_C","sessionID":"ses_A","type":"text","text":"continue","synthetic":true,"metadata":{"shepherd":{"kind":"continue","instance":"i","decision":"d"}}}}}"#);
+        b.busy(182);
+        let effects = b.tick(182 + 180);
+        assert!(recovers(&effects));
+        assert_eq!(b.core.attempts(), 2, "our own continue did not reset the attempts");
+    }
+
+    #[test]
+    fn after_max_auto_submits_without_progress_shepherd_gives_up() {
+        let mut b = Bench::with(RecoveryConfig { max_recoveries: 10, max_auto_submits: 2, ..RecoveryConfig::default() });
+        b.busy(0);
+        let mut t = 0;
+        for _ in 0..2 {
+            t += 180;
+            assert!(recovers(&b.tick(t)));
+            b.recovered(t);
+        }
+        t += 180;
+        let effects = b.tick(t);
+        assert_eq!(actions(&effects), vec![Action::GiveUp]);
+        assert_eq!(b.core.pause(), Some(Pause::GaveUp));
+    }
+
+    #[test]
+    fn after_max_recoveries_the_next_recovery_backs_off_exponentially() {
+        let mut b = Bench::with(RecoveryConfig { max_recoveries: 1, max_auto_submits: 10, ..RecoveryConfig::default() });
+        b.busy(0);
+        assert!(recovers(&b.tick(180)));
+        b.recovered(180);
+        let effects = b.tick(360);
+        assert_eq!(actions(&effects), vec![Action::Backoff]);
+        let Effect::Record(r) = &effects[0] else { panic!() };
+        assert_eq!(r.numbers.backoff_ms, Some(60_000));
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(420)));
+        assert!(recovers(&b.tick(420)));
+        b.recovered(420);
+        let Effect::Record(r) = &b.tick(600)[0] else { panic!() };
+        assert_eq!(r.numbers.backoff_ms, Some(120_000), "doubles");
+    }
+
+    #[test]
+    fn real_progress_resets_the_attempts() {
+        let mut b = Bench::new();
+        b.busy(0);
+        assert!(recovers(&b.tick(180)));
+        b.recovered(180);
+        b.feed(181, r#"{"type":"todo.updated","properties":{"sessionID":"ses_A","todos":[{"content":"a","status":"completed","priority":"high"}]}}"#);
+        assert_eq!(b.core.attempts(), 0);
+    }
+
+    #[test]
+    fn sessions_older_than_max_session_age_are_not_recovered() {
+        let mut b = Bench::new();
+        b.busy(7200);
+        let effects = b.tick(7200 + 180);
+        assert_eq!(actions(&effects), vec![Action::GiveUp]);
+        let Effect::Record(r) = &effects[0] else { panic!() };
+        assert_eq!(r.numbers.age_ms, Some(7_380_000));
+    }
+
+    #[test]
+    fn a_recovery_that_found_the_session_idle_does_not_count_as_an_attempt() {
+        let mut b = Bench::new();
+        b.busy(0);
+        assert!(recovers(&b.tick(180)));
+        let effects = b.core.on_recovery_finished(&RecoveryReport::NotBusy, b.at(181));
+        assert_eq!(actions(&effects), vec![Action::Recover]);
+        assert_eq!(b.core.attempts(), 0);
+        assert!(!b.core.is_busy());
+    }
+
+    #[test]
+    fn todos_are_tracked_and_cancelled_counts_as_done() {
+        let mut b = Bench::new();
+        b.feed(0, r#"{"type":"todo.updated","properties":{"sessionID":"ses_A","todos":[{"content":"a","status":"cancelled","priority":"high"},{"content":"b","status":"in_progress","priority":"low"}]}}"#);
+        let open: Vec<_> = b.core.todos().iter().filter(|t| t.status.is_open()).collect();
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].status, TodoStatus::InProgress);
+    }
+}
