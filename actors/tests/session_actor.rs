@@ -1,0 +1,201 @@
+//! The actors with a fake engine and paused tokio time: no sockets, no real waiting.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::prelude::*;
+use async_trait::async_trait;
+use shepherd_actors::config::RecoveryConfig;
+use shepherd_actors::event::{decode, ModelRef, SessionInfo, Status, Todo};
+use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
+use shepherd_actors::ports::{Clock, Engine, EngineError, Prompt, TurnSettings};
+use shepherd_actors::supervisor::{AttachServer, Ingest, InspectFleet, Shutdown, StreamUp, Supervisor};
+
+/// An OpenCode that records calls; a session is busy until aborted.
+#[derive(Default)]
+struct FakeEngine {
+    calls: Mutex<Vec<String>>,
+    busy: Mutex<HashMap<String, Status>>,
+    prompts: Mutex<Vec<(String, Prompt)>>,
+    todos: Mutex<Vec<Todo>>,
+}
+
+impl FakeEngine {
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+    fn log(&self, c: String) {
+        self.calls.lock().unwrap().push(c);
+    }
+}
+
+#[async_trait]
+impl Engine for FakeEngine {
+    async fn statuses(&self, directory: &str) -> Result<HashMap<String, Status>, EngineError> {
+        self.log(format!("status {directory}"));
+        Ok(self.busy.lock().unwrap().clone())
+    }
+    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
+        Ok(vec![])
+    }
+    async fn session(&self, id: &str) -> Result<SessionInfo, EngineError> {
+        Ok(SessionInfo { id: id.into(), parent_id: None, directory: Some("/p".into()), title: None, time: Default::default() })
+    }
+    async fn abort(&self, id: &str) -> Result<(), EngineError> {
+        self.log(format!("abort {id}"));
+        self.busy.lock().unwrap().remove(id);
+        Ok(())
+    }
+    async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
+        Ok(self.todos.lock().unwrap().clone())
+    }
+    async fn last_turn_settings(&self, _: &str) -> Result<TurnSettings, EngineError> {
+        Ok(TurnSettings {
+            agent: Some("plan".into()),
+            model: Some(ModelRef { provider_id: "fake".into(), model_id: "fake-model-2".into() }),
+        })
+    }
+    async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
+        self.log(format!("prompt {id}"));
+        self.prompts.lock().unwrap().push((id.into(), p.clone()));
+        Ok(())
+    }
+}
+
+struct PausedClock {
+    start: tokio::time::Instant,
+}
+impl Clock for PausedClock {
+    fn now(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now()
+    }
+    fn wall_ms(&self) -> i64 {
+        1_000_000 + self.start.elapsed().as_millis() as i64
+    }
+}
+
+struct World {
+    engine: Arc<FakeEngine>,
+    supervisor: Addr<Supervisor>,
+    records: tokio::sync::broadcast::Receiver<ActionRecord>,
+}
+
+fn world(cfg: RecoveryConfig) -> World {
+    let engine = Arc::new(FakeEngine::default());
+    let journal = Journal::new();
+    let records = journal.subscribe();
+    let clock = Arc::new(PausedClock { start: tokio::time::Instant::now() });
+    let supervisor = Supervisor::new(Arc::new(cfg), clock, journal, "test".into()).start();
+    supervisor.do_send(AttachServer { name: "srv".into(), engine: engine.clone(), list_limit: 10 });
+    World { engine, supervisor, records }
+}
+
+impl World {
+    fn send(&self, json: &str) {
+        let envelope = decode(json).expect("decodes");
+        self.supervisor.do_send(Ingest { server: "srv".into(), envelope });
+    }
+    fn busy(&self, id: &str) {
+        self.engine.busy.lock().unwrap().insert(id.into(), Status::Busy);
+        self.send(&format!(
+            r#"{{"directory":"/p","payload":{{"type":"session.status","properties":{{"sessionID":"{id}","status":{{"type":"busy"}}}}}}}}"#
+        ));
+    }
+    fn drain(&mut self) -> Vec<(Action, Outcome)> {
+        let mut out = Vec::new();
+        while let Ok(r) = self.records.try_recv() {
+            out.push((r.action, r.outcome));
+        }
+        out
+    }
+}
+
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn cfg() -> RecoveryConfig {
+    RecoveryConfig { stall_timeout: Duration::from_secs(180), ..RecoveryConfig::default() }
+}
+
+#[actix::test]
+async fn stalled_busy_session_is_aborted_then_continued_with_its_todos() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    *w.engine.todos.lock().unwrap() = serde_json::from_str(
+        r#"[{"content":"write parser","status":"in_progress"},{"content":"add tests","status":"pending"},{"content":"plan","status":"completed"}]"#,
+    )
+    .unwrap();
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(179)).await;
+    settle().await;
+    assert!(w.engine.calls().iter().all(|c| !c.starts_with("abort")), "not before the timeout");
+
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    settle().await;
+    let calls = w.engine.calls();
+    let abort = calls.iter().position(|c| c == "abort ses_A").expect("aborted");
+    let prompt = calls.iter().position(|c| c == "prompt ses_A").expect("continued");
+    assert!(abort < prompt);
+    assert!(calls[..abort].iter().any(|c| c == "status /p"), "busy confirmed before abort");
+
+    let (_, p) = w.engine.prompts.lock().unwrap()[0].clone();
+    assert!(p.text.contains("write parser") && p.text.contains("add tests"), "{}", p.text);
+    assert!(!p.text.contains("- [completed] plan"));
+    assert_eq!(p.tag.kind, "continue");
+    assert_eq!(p.turn.agent.as_deref(), Some("plan"));
+    assert_eq!(p.turn.model.unwrap().model_id, "fake-model-2");
+    assert_eq!(
+        w.drain(),
+        vec![(Action::StallDetected, Outcome::Done), (Action::Abort, Outcome::Done), (Action::Continue, Outcome::Done)]
+    );
+}
+
+#[actix::test]
+async fn a_session_the_status_endpoint_calls_idle_is_not_aborted() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.busy("ses_A");
+    settle().await;
+    w.engine.busy.lock().unwrap().clear(); // the idle event was lost
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    settle().await;
+    assert!(!w.engine.calls().iter().any(|c| c.starts_with("abort")));
+    assert_eq!(w.drain(), vec![(Action::StallDetected, Outcome::Done), (Action::Recover, Outcome::Declined)]);
+}
+
+#[actix::test]
+async fn reconnect_reconciliation_finds_a_busy_session_the_stream_never_mentioned() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.engine.busy.lock().unwrap().insert("ses_Q".into(), Status::Busy);
+    // The supervisor learns the directory from any event of the server.
+    w.send(r#"{"directory":"/p","payload":{"type":"session.diff","properties":{"sessionID":"ses_other","diff":[]}}}"#);
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    settle().await;
+    let fleet = w.supervisor.send(InspectFleet).await.unwrap();
+    assert!(fleet.sessions.iter().any(|(_, s)| s.id == "ses_Q" && s.busy));
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"abort ses_Q".to_string()));
+    assert!(w.drain().contains(&(Action::Continue, Outcome::Done)));
+}
+
+#[actix::test]
+async fn shutdown_waits_for_a_recovery_under_way_to_send_its_continue() {
+    tokio::time::pause();
+    let w = world(RecoveryConfig { wait_after_abort: Duration::from_secs(30), ..cfg() });
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(181)).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"abort ses_A".to_string()));
+    assert!(!w.engine.calls().contains(&"prompt ses_A".to_string()), "still waiting after the abort");
+    let left = w.supervisor.send(Shutdown { grace: Duration::from_secs(60) }).await.unwrap();
+    assert_eq!(left, 0);
+    assert!(w.engine.calls().contains(&"prompt ses_A".to_string()), "the abort was followed by its continue");
+}
