@@ -3,4 +3,8 @@
 //! and the wiring that connects them to the actor system in `shepherd-actors`.
 
 pub mod config;
+pub mod daemon;
+pub mod demo;
+pub mod logging;
+pub mod opencode;
 pub mod testbed;
