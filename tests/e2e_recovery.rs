@@ -1,0 +1,160 @@
+//! Stall recovery against the real OpenCode server, driven by the project's fake model.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use shepherd_actors::config::RecoveryConfig;
+use shepherd_actors::journal::{Action, Outcome};
+use support::{fast_recovery, Rig, PATIENCE};
+
+fn user_messages(messages: &[shepherd::testbed::client::Message]) -> Vec<&shepherd::testbed::client::Message> {
+    messages.iter().filter(|m| m.role() == "user").collect()
+}
+
+fn shepherd_tag(m: &shepherd::testbed::client::Message) -> Option<Value> {
+    m.parts.iter().find_map(|p| p.pointer("/metadata/shepherd").cloned())
+}
+
+#[actix::test]
+async fn stalled_session_is_aborted_and_continued_with_its_todos_then_finishes() -> anyhow::Result<()> {
+    let recovery = RecoveryConfig {
+        // The fake model reads markers from the last user message: the continue
+        // prompt itself tells it to finish the todos.
+        continue_with_todos_message: "[[fake:todo:done]] Continue, attempt {attempts}/{maxAttempts}. Open {pending} of {total}:\n{todoList}".into(),
+        ..fast_recovery()
+    };
+    let mut rig = Rig::start(recovery).await?;
+    let id = rig.client.create_session(Some("stall")).await?;
+    rig.client
+        .prompt_async(&id, "[[fake:todo:create]][[fake:stall]] build it", Some("plan"), Some(("fake", "fake-model-2")), false)
+        .await?;
+
+    let stall = rig.wait_record(&id, Action::StallDetected, Outcome::Done, PATIENCE).await?;
+    assert!(stall.numbers.idle_for_ms.unwrap() >= 4000, "{stall:?}");
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+    rig.client.wait_idle(&id, PATIENCE).await?;
+
+    // The session finished: every todo done, last reply normal.
+    let todos = rig.client.todos(&id).await?;
+    assert!(!todos.is_empty() && todos.iter().all(|t| t.status == "completed"), "{todos:?}");
+    let messages = rig.client.messages(&id).await?;
+    let last = messages.last().unwrap();
+    assert_eq!(last.finish(), Some("stop"));
+    assert!(messages.iter().any(|m| m.error_name() == Some("MessageAbortedError")), "the stall was aborted");
+
+    // Exactly one continue, tagged as Shepherd's, listing the open todos, with the
+    // session's own agent and model.
+    let users = user_messages(&messages);
+    let continues: Vec<_> = users.iter().filter(|m| shepherd_tag(m).is_some()).collect();
+    assert_eq!(continues.len(), 1);
+    let c = continues[0];
+    assert_eq!(shepherd_tag(c).unwrap()["kind"], "continue");
+    assert!(c.parts.iter().any(|p| p["synthetic"] == true));
+    let text = c.text();
+    assert!(text.contains("attempt 1/3") && text.contains("Open 3 of 3"), "{text}");
+    assert_eq!(c.info["agent"], "plan");
+    assert_eq!(c.info["model"]["modelID"], "fake-model-2");
+    assert_eq!(rig.count(&id, Action::Abort), 1);
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn a_session_waiting_on_a_question_is_never_aborted() -> anyhow::Result<()> {
+    let mut rig = Rig::start(fast_recovery()).await?;
+    let id = rig.client.create_session(Some("question")).await?;
+    rig.client.prompt_async(&id, "[[fake:question]] ask me", None, None, false).await?;
+    let dir = rig.opencode.project_dir().to_string_lossy().to_string();
+    let question = shepherd::testbed::client::wait_until("a pending question", PATIENCE, || async {
+        rig.client.questions(Some(&dir)).await.map(|q| q.into_iter().next())
+    })
+    .await?;
+    // Three stall timeouts of silence: still busy, never touched.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(rig.client.is_busy(&id).await?);
+    assert_eq!(rig.records_for(&id), vec![], "no action on a session waiting for a person");
+
+    // Answered, it goes on and finishes by itself.
+    let qid = question["id"].as_str().unwrap().to_string();
+    rig.client.reply_question(&qid, &[vec!["A".to_string()]]).await?;
+    rig.client.wait_idle(&id, PATIENCE).await?;
+    assert!(rig.client.messages(&id).await?.iter().all(|m| m.error_name().is_none()));
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn a_long_running_tool_is_not_aborted_before_the_grace() -> anyhow::Result<()> {
+    // stall_timeout 4 s × grace 4 = 16 s; the tool runs 8 s, twice the stall timeout.
+    let mut rig = Rig::start(fast_recovery()).await?;
+    let id = rig.client.create_session(Some("long tool")).await?;
+    rig.client.prompt_async(&id, "[[fake:bash:sleep 8]] run it", None, None, false).await?;
+    rig.client.wait_busy(&id, PATIENCE).await?;
+    rig.client.wait_idle(&id, PATIENCE).await?;
+    let messages = rig.client.messages(&id).await?;
+    assert!(messages.iter().all(|m| m.error_name().is_none()), "nothing was aborted");
+    assert!(messages.iter().any(|m| m.tools().iter().any(|(t, s)| t == "bash" && s == "completed")));
+    assert_eq!(rig.records_for(&id), vec![]);
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn a_user_abort_stops_automation_until_the_user_writes_again() -> anyhow::Result<()> {
+    let mut rig = Rig::start(fast_recovery()).await?;
+    let id = rig.client.create_session(Some("user abort")).await?;
+    rig.client.prompt_async(&id, "[[fake:stall]] work", None, None, false).await?;
+    rig.client.wait_busy(&id, PATIENCE).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rig.client.abort(&id).await?; // the person pressed Esc
+    rig.wait_record(&id, Action::Pause, Outcome::Done, PATIENCE).await?;
+
+    // Another tool sends a synthetic prompt that stalls: Shepherd keeps its hands off.
+    rig.client.prompt_async(&id, "[[fake:stall]] from a tool", None, None, true).await?;
+    rig.client.wait_busy(&id, PATIENCE).await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(rig.count(&id, Action::StallDetected), 0, "{:?}", rig.records_for(&id));
+    assert!(rig.client.is_busy(&id).await?, "left alone, still stalled");
+    rig.client.abort(&id).await?;
+    rig.client.wait_idle(&id, PATIENCE).await?;
+
+    // The person writes: automation is back, and the next stall is recovered.
+    rig.client.prompt_async(&id, "[[fake:stall]] carry on", None, None, false).await?;
+    rig.wait_record(&id, Action::Resume, Outcome::Done, PATIENCE).await?;
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn shepherds_own_continue_is_not_progress_so_it_gives_up_after_max_auto_submits() -> anyhow::Result<()> {
+    let recovery = RecoveryConfig {
+        // Every continue stalls again: no real progress, ever.
+        continue_message: "[[fake:stall]] continue (attempt {attempts} of {maxAttempts})".into(),
+        max_auto_submits: 2,
+        max_recoveries: 5,
+        ..fast_recovery()
+    };
+    let mut rig = Rig::start(recovery).await?;
+    let id = rig.client.create_session(Some("no progress")).await?;
+    rig.client.prompt_async(&id, "[[fake:stall]] go", None, None, false).await?;
+    let give_up = rig.wait_record(&id, Action::GiveUp, Outcome::Done, Duration::from_secs(60)).await?;
+    assert_eq!(give_up.numbers.auto_submits, Some(2));
+
+    let continues: Vec<String> = rig
+        .client
+        .messages(&id)
+        .await?
+        .iter()
+        .filter(|m| m.role() == "user" && shepherd_tag(m).is_some())
+        .map(|m| m.text())
+        .collect();
+    assert_eq!(continues.len(), 2, "{continues:?}");
+    assert!(continues[0].contains("attempt 1 of 2") && continues[1].contains("attempt 2 of 2"), "{continues:?}");
+    assert_eq!(rig.count(&id, Action::Resume), 0, "our own prompts are not the person writing");
+    assert_eq!(rig.count(&id, Action::Abort), 2);
+    rig.stop().await;
+    Ok(())
+}

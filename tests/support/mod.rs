@@ -1,0 +1,136 @@
+//! The end-to-end rig: the project's fake model, a real OpenCode server (pinned,
+//! installed from npm on first use) and a real Shepherd daemon attached to it.
+
+#![allow(dead_code)] // each test binary uses a different part of the rig
+
+use std::time::Duration;
+
+use shepherd::daemon::Daemon;
+use shepherd::testbed::client::OpenCodeClient;
+use shepherd::testbed::fake_model::FakeModel;
+use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer};
+use shepherd_actors::config::{Config, RecoveryConfig, ServerConfig};
+use shepherd_actors::journal::{Action, ActionRecord, Outcome};
+use tokio::sync::broadcast;
+
+/// How long a test waits for something Shepherd or OpenCode should do within seconds.
+pub const PATIENCE: Duration = Duration::from_secs(40);
+
+pub struct Rig {
+    pub fake: FakeModel,
+    pub opencode: OpenCodeServer,
+    pub client: OpenCodeClient,
+    pub daemon: Option<Daemon>,
+    records: broadcast::Receiver<ActionRecord>,
+    pub seen: Vec<ActionRecord>,
+}
+
+/// Recovery settings scaled down to seconds for tests.
+pub fn fast_recovery() -> RecoveryConfig {
+    RecoveryConfig {
+        stall_timeout: Duration::from_secs(4),
+        wait_after_abort: Duration::from_millis(300),
+        abort_poll_interval: Duration::from_millis(100),
+        abort_poll_max: Duration::from_secs(3),
+        cooldown: Duration::from_secs(5),
+        max_backoff: Duration::from_secs(20),
+        ..RecoveryConfig::default()
+    }
+}
+
+impl Rig {
+    pub async fn start(recovery: RecoveryConfig) -> anyhow::Result<Rig> {
+        Self::start_with(recovery, |o| o).await
+    }
+
+    pub async fn start_with(
+        recovery: RecoveryConfig,
+        tweak: impl FnOnce(OpenCodeOptions) -> OpenCodeOptions,
+    ) -> anyhow::Result<Rig> {
+        let fake = FakeModel::start()?;
+        let opencode = OpenCodeServer::start(tweak(OpenCodeOptions::for_fake(&fake))).await?;
+        let client = opencode.client();
+        // The first turn after a server start pays the instance boot (seconds): pay it
+        // before Shepherd watches, so test-sized stall timeouts measure the model only.
+        let warmup = client.create_session(Some("warmup")).await?;
+        client.prompt_async(&warmup, "[[fake:ok]] warm up", None, None, false).await?;
+        client.wait_busy(&warmup, PATIENCE).await.ok();
+        client.wait_idle(&warmup, PATIENCE).await?;
+        let cfg = Config {
+            servers: vec![ServerConfig::new("local", opencode.url())],
+            recovery,
+            ..Config::default()
+        };
+        cfg.validate()?;
+        let daemon = Daemon::start(&cfg)?;
+        let records = daemon.journal().subscribe();
+        let rig = Rig { fake, opencode, client, daemon: Some(daemon), records, seen: Vec::new() };
+        rig.wait_connected().await?;
+        Ok(rig)
+    }
+
+    pub fn daemon(&self) -> &Daemon {
+        self.daemon.as_ref().expect("daemon running")
+    }
+
+    /// Waits until the daemon's stream is connected and reconciled.
+    pub async fn wait_connected(&self) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let fleet = self.daemon().fleet().await;
+            if fleet.servers.iter().all(|s| s.connected && s.reconciled) && !fleet.servers.is_empty() {
+                return Ok(());
+            }
+            anyhow::ensure!(tokio::time::Instant::now() < deadline, "daemon never connected");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn pull(&mut self) {
+        while let Ok(r) = self.records.try_recv() {
+            self.seen.push(r);
+        }
+    }
+
+    /// Waits for a record of `action`/`outcome` on `session` and returns it.
+    pub async fn wait_record(
+        &mut self,
+        session: &str,
+        action: Action,
+        outcome: Outcome,
+        timeout: Duration,
+    ) -> anyhow::Result<ActionRecord> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            self.pull();
+            if let Some(r) = self.seen.iter().find(|r| r.session == session && r.action == action && r.outcome == outcome) {
+                return Ok(r.clone());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!(
+                    "no {action:?}/{outcome:?} for {session} within {timeout:?}; seen: {:#?}\nopencode log tail:\n{}",
+                    self.records_for(session),
+                    self.opencode.log_tail(30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every record about `session` so far.
+    pub fn records_for(&mut self, session: &str) -> Vec<(Action, Outcome, String)> {
+        self.pull();
+        self.seen.iter().filter(|r| r.session == session).map(|r| (r.action, r.outcome, r.reason.clone())).collect()
+    }
+
+    pub fn count(&mut self, session: &str, action: Action) -> usize {
+        self.records_for(session).iter().filter(|(a, o, _)| *a == action && *o == Outcome::Done).count()
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(d) = self.daemon.take() {
+            d.shutdown().await;
+        }
+        self.opencode.stop().await;
+    }
+}
