@@ -158,3 +158,33 @@ async fn shepherds_own_continue_is_not_progress_so_it_gives_up_after_max_auto_su
     rig.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn malformed_and_unknown_events_disturb_nothing() -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    let mut proxy = None;
+    let mut rig = Rig::start_via(fast_recovery(), |o| o, |url| {
+        let p = support::faulty_proxy::FaultyProxy::start(url)?;
+        let via = p.url.clone();
+        proxy = Some(p);
+        Ok(via)
+    })
+    .await?;
+    let id = rig.client.create_session(Some("noisy stream")).await?;
+    rig.client.prompt_async(&id, "[[fake:todo:create]][[fake:stall]] work", None, None, false).await?;
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+    rig.client.wait_idle(&id, PATIENCE).await?;
+
+    let stats = &rig.daemon().pump_stats()[0].1;
+    assert!(stats.malformed.load(Ordering::Relaxed) >= 2, "bad frames were seen and skipped");
+    assert_eq!(stats.connects.load(Ordering::Relaxed), 1, "the stream was never dropped over bad input");
+    // A well-formed lie (a session that does not exist, "busy") is checked before any
+    // abort: the status endpoint does not confirm it, so nothing is sent.
+    rig.wait_record("ses_ghost", Action::Recover, Outcome::Declined, PATIENCE).await?;
+    assert_eq!(rig.count("ses_ghost", Action::Abort), 0);
+    let fleet = rig.daemon().fleet().await;
+    assert!(fleet.servers[0].events.get("totally.new.event").copied().unwrap_or(0) >= 1, "unknown types are counted");
+    rig.stop().await;
+    drop(proxy);
+    Ok(())
+}

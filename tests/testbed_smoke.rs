@@ -272,3 +272,80 @@ async fn password_protects_the_server_and_restart_keeps_sessions() {
     assert_eq!(session["id"], id.as_str());
     assert_eq!(bed.client.messages(&id).await.unwrap().len(), 2);
 }
+
+/// One server, one session per behaviour: what each marker makes OpenCode show.
+#[tokio::test]
+async fn scripted_behaviours_reach_opencode_as_documented() {
+    let bed = bed().await;
+    let c = &bed.client;
+    let mut ids = std::collections::BTreeMap::new();
+    for marker in [
+        "xmltool",
+        "reasoning",
+        "length",
+        "badtool",
+        "cut",
+        "err429:1",
+        "ctx400",
+        "bigusage:196000",
+    ] {
+        ids.insert(
+            marker,
+            bed.prompted(&format!("try [[fake:{marker}]]")).await,
+        );
+    }
+
+    // A retrying session shows `retry` in /session/status.
+    wait_for("err429 retry status", TURN, || async {
+        let st = c.status(None).await?;
+        Ok::<_, anyhow::Error>(matches!(
+            st.get(&ids["err429:1"]),
+            Some(SessionStatus::Retry { .. })
+        ))
+    })
+    .await
+    .unwrap();
+
+    // A stream cut without finish reason makes OpenCode call the model again and again.
+    wait_for("a runaway loop of finish=unknown", TURN, || async {
+        let msgs = c.messages(&ids["cut"]).await?;
+        Ok::<_, anyhow::Error>(
+            msgs.iter()
+                .filter(|m| m.finish() == Some("unknown"))
+                .count()
+                >= 5,
+        )
+    })
+    .await
+    .unwrap();
+    assert!(c.is_busy(&ids["cut"]).await.unwrap());
+    c.abort(&ids["cut"]).await.unwrap();
+
+    let last = |marker: &'static str| {
+        let id = ids[marker].clone();
+        async move { c.wait_turn_after(&id, 0, TURN).await.unwrap() }
+    };
+    assert!(last("xmltool").await.text().contains("<function=bash>"));
+    let reasoning = last("reasoning").await;
+    assert!(reasoning.parts.iter().any(|p| p["type"] == "reasoning"));
+    assert_eq!(last("length").await.finish(), Some("length"));
+    let msgs = c.messages(&ids["badtool"]).await.unwrap();
+    assert!(msgs
+        .iter()
+        .any(|m| m.tools() == [("invalid".to_string(), "completed".to_string())]));
+
+    // Context overflow and a step over the threshold both end in an auto-compaction.
+    for marker in ["ctx400", "bigusage:196000"] {
+        last(marker).await;
+        let msgs = c.messages(&ids[marker]).await.unwrap();
+        assert!(
+            msgs.iter().any(|m| m.info["summary"] == true),
+            "{marker}: a compaction summary"
+        );
+    }
+    let err429 = c
+        .wait_turn_after(&ids["err429:1"], 0, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(err429.error_name(), Some("APIError"));
+}

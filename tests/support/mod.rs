@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the rig
 
+pub mod faulty_proxy;
+
 use std::time::Duration;
 
 use shepherd::daemon::Daemon;
@@ -47,6 +49,16 @@ impl Rig {
         recovery: RecoveryConfig,
         tweak: impl FnOnce(OpenCodeOptions) -> OpenCodeOptions,
     ) -> anyhow::Result<Rig> {
+        Self::start_via(recovery, tweak, |url| Ok(url)).await
+    }
+
+    /// Like [`Rig::start_with`], with Shepherd talking to the URL `via` returns
+    /// (e.g. a fault-injecting proxy in front of OpenCode).
+    pub async fn start_via(
+        recovery: RecoveryConfig,
+        tweak: impl FnOnce(OpenCodeOptions) -> OpenCodeOptions,
+        via: impl FnOnce(String) -> anyhow::Result<String>,
+    ) -> anyhow::Result<Rig> {
         let fake = FakeModel::start()?;
         let opencode = OpenCodeServer::start(tweak(OpenCodeOptions::for_fake(&fake))).await?;
         let client = opencode.client();
@@ -57,7 +69,7 @@ impl Rig {
         client.wait_busy(&warmup, PATIENCE).await.ok();
         client.wait_idle(&warmup, PATIENCE).await?;
         let cfg = Config {
-            servers: vec![ServerConfig::new("local", opencode.url())],
+            servers: vec![ServerConfig::new("local", via(opencode.url())?)],
             recovery,
             ..Config::default()
         };

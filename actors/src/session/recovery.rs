@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::config::RecoveryConfig;
 use crate::event::{ShepherdTag, Status};
-use crate::ports::{Engine, Prompt};
+use crate::ports::{Engine, EngineError, Prompt};
 use crate::session::core::{RecoveryOrder, RecoveryReport};
 use crate::session::prompt::{render_continue, TodoCounts};
 
@@ -33,6 +33,8 @@ pub async fn recover(
         Some(d) => d.clone(),
         None => match engine.session(&order.session_id).await {
             Ok(info) => info.directory.unwrap_or_default(),
+            // The server does not know the session: nothing to recover.
+            Err(EngineError::NotFound(_)) => return RecoveryReport::NotBusy,
             Err(e) => return RecoveryReport::StatusUnavailable(e),
         },
     };

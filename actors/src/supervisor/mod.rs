@@ -63,7 +63,14 @@ impl Supervisor {
 
     /// The actor of a session, created (and hydrated by REST if `info` is unknown) on
     /// first sight.
-    fn session(&mut self, server: &str, id: &str, info: Option<&SessionInfo>, ctx: &mut Context<Self>) -> Option<Addr<SessionActor>> {
+    fn session(
+        &mut self,
+        server: &str,
+        id: &str,
+        info: Option<&SessionInfo>,
+        directory: Option<&str>,
+        ctx: &mut Context<Self>,
+    ) -> Option<Addr<SessionActor>> {
         let key = (server.to_string(), id.to_string());
         if let Some(slot) = self.sessions.get_mut(&key) {
             if slot.addr.connected() {
@@ -79,6 +86,15 @@ impl Supervisor {
         match info {
             Some(info) => addr.do_send(Hydrate(info.clone())),
             None => {
+                if let Some(dir) = directory {
+                    addr.do_send(Hydrate(SessionInfo {
+                        id: id.to_string(),
+                        parent_id: None,
+                        directory: Some(dir.to_string()),
+                        title: None,
+                        time: Default::default(),
+                    }));
+                }
                 let engine = Arc::clone(&srv.env.engine);
                 let (addr2, id2, server2) = (addr.clone(), id.to_string(), server.to_string());
                 ctx.spawn(
@@ -92,7 +108,7 @@ impl Supervisor {
                 );
             }
         }
-        let directory = info.and_then(|i| i.directory.clone());
+        let directory = info.and_then(|i| i.directory.clone()).or(directory.map(str::to_string));
         self.sessions.insert(key, SessionSlot { addr: addr.clone(), directory });
         Some(addr)
     }
@@ -139,10 +155,10 @@ impl Supervisor {
             if let Some(srv) = self.servers.get_mut(&r.server) {
                 srv.directories.insert(dir.clone());
             }
-            checked_dirs.insert(dir);
+            checked_dirs.insert(dir.clone());
             for (id, status) in map {
                 busy_ids.insert(id.clone());
-                if let Some(addr) = self.session(&r.server, &id, infos.get(&id), ctx) {
+                if let Some(addr) = self.session(&r.server, &id, infos.get(&id), Some(&dir), ctx) {
                     addr.do_send(Observe(Event::SessionStatus { session_id: id, status }));
                 }
             }
@@ -246,12 +262,7 @@ impl Handler<Ingest> for Supervisor {
             Event::SessionCreated(i) | Event::SessionUpdated(i) => Some(i.clone()),
             _ => None,
         };
-        if let Some(addr) = self.session(&msg.server, &id, info.as_ref(), ctx) {
-            if let Some(slot) = self.sessions.get_mut(&(msg.server.clone(), id)) {
-                if slot.directory.is_none() {
-                    slot.directory = directory;
-                }
-            }
+        if let Some(addr) = self.session(&msg.server, &id, info.as_ref(), directory.as_deref(), ctx) {
             addr.do_send(Observe(event));
         }
     }

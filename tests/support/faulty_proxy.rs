@@ -1,0 +1,105 @@
+//! A reverse proxy in front of the real OpenCode server that forwards every request
+//! unchanged, but slips malformed and unknown frames into `/global/event` — between
+//! real frames, never inside one — so a test can show that bad input disturbs nothing.
+
+use std::time::Duration;
+
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use futures::StreamExt;
+use shepherd::opencode::sse::SseDecoder;
+
+/// The frames injected, in turn, every 300 ms.
+pub const BAD_FRAMES: &[&str] = &[
+    "{this is not json",
+    r#"{"payload":{"type":"session.status","properties":{"sessionID":"ses_x"}}}"#,
+    r#"{"payload":{"type":"totally.new.event","properties":{"x":1}}}"#,
+    r#"{"directory":"/nowhere","payload":{"type":"session.status","properties":{"sessionID":"ses_ghost","status":{"type":"busy"}}}}"#,
+    "",
+];
+
+pub struct FaultyProxy {
+    pub url: String,
+    handle: actix_web::dev::ServerHandle,
+}
+
+impl FaultyProxy {
+    pub fn start(upstream: String) -> anyhow::Result<FaultyProxy> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let system = actix_web::rt::System::new();
+            system.block_on(async move {
+                let client = reqwest::Client::new();
+                let server = HttpServer::new(move || {
+                    App::new()
+                        .app_data(web::Data::new((client.clone(), upstream.clone())))
+                        .default_service(web::to(forward))
+                })
+                .workers(1)
+                .listen(listener)
+                .expect("listen")
+                .run();
+                let _ = tx.send(server.handle());
+                let _ = server.await;
+            });
+        });
+        let handle = rx.recv_timeout(Duration::from_secs(10))?;
+        Ok(FaultyProxy { url, handle })
+    }
+}
+
+impl Drop for FaultyProxy {
+    fn drop(&mut self) {
+        let h = self.handle.clone();
+        std::thread::spawn(move || futures::executor::block_on(h.stop(false)));
+    }
+}
+
+async fn forward(
+    req: HttpRequest,
+    body: web::Bytes,
+    state: web::Data<(reqwest::Client, String)>,
+) -> HttpResponse {
+    let (client, upstream) = state.get_ref();
+    let url = format!("{upstream}{}", req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/"));
+    let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes()).unwrap_or(reqwest::Method::GET);
+    let mut rb = client.request(method, &url).body(body.to_vec());
+    for name in ["content-type", "authorization", "accept"] {
+        if let Some(v) = req.headers().get(name) {
+            rb = rb.header(name, v.as_bytes());
+        }
+    }
+    let resp = match rb.send().await {
+        Ok(r) => r,
+        Err(e) => return HttpResponse::BadGateway().body(e.to_string()),
+    };
+    let status = actix_web::http::StatusCode::from_u16(resp.status().as_u16()).unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
+    if req.path() != "/global/event" {
+        let ct = resp.headers().get("content-type").map(|v| v.as_bytes().to_vec());
+        let bytes = resp.bytes().await.unwrap_or_default();
+        let mut out = HttpResponse::build(status);
+        if let Some(ct) = ct {
+            out.insert_header(("content-type", ct));
+        }
+        return out.body(bytes);
+    }
+    // Re-frame upstream so injected frames land between real ones.
+    let real = resp.bytes_stream().scan(SseDecoder::new(), |dec, chunk| {
+        let frames = match chunk {
+            Ok(c) => dec.push(&c).data,
+            Err(_) => Vec::new(),
+        };
+        futures::future::ready(Some(frames))
+    });
+    let bad = futures::stream::unfold(0usize, |i| async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Some((vec![BAD_FRAMES[i % BAD_FRAMES.len()].to_string()], i + 1))
+    });
+    let merged = futures::stream::select(real, bad).flat_map(|frames| {
+        futures::stream::iter(
+            frames.into_iter().map(|f| Ok::<_, actix_web::Error>(web::Bytes::from(format!("data: {f}\n\n")))),
+        )
+    });
+    HttpResponse::build(status).content_type("text/event-stream").streaming(merged)
+}
