@@ -56,6 +56,16 @@
 //!
 //! A marker that does not parse is answered with a text naming the problem.
 //!
+//! OpenCode 1.18.34 gives a `general` subagent only `bash, edit, glob, grep, read, skill,
+//! webfetch, write`: in a child, `todo:*`, `question` and `task` call tools it does not
+//! have, and OpenCode turns them into its `invalid` tool (the child carries on).
+//!
+//! Tool inputs follow the schemas OpenCode sends in `tools`: `todowrite {todos: [{content,
+//! status, priority}]}`, `task {description, prompt, subagent_type[, background]}`
+//! (`background` is offered only with `OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=true`),
+//! `question {questions: [{question, header, options: [{label, description}]}]}`,
+//! `bash {command, description}`.
+//!
 //! Every chat request is logged ([`FakeModel::requests`]): what the model saw, the step,
 //! the behaviour chosen, and whether the client read the stream to the end or went away.
 
