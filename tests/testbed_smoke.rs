@@ -349,3 +349,47 @@ async fn scripted_behaviours_reach_opencode_as_documented() {
         .unwrap();
     assert_eq!(err429.error_name(), Some("APIError"));
 }
+
+/// Pids of live processes whose command line is exactly `args`.
+fn processes_running(args: &[&str]) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|raw| {
+                let parts: Vec<&[u8]> = raw.split(|b| *b == 0).filter(|p| !p.is_empty()).collect();
+                parts.len() == args.len() && parts.iter().zip(args).all(|(a, b)| *a == b.as_bytes())
+            })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn killing_the_server_also_kills_its_tool_processes() {
+    let mut bed = bed().await;
+    let id = bed.prompted("run [[fake:bash:sleep 37]]").await;
+    wait_for("the bash tool's sleep", TURN, || async {
+        Ok::<_, anyhow::Error>(!processes_running(&["sleep", "37"]).is_empty())
+    })
+    .await
+    .unwrap();
+    assert!(bed.client.is_busy(&id).await.unwrap());
+    bed.server.kill();
+    wait_for("no sleep left", Duration::from_secs(3), || async {
+        Ok::<_, anyhow::Error>(processes_running(&["sleep", "37"]).is_empty())
+    })
+    .await
+    .unwrap();
+
+    // After a crash the session is not busy any more and its bash part stays `running`.
+    bed.server.respawn().await.unwrap();
+    assert!(!bed.client.is_busy(&id).await.unwrap());
+    let msgs = bed.client.messages(&id).await.unwrap();
+    let last = msgs.last().unwrap();
+    assert_eq!(last.role(), "assistant");
+    assert!(!last.is_completed());
+    assert_eq!(last.tools(), [("bash".to_string(), "running".to_string())]);
+}

@@ -64,7 +64,8 @@
 //! status, priority}]}`, `task {description, prompt, subagent_type[, background]}`
 //! (`background` is offered only with `OPENCODE_EXPERIMENTAL_BACKGROUND_SUBAGENTS=true`),
 //! `question {questions: [{question, header, options: [{label, description}]}]}`,
-//! `bash {command, description}`.
+//! `bash {command[, timeout, workdir]}` (the fake also sends `description: "Run a
+//! command"`, as in the study's captures; OpenCode keeps it in the part's input).
 //!
 //! Every chat request is logged ([`FakeModel::requests`]): what the model saw, the step,
 //! the behaviour chosen, and whether the client read the stream to the end or went away.

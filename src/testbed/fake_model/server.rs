@@ -610,6 +610,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn dropping_the_fake_ends_open_streams_promptly() {
+        let fake = FakeModel::start().unwrap();
+        let resp = reqwest::Client::new()
+            .post(format!("{}/chat/completions", fake.base_url()))
+            .json(&chat("[[fake:stall]]", true))
+            .send()
+            .await
+            .unwrap();
+        let mut s = resp.bytes_stream();
+        s.next().await.unwrap().unwrap();
+        let started = std::time::Instant::now();
+        drop(fake);
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        let rest = tokio::time::timeout(Duration::from_secs(2), async {
+            while let Some(Ok(_)) = s.next().await {}
+        })
+        .await;
+        assert!(rest.is_ok(), "the client sees the stream end");
+    }
+
+    #[tokio::test]
+    async fn hang_sends_no_headers_and_notices_the_client_leaving() {
+        let fake = FakeModel::start().unwrap();
+        let sent = reqwest::Client::new()
+            .post(format!("{}/chat/completions", fake.base_url()))
+            .timeout(Duration::from_millis(500))
+            .json(&chat("[[fake:hang]]", true))
+            .send()
+            .await;
+        assert!(sent.unwrap_err().is_timeout());
+        assert!(
+            fake.wait_for_requests(Duration::from_secs(3), |l| l[0].ended == Some(StreamEnd::Disconnected))
+                .await
+        );
+    }
+
+    #[tokio::test]
     async fn keepalive_stall_sends_comments() {
         let fake = FakeModel::start().unwrap();
         let resp = reqwest::Client::new()
