@@ -124,14 +124,16 @@ pub fn marker_specs(text: &str) -> Result<Vec<&str>, MarkerError> {
 
 /// Byte index of the `]]` that closes a `[[` whose body starts at `from`.
 fn balanced_end(text: &str, from: usize) -> Option<usize> {
+    // Byte-wise: `[` and `]` never occur inside a multi-byte UTF-8 sequence, and the
+    // returned index is always that of an ASCII `]`, hence a char boundary.
     let bytes = text.as_bytes();
     let mut depth = 1usize;
     let mut i = from;
     while i + 1 < bytes.len() {
-        if text[i..].starts_with(OPEN) {
+        if bytes[i..].starts_with(OPEN.as_bytes()) {
             depth += 1;
             i += OPEN.len();
-        } else if text[i..].starts_with(CLOSE) {
+        } else if bytes[i..].starts_with(CLOSE.as_bytes()) {
             depth -= 1;
             if depth == 0 {
                 return Some(i);
@@ -379,6 +381,12 @@ mod tests {
                 background: false
             }
         );
+    }
+
+    #[test]
+    fn non_ascii_text_is_fine() {
+        let specs = marker_specs("é [[fake:say:héllo wörld ✓]] ü [[fake:ok]]").unwrap();
+        assert_eq!(specs, vec!["say:héllo wörld ✓", "ok"]);
     }
 
     #[test]

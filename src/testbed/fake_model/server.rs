@@ -622,7 +622,11 @@ mod tests {
         s.next().await.unwrap().unwrap();
         let started = std::time::Instant::now();
         drop(fake);
-        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
         let rest = tokio::time::timeout(Duration::from_secs(2), async {
             while let Some(Ok(_)) = s.next().await {}
         })
@@ -641,7 +645,8 @@ mod tests {
             .await;
         assert!(sent.unwrap_err().is_timeout());
         assert!(
-            fake.wait_for_requests(Duration::from_secs(3), |l| l[0].ended == Some(StreamEnd::Disconnected))
+            fake.wait_for_requests(Duration::from_secs(3), |l| l[0].ended
+                == Some(StreamEnd::Disconnected))
                 .await
         );
     }
