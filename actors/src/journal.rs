@@ -89,6 +89,9 @@ pub struct Numbers {
     pub running_tools: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_todos: Option<u32>,
+    /// How long the session took to go idle after Shepherd's abort.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abort_to_idle_ms: Option<u64>,
 }
 
 /// One decision about one session.
@@ -147,6 +150,7 @@ impl Journal {
                     age_ms = n.age_ms,
                     running_tools = n.running_tools,
                     open_todos = n.open_todos,
+                    abort_to_idle_ms = n.abort_to_idle_ms,
                     "{} {}: {}", r.action.as_str(), r.outcome.as_str(), r.reason
                 )
             };

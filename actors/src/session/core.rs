@@ -511,7 +511,7 @@ impl SessionCore {
             RecoveryReport::Continued { idle_after_ms, open_todos } => {
                 self.recovery_ended = Some((now.mono, aborted));
                 self.activity(now);
-                let abort_numbers = Numbers { idle_for_ms: *idle_after_ms, ..numbers.clone() };
+                let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
                 let abort_reason = match idle_after_ms {
                     Some(_) => "stalled session aborted; it went idle",
                     None => "stalled session aborted; still busy after abort_poll_max, continuing anyway",
@@ -523,7 +523,7 @@ impl SessionCore {
             RecoveryReport::ContinueFailed { idle_after_ms, error } => {
                 self.recovery_ended = Some((now.mono, aborted));
                 self.activity(now);
-                let abort_numbers = Numbers { idle_for_ms: *idle_after_ms, ..numbers.clone() };
+                let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
                 out.push(self.record(Action::Abort, Outcome::Done, "stalled session aborted", abort_numbers, now));
                 let reason = format!("abort sent but the continue was not: {error}");
                 out.push(self.record(Action::Continue, Outcome::Failed, &reason, numbers, now));
