@@ -19,6 +19,9 @@ pub struct Config {
     /// The OpenCode servers this instance supervises.
     pub servers: Vec<ServerConfig>,
     pub recovery: RecoveryConfig,
+    pub nudge: NudgeConfig,
+    pub review: ReviewConfig,
+    pub control: ControlConfig,
     pub log: LogConfig,
 }
 
@@ -157,6 +160,101 @@ impl Default for RecoveryConfig {
     }
 }
 
+/// Nudges: a session that went idle with open todos is asked to go on.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NudgeConfig {
+    pub enabled: bool,
+    /// Wait this long after the busy→idle edge before nudging (the session may go on
+    /// by itself, or the person may write).
+    #[serde(with = "duration_str")]
+    pub idle_delay: Duration,
+    /// At least this long between two nudges of one session.
+    #[serde(with = "duration_str")]
+    pub cooldown: Duration,
+    /// No nudge while a real user message is more recent than this.
+    #[serde(with = "duration_str")]
+    pub user_quiet: Duration,
+    /// Nudges with an unchanged todo snapshot before nudging stops (until the todos
+    /// change or the person writes).
+    pub max_without_progress: u32,
+    /// Variables as for `recovery.continue_with_todos_message`.
+    pub message: String,
+}
+
+impl Default for NudgeConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            idle_delay: Duration::from_millis(500),
+            cooldown: Duration::from_secs(60),
+            user_quiet: Duration::from_secs(60),
+            max_without_progress: 3,
+            message: "You stopped with {pending} of {total} todos still open ({completed} done):\n\
+                {todoList}\nPlease continue working on them, or update the todo list if they are \
+                done or no longer needed."
+                .to_string(),
+        }
+    }
+}
+
+/// Review: when the last todo is done, ask the agent to verify its work once.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReviewConfig {
+    pub enabled: bool,
+    /// The all-done edge must hold this long (todo lists are rewritten in bursts).
+    #[serde(with = "duration_str")]
+    pub debounce: Duration,
+    /// Reviews per session, counting re-reviews after new todos appeared.
+    pub max_rounds: u32,
+    /// Variables as for `recovery.continue_with_todos_message`.
+    pub message: String,
+}
+
+impl Default for ReviewConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            debounce: Duration::from_millis(500),
+            max_rounds: 3,
+            message: "All {total} todos are marked done. Before you finish: run the project's \
+                tests and check that everything you claimed to have done really works. If \
+                something fails, add todos for the fixes and do them."
+                .to_string(),
+        }
+    }
+}
+
+/// The HTTP control API (status, custom prompts).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControlConfig {
+    pub enabled: bool,
+    /// Address to bind; loopback by default. Binding elsewhere is allowed but logged.
+    pub bind: String,
+    /// Name of the environment variable holding the bearer token. When it is unset, a
+    /// random token is generated at start-up and written to `token_file`.
+    pub token_env: String,
+    /// Where the daemon writes (and the CLI reads) the token; empty = the default under
+    /// the user's state directory.
+    pub token_file: String,
+    /// Serve read-only endpoints (`GET`) without a token.
+    pub allow_unauthenticated_reads: bool,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            bind: "127.0.0.1:7433".to_string(),
+            token_env: "SHEPHERD_CONTROL_TOKEN".to_string(),
+            token_file: String::new(),
+            allow_unauthenticated_reads: false,
+        }
+    }
+}
+
 /// Log output.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -217,6 +315,18 @@ impl Config {
         }
         if r.continue_with_todos_message.trim().is_empty() {
             return Err(bad("recovery.continue_with_todos_message", "must not be empty"));
+        }
+        if self.nudge.max_without_progress == 0 {
+            return Err(bad("nudge.max_without_progress", "must be at least 1"));
+        }
+        if self.nudge.message.trim().is_empty() {
+            return Err(bad("nudge.message", "must not be empty"));
+        }
+        if self.review.message.trim().is_empty() {
+            return Err(bad("review.message", "must not be empty"));
+        }
+        if self.control.enabled && self.control.bind.parse::<std::net::SocketAddr>().is_err() {
+            return Err(bad("control.bind", "must be an address like 127.0.0.1:7433"));
         }
         let mut names = std::collections::HashSet::new();
         for (i, s) in self.servers.iter().enumerate() {

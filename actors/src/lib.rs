@@ -10,12 +10,14 @@
 //!   procedure against the engine port.
 //! - [`supervisor`]: the fleet actor: creates session actors on first sight, routes
 //!   events to them and reconciles state after every stream (re)connect.
+//! - [`control`]: the questions the control API may ask the supervisor.
 //! - [`journal`]: the record of every action Shepherd took or declined.
 //!
 //! Decision modules have no I/O, no clock of their own and no actix: they take `now`
 //! as an argument and return actions.
 
 pub mod config;
+pub mod control;
 pub mod event;
 pub mod journal;
 pub mod ports;

@@ -178,7 +178,7 @@ async fn reconnect_reconciliation_finds_a_busy_session_the_stream_never_mentione
     w.supervisor.do_send(StreamUp { server: "srv".into() });
     settle().await;
     let fleet = w.supervisor.send(InspectFleet).await.unwrap();
-    assert!(fleet.sessions.iter().any(|(_, s)| s.id == "ses_Q" && s.busy));
+    assert!(fleet.sessions.iter().any(|s| s.id == "ses_Q" && s.busy));
     tokio::time::sleep(Duration::from_secs(200)).await;
     settle().await;
     assert!(w.engine.calls().contains(&"abort ses_Q".to_string()));

@@ -10,7 +10,8 @@ use actix::prelude::*;
 
 use crate::config::RecoveryConfig;
 use crate::event::{Event, SessionInfo};
-use crate::journal::Journal;
+use crate::control::SessionDetail;
+use crate::journal::{ActionRecord, Journal};
 use crate::ports::{Clock, Engine};
 use crate::session::core::{Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
 use crate::session::recovery::{recover, InFlight};
@@ -41,18 +42,23 @@ pub struct SessionActor {
     timer: Option<SpawnHandle>,
     /// A stop arrived during a recovery: stop once it has finished.
     stop_after_recovery: bool,
+    /// The latest record about this session.
+    last_action: Option<ActionRecord>,
 }
 
 impl SessionActor {
     pub fn new(id: &str, cfg: Arc<RecoveryConfig>, env: SessionEnv) -> Self {
         let core = SessionCore::new(env.server.clone(), id, Arc::clone(&cfg), env.now());
-        Self { core, cfg, env, timer: None, stop_after_recovery: false }
+        Self { core, cfg, env, timer: None, stop_after_recovery: false, last_action: None }
     }
 
     fn apply(&mut self, effects: Vec<Effect>, ctx: &mut Context<Self>) {
         for effect in effects {
             match effect {
-                Effect::Record(r) => self.env.journal.record(r),
+                Effect::Record(r) => {
+                    self.last_action = Some(r.clone());
+                    self.env.journal.record(r);
+                }
                 Effect::Recover(order) => self.start_recovery(order, ctx),
                 Effect::Stop => ctx.stop(),
             }
@@ -154,32 +160,25 @@ impl Handler<Reconfigure> for SessionActor {
     }
 }
 
-/// A read-only view of the session for status and tests.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct SessionView {
-    pub id: String,
-    pub busy: bool,
-    pub recovering: bool,
-    pub paused: Option<String>,
-    pub attempts: u32,
-    pub open_todos: usize,
-}
-
+/// What Shepherd knows about this session (status, control API, tests).
 #[derive(Message)]
-#[rtype(result = "SessionView")]
+#[rtype(result = "SessionDetail")]
 pub struct Inspect;
 
 impl Handler<Inspect> for SessionActor {
     type Result = MessageResult<Inspect>;
 
     fn handle(&mut self, _: Inspect, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(SessionView {
+        MessageResult(SessionDetail {
+            server: self.env.server.clone(),
             id: self.core.id().to_string(),
+            directory: self.core.directory().map(str::to_string),
             busy: self.core.is_busy(),
             recovering: self.core.is_recovering(),
-            paused: self.core.pause().map(|p| format!("{p:?}")),
+            paused: self.core.pause().map(|p| p.as_str().to_string()),
             attempts: self.core.attempts(),
-            open_todos: self.core.todos().iter().filter(|t| t.status.is_open()).count(),
+            todos: self.core.todos().to_vec(),
+            last_action: self.last_action.clone(),
         })
     }
 }

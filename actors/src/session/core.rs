@@ -96,6 +96,15 @@ pub enum Pause {
     GaveUp,
 }
 
+impl Pause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pause::UserAbort => "user_abort",
+            Pause::GaveUp => "gave_up",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Recovering {
     aborted_message: Option<String>,

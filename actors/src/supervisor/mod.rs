@@ -17,7 +17,8 @@ use crate::config::RecoveryConfig;
 use crate::event::{Envelope, Event, SessionInfo, Status};
 use crate::journal::Journal;
 use crate::ports::{Clock, Engine, EngineError};
-use crate::session::actor::{Hydrate, Inspect, Reconfigure, SessionView, StopSession};
+use crate::control::{ControlError, GetSession, ListSessions, SessionDetail};
+use crate::session::actor::{Hydrate, Inspect, Reconfigure, StopSession};
 use crate::session::recovery::InFlight;
 use crate::session::{Observe, SessionActor, SessionEnv};
 
@@ -111,6 +112,26 @@ impl Supervisor {
         let directory = info.and_then(|i| i.directory.clone()).or(directory.map(str::to_string));
         self.sessions.insert(key, SessionSlot { addr: addr.clone(), directory });
         Some(addr)
+    }
+
+    /// Asks every session actor for its detail.
+    fn details(&self) -> impl std::future::Future<Output = Vec<SessionDetail>> + 'static {
+        let asks: Vec<_> = self.sessions.values().map(|s| s.addr.send(Inspect)).collect();
+        async move {
+            let mut out = Vec::new();
+            for ask in asks {
+                if let Ok(detail) = ask.await {
+                    out.push(detail);
+                }
+            }
+            out.sort_by(|a, b| (&a.server, &a.id).cmp(&(&b.server, &b.id)));
+            out
+        }
+    }
+
+    /// The tracked session with this id, on whichever server.
+    fn find(&self, id: &str) -> Option<&SessionSlot> {
+        self.sessions.iter().find(|((_, sid), _)| sid == id).map(|(_, slot)| slot)
     }
 
     fn reconcile(&mut self, server: &str, ctx: &mut Context<Self>) {
@@ -325,7 +346,7 @@ impl Handler<ReconfigureAll> for Supervisor {
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct FleetView {
     pub servers: Vec<ServerView>,
-    pub sessions: Vec<(String, SessionView)>,
+    pub sessions: Vec<SessionDetail>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -354,16 +375,8 @@ impl Handler<InspectFleet> for Supervisor {
                 events: s.events.clone(),
             })
             .collect();
-        let asks: Vec<_> = self.sessions.iter().map(|((srv, _), s)| (srv.clone(), s.addr.send(Inspect))).collect();
-        Box::pin(async move {
-            let mut sessions = Vec::new();
-            for (srv, ask) in asks {
-                if let Ok(view) = ask.await {
-                    sessions.push((srv, view));
-                }
-            }
-            FleetView { servers, sessions }
-        })
+        let details = self.details();
+        Box::pin(async move { FleetView { servers, sessions: details.await } })
     }
 }
 
@@ -402,5 +415,27 @@ impl Handler<Shutdown> for Supervisor {
                 left
             }),
         )
+    }
+}
+
+impl Handler<ListSessions> for Supervisor {
+    type Result = ResponseFuture<Vec<SessionDetail>>;
+
+    fn handle(&mut self, _: ListSessions, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(self.details())
+    }
+}
+
+impl Handler<GetSession> for Supervisor {
+    type Result = ResponseFuture<Result<SessionDetail, ControlError>>;
+
+    fn handle(&mut self, msg: GetSession, _: &mut Context<Self>) -> Self::Result {
+        let ask = self.find(&msg.0).map(|slot| slot.addr.send(Inspect));
+        Box::pin(async move {
+            match ask {
+                Some(ask) => ask.await.map_err(|_| ControlError::UnknownSession(msg.0)),
+                None => Err(ControlError::UnknownSession(msg.0)),
+            }
+        })
     }
 }

@@ -1,0 +1,89 @@
+//! What the control API may ask of the supervisor, as actor messages.
+//!
+//! The HTTP layer (`src/control/` in the binary) authenticates, parses and maps these to
+//! status codes; the supervisor answers them. Custom prompts go through the same
+//! prompt path as every prompt Shepherd sends (so later guards apply to them too).
+
+use actix::Message;
+use serde::{Deserialize, Serialize};
+
+use crate::event::Todo;
+use crate::journal::ActionRecord;
+
+/// What Shepherd knows about one session, and what it last did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionDetail {
+    pub server: String,
+    pub id: String,
+    pub directory: Option<String>,
+    pub busy: bool,
+    pub recovering: bool,
+    /// `user_abort` or `gave_up` when automation is off for this session.
+    pub paused: Option<String>,
+    pub attempts: u32,
+    pub todos: Vec<Todo>,
+    pub last_action: Option<ActionRecord>,
+}
+
+/// `POST /v1/sessions/{id}/prompt` body.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomPromptRequest {
+    /// The text to send; template variables (`{pending}`, `{total}`, `{completed}`,
+    /// `{todoList}`, `{attempts}`, `{maxAttempts}`, `{contextSummary}`) are rendered.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// A template used instead of `message` when given (same variables).
+    #[serde(default)]
+    pub custom_prompt: Option<String>,
+    /// Append the open todos to the text.
+    #[serde(default)]
+    pub include_todo_context: bool,
+    /// Append a short summary of the session's state to the text.
+    #[serde(default)]
+    pub include_context_summary: bool,
+}
+
+/// The answer to a custom prompt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CustomPromptReply {
+    pub success: bool,
+    /// The text as sent (rendered).
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub todos: Option<Vec<Todo>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_summary: Option<String>,
+    /// Why it was not sent, when `success` is false.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Why a control request could not be served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error("unknown session: {0}")]
+    UnknownSession(String),
+    #[error("{field}: {reason}")]
+    BadRequest { field: String, reason: String },
+    #[error("shepherd is shutting down")]
+    ShuttingDown,
+}
+
+/// Every tracked session.
+#[derive(Message)]
+#[rtype(result = "Vec<SessionDetail>")]
+pub struct ListSessions;
+
+/// One session (tracked, or known to a supervised server).
+#[derive(Message)]
+#[rtype(result = "Result<SessionDetail, ControlError>")]
+pub struct GetSession(pub String);
+
+/// Send a person's or a tool's prompt to a session.
+#[derive(Message)]
+#[rtype(result = "Result<CustomPromptReply, ControlError>")]
+pub struct SendCustomPrompt {
+    pub session: String,
+    pub request: CustomPromptRequest,
+}
