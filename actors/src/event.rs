@@ -271,7 +271,9 @@ pub struct Part {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum PartKind {
-    Text { synthetic: bool, ignored: bool, shepherd: Option<ShepherdTag> },
+    /// `text` is the part's full text (OpenCode sends it when the part closes; while
+    /// streaming it is empty and the deltas carry the words).
+    Text { text: String, synthetic: bool, ignored: bool, shepherd: Option<ShepherdTag> },
     Reasoning,
     Tool { tool: String, status: ToolStatus, child_session: Option<String> },
     StepStart,
@@ -300,6 +302,8 @@ struct RawPart {
     #[serde(rename = "type")]
     kind: String,
     #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
     synthetic: Option<bool>,
     #[serde(default)]
     ignored: Option<bool>,
@@ -324,6 +328,7 @@ impl TryFrom<RawPart> for Part {
     fn try_from(r: RawPart) -> Result<Self, String> {
         let kind = match r.kind.as_str() {
             "text" => PartKind::Text {
+                text: r.text.unwrap_or_default(),
                 synthetic: r.synthetic.unwrap_or(false),
                 ignored: r.ignored.unwrap_or(false),
                 shepherd: r

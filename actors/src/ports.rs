@@ -14,7 +14,7 @@ use crate::event::{ModelRef, SessionInfo, ShepherdTag, Status, Todo};
 
 /// What went wrong talking to OpenCode. Callers branch on the kind: a session that no
 /// longer exists is not retried, an unreachable server is.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
     #[error("session not found: {0}")]
     NotFound(String),

@@ -2,12 +2,16 @@
 //!
 //! - [`core`]: the pure state machine — where a stall is decided.
 //! - [`prompt`]: the text of Shepherd's prompts, from the configured templates.
+//! - [`question`]: does the agent's last reply ask the person something?
+//! - [`delivery`]: sending one prompt (fresh facts, render, tag, send).
 //! - [`recovery`]: the abort + continue procedure against the engine port.
 //! - [`actor`]: the actix shell that feeds the core and runs its effects.
 
 pub mod actor;
 pub mod core;
+pub mod delivery;
 pub mod prompt;
+pub mod question;
 pub mod recovery;
 
 pub use actor::{Observe, SessionActor, SessionEnv};

@@ -29,28 +29,52 @@ impl TodoCounts {
     }
 }
 
+/// The facts a template may name besides the todos.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PromptFacts {
+    pub attempts: u32,
+    pub max_attempts: u32,
+    /// A short account of the session's state (`{contextSummary}`).
+    pub context_summary: String,
+}
+
 /// The continue prompt after a stall recovery: the todo template when todos are open.
 pub fn render_continue(cfg: &RecoveryConfig, todos: &[Todo], attempt: u32) -> String {
+    let template = if TodoCounts::of(todos).open > 0 { &cfg.continue_with_todos_message } else { &cfg.continue_message };
+    render(
+        template,
+        todos,
+        &PromptFacts { attempts: attempt, max_attempts: cfg.max_auto_submits, context_summary: String::new() },
+    )
+}
+
+/// Renders any template with the todo variables (`{pending}`, `{total}`, `{completed}`,
+/// `{todoList}`), `{attempts}`, `{maxAttempts}` and `{contextSummary}`.
+pub fn render(template: &str, todos: &[Todo], facts: &PromptFacts) -> String {
     let counts = TodoCounts::of(todos);
-    let template = if counts.open > 0 { &cfg.continue_with_todos_message } else { &cfg.continue_message };
-    let todo_list = todos
-        .iter()
-        .filter(|t| t.status.is_open())
-        .take(TODO_LIST_MAX)
-        .map(|t| format!("- [{}] {}", status_word(t.status), t.content))
-        .collect::<Vec<_>>()
-        .join("\n");
     fill(
         template,
         &[
             ("pending", counts.open.to_string()),
             ("total", counts.total.to_string()),
             ("completed", counts.completed.to_string()),
-            ("todoList", todo_list),
-            ("attempts", attempt.to_string()),
-            ("maxAttempts", cfg.max_auto_submits.to_string()),
+            ("todoList", todo_list(todos)),
+            ("attempts", facts.attempts.to_string()),
+            ("maxAttempts", facts.max_attempts.to_string()),
+            ("contextSummary", facts.context_summary.clone()),
         ],
     )
+}
+
+/// The open todos, one per line, at most [`TODO_LIST_MAX`].
+pub fn todo_list(todos: &[Todo]) -> String {
+    todos
+        .iter()
+        .filter(|t| t.status.is_open())
+        .take(TODO_LIST_MAX)
+        .map(|t| format!("- [{}] {}", status_word(t.status), t.content))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn status_word(s: TodoStatus) -> &'static str {

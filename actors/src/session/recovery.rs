@@ -6,8 +6,8 @@
 //! 2. `POST /abort`;
 //! 3. poll the status every `abort_poll_interval` until idle, at most `abort_poll_max`;
 //! 4. wait `wait_after_abort`;
-//! 5. re-read the todos and the last user turn's agent/model (events can be missed);
-//! 6. `prompt_async` the continue message, synthetic and tagged as Shepherd's.
+//! 5. deliver the continue message ([`deliver`]: fresh todos, the last user turn's
+//!    agent/model, one synthetic part tagged as Shepherd's).
 //!
 //! Once the abort is sent the procedure always goes on to its continue (or reports
 //! that it could not send it): shutdown is only honoured before step 2.
@@ -16,10 +16,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::config::RecoveryConfig;
-use crate::event::{ShepherdTag, Status};
-use crate::ports::{Engine, EngineError, Prompt};
+use crate::event::Status;
+use crate::ports::{Engine, EngineError};
 use crate::session::core::{RecoveryOrder, RecoveryReport};
-use crate::session::prompt::{render_continue, TodoCounts};
+use crate::session::delivery::{deliver, Delivery, PromptKind, PromptOrder};
+use crate::session::prompt::{PromptFacts, TodoCounts};
 
 /// Runs one recovery. `stopping` is checked before the abort only.
 pub async fn recover(
@@ -62,23 +63,28 @@ pub async fn recover(
     };
     tokio::time::sleep(cfg.wait_after_abort).await;
 
-    let todos = engine.todos(&order.session_id).await.unwrap_or_else(|_| order.known_todos.clone());
-    let turn = match engine.last_turn_settings(&order.session_id).await {
-        Ok(t) if t.agent.is_some() || t.model.is_some() => t,
-        _ => order.known_turn.clone().unwrap_or_default(),
+    let continue_order = PromptOrder {
+        session_id: order.session_id.clone(),
+        directory: Some(directory),
+        kind: PromptKind::Continue,
+        template: cfg.continue_with_todos_message.clone(),
+        template_without_open_todos: Some(cfg.continue_message.clone()),
+        facts: PromptFacts { attempts: order.attempt, max_attempts: cfg.max_auto_submits, context_summary: String::new() },
+        known_todos: order.known_todos.clone(),
+        known_turn: order.known_turn.clone(),
+        require_idle: false,
+        require_open_todos: false,
+        decision: order.decision.clone(),
     };
-    let prompt = Prompt {
-        text: render_continue(cfg, &todos, order.attempt),
-        tag: ShepherdTag {
-            kind: "continue".into(),
-            instance: instance.to_string(),
-            decision: order.decision.clone(),
+    match deliver(engine, &continue_order, instance).await {
+        Delivery::Sent { todos, .. } => {
+            RecoveryReport::Continued { idle_after_ms, open_todos: TodoCounts::of(&todos).open as u32 }
+        }
+        Delivery::Skipped { reason, .. } => RecoveryReport::ContinueFailed {
+            idle_after_ms,
+            error: EngineError::Decode(format!("continue skipped: {reason}")),
         },
-        turn,
-    };
-    match engine.prompt(&order.session_id, &prompt).await {
-        Ok(()) => RecoveryReport::Continued { idle_after_ms, open_todos: TodoCounts::of(&todos).open as u32 },
-        Err(error) => RecoveryReport::ContinueFailed { idle_after_ms, error },
+        Delivery::Failed { error } => RecoveryReport::ContinueFailed { idle_after_ms, error },
     }
 }
 
