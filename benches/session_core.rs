@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
-use shepherd_actors::config::RecoveryConfig;
+use shepherd_actors::config::SessionRules;
 use shepherd_actors::event::decode;
 use shepherd_actors::session::{Now, SessionCore};
 
@@ -27,7 +27,7 @@ fn main() {
     }
     report("decode", 100_000, t.elapsed());
 
-    let cfg = Arc::new(RecoveryConfig::default());
+    let cfg = Arc::new(SessionRules::default());
     let t0 = tokio::time::Instant::now();
     let now = Now { mono: t0, wall_ms: 0 };
     let mut cores: Vec<SessionCore> =

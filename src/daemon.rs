@@ -37,9 +37,10 @@ impl Daemon {
     pub fn start(cfg: &Config) -> anyhow::Result<Self> {
         let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         let journal = Journal::new();
-        let recovery = Arc::new(cfg.recovery.clone());
+        let recovery = cfg.recovery.clone();
         let supervisor =
-            Supervisor::new(Arc::clone(&recovery), Arc::new(SystemClock), journal.clone(), instance.clone()).start();
+            Supervisor::new(Arc::new(cfg.session_rules()), Arc::new(SystemClock), journal.clone(), instance.clone())
+                .start();
         let (stop_pumps, stop_rx) = watch::channel(false);
         let mut pumps = Vec::new();
         let mut pump_stats = Vec::new();

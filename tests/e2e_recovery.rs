@@ -47,7 +47,7 @@ async fn stalled_session_is_aborted_and_continued_with_its_todos_then_finishes()
     // Exactly one continue, tagged as Shepherd's, listing the open todos, with the
     // session's own agent and model.
     let users = user_messages(&messages);
-    let continues: Vec<_> = users.iter().filter(|m| shepherd_tag(m).is_some()).collect();
+    let continues: Vec<_> = users.iter().filter(|m| shepherd_tag(m).is_some_and(|t| t["kind"] == "continue")).collect();
     assert_eq!(continues.len(), 1);
     let c = continues[0];
     assert_eq!(shepherd_tag(c).unwrap()["kind"], "continue");
@@ -148,7 +148,7 @@ async fn shepherds_own_continue_is_not_progress_so_it_gives_up_after_max_auto_su
         .messages(&id)
         .await?
         .iter()
-        .filter(|m| m.role() == "user" && shepherd_tag(m).is_some())
+        .filter(|m| m.role() == "user" && shepherd_tag(m).is_some_and(|t| t["kind"] == "continue"))
         .map(|m| m.text())
         .collect();
     assert_eq!(continues.len(), 2, "{continues:?}");

@@ -279,6 +279,26 @@ pub enum LogFormat {
     Pretty,
 }
 
+/// The rules every session core decides by: the parts of the config about sessions.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionRules {
+    pub recovery: RecoveryConfig,
+    pub nudge: NudgeConfig,
+    pub review: ReviewConfig,
+}
+
+impl Config {
+    pub fn session_rules(&self) -> SessionRules {
+        SessionRules { recovery: self.recovery.clone(), nudge: self.nudge.clone(), review: self.review.clone() }
+    }
+}
+
+impl From<RecoveryConfig> for SessionRules {
+    fn from(recovery: RecoveryConfig) -> Self {
+        SessionRules { recovery, ..SessionRules::default() }
+    }
+}
+
 /// A value that is well-typed but wrong, with the key path that holds it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{key}: {reason}")]

@@ -29,6 +29,12 @@ pub enum Action {
     Resume,
     /// Shepherd stopped recovering this session (limits reached).
     GiveUp,
+    /// A nudge: idle with open todos.
+    Nudge,
+    /// A review: all todos done.
+    Review,
+    /// A custom prompt from a person or tool (control API).
+    Prompt,
 }
 
 impl Action {
@@ -42,6 +48,9 @@ impl Action {
             Action::Pause => "pause",
             Action::Resume => "resume",
             Action::GiveUp => "give_up",
+            Action::Nudge => "nudge",
+            Action::Review => "review",
+            Action::Prompt => "prompt",
         }
     }
 }
@@ -89,6 +98,9 @@ pub struct Numbers {
     pub running_tools: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_todos: Option<u32>,
+    /// Nudges without todo progress so far, or the review round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
     /// How long the session took to go idle after Shepherd's abort.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub abort_to_idle_ms: Option<u64>,
@@ -151,6 +163,7 @@ impl Journal {
                     running_tools = n.running_tools,
                     open_todos = n.open_todos,
                     abort_to_idle_ms = n.abort_to_idle_ms,
+                    round = n.round,
                     "{} {}: {}", r.action.as_str(), r.outcome.as_str(), r.reason
                 )
             };

@@ -86,7 +86,7 @@ fn world(cfg: RecoveryConfig) -> World {
     let journal = Journal::new();
     let records = journal.subscribe();
     let clock = Arc::new(PausedClock { start: tokio::time::Instant::now() });
-    let supervisor = Supervisor::new(Arc::new(cfg), clock, journal, "test".into()).start();
+    let supervisor = Supervisor::new(Arc::new(cfg.into()), clock, journal, "test".into()).start();
     supervisor.do_send(AttachServer { name: "srv".into(), engine: engine.clone(), list_limit: 10 });
     World { engine, supervisor, records }
 }

@@ -8,12 +8,14 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use crate::config::RecoveryConfig;
+use crate::config::SessionRules;
+use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
 use crate::event::{Event, SessionInfo};
 use crate::control::SessionDetail;
 use crate::journal::{ActionRecord, Journal};
 use crate::ports::{Clock, Engine};
 use crate::session::core::{Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
+use crate::session::delivery::{deliver, Delivery, PromptOrder};
 use crate::session::recovery::{recover, InFlight};
 
 /// What every session actor of one server shares.
@@ -37,7 +39,7 @@ impl SessionEnv {
 /// One OpenCode session.
 pub struct SessionActor {
     core: SessionCore,
-    cfg: Arc<RecoveryConfig>,
+    cfg: Arc<SessionRules>,
     env: SessionEnv,
     timer: Option<SpawnHandle>,
     /// A stop arrived during a recovery: stop once it has finished.
@@ -47,7 +49,7 @@ pub struct SessionActor {
 }
 
 impl SessionActor {
-    pub fn new(id: &str, cfg: Arc<RecoveryConfig>, env: SessionEnv) -> Self {
+    pub fn new(id: &str, cfg: Arc<SessionRules>, env: SessionEnv) -> Self {
         let core = SessionCore::new(env.server.clone(), id, Arc::clone(&cfg), env.now());
         Self { core, cfg, env, timer: None, stop_after_recovery: false, last_action: None }
     }
@@ -60,6 +62,7 @@ impl SessionActor {
                     self.env.journal.record(r);
                 }
                 Effect::Recover(order) => self.start_recovery(order, ctx),
+                Effect::Prompt(order) => self.start_delivery(order, ctx),
                 Effect::Stop => ctx.stop(),
             }
         }
@@ -86,7 +89,8 @@ impl SessionActor {
         let cfg = Arc::clone(&self.cfg);
         let guard = env.in_flight.enter();
         let work = async move {
-            let report = recover(env.engine.as_ref(), &cfg, &order, &env.instance, env.in_flight.stopping()).await;
+            let report =
+                recover(env.engine.as_ref(), &cfg.recovery, &order, &env.instance, env.in_flight.stopping()).await;
             drop(guard);
             report
         };
@@ -98,6 +102,31 @@ impl SessionActor {
             if act.stop_after_recovery {
                 ctx.stop();
             }
+        }));
+    }
+}
+
+impl SessionActor {
+    fn start_delivery(&mut self, order: PromptOrder, ctx: &mut Context<Self>) {
+        if self.env.in_flight.stopping().load(std::sync::atomic::Ordering::SeqCst) {
+            let effects = self.core.on_prompt_finished(
+                &order,
+                &Delivery::Skipped { reason: "shutting down", todos: order.known_todos.clone() },
+                self.env.now(),
+            );
+            self.apply(effects, ctx);
+            return;
+        }
+        let env = self.env.clone();
+        let guard = env.in_flight.enter();
+        let work = async move {
+            let delivery = deliver(env.engine.as_ref(), &order, &env.instance).await;
+            drop(guard);
+            (order, delivery)
+        };
+        ctx.spawn(work.into_actor(self).map(|(order, delivery), act, ctx| {
+            let effects = act.core.on_prompt_finished(&order, &delivery, act.env.now());
+            act.apply(effects, ctx);
         }));
     }
 }
@@ -148,7 +177,7 @@ impl Handler<Hydrate> for SessionActor {
 /// New recovery settings (hot reload).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Reconfigure(pub Arc<RecoveryConfig>);
+pub struct Reconfigure(pub Arc<SessionRules>);
 
 impl Handler<Reconfigure> for SessionActor {
     type Result = ();
@@ -193,5 +222,71 @@ impl Handler<StopSession> for SessionActor {
 
     fn handle(&mut self, _: StopSession, ctx: &mut Context<Self>) {
         ctx.stop();
+    }
+}
+
+/// A person's or tool's prompt (control API), delivered like every other prompt.
+#[derive(Message)]
+#[rtype(result = "Result<CustomPromptReply, ControlError>")]
+pub struct DeliverCustom(pub CustomPromptRequest);
+
+impl Handler<DeliverCustom> for SessionActor {
+    type Result = ResponseActFuture<Self, Result<CustomPromptReply, ControlError>>;
+
+    fn handle(&mut self, msg: DeliverCustom, _: &mut Context<Self>) -> Self::Result {
+        let req = msg.0;
+        let base = match (&req.custom_prompt, &req.message) {
+            (Some(t), _) | (None, Some(t)) if !t.trim().is_empty() => t.clone(),
+            _ => {
+                let err = ControlError::BadRequest { field: "message".into(), reason: "required (or custom_prompt)".into() };
+                return Box::pin(actix::fut::ready(Err(err)));
+            }
+        };
+        let mut template = base;
+        if req.include_todo_context {
+            template.push_str("\n\nOpen todos ({pending} of {total}):\n{todoList}");
+        }
+        if req.include_context_summary {
+            template.push_str("\n\n{contextSummary}");
+        }
+        let now = self.env.now();
+        let order = self.core.custom_order(template, now);
+        let summary = order.facts.context_summary.clone();
+        let env = self.env.clone();
+        let work = async move {
+            let delivery = deliver(env.engine.as_ref(), &order, &env.instance).await;
+            (order, delivery)
+        };
+        Box::pin(work.into_actor(self).map(move |(order, delivery), act, ctx| {
+            let effects = act.core.on_prompt_finished(&order, &delivery, act.env.now());
+            act.apply(effects, ctx);
+            let todos = match &delivery {
+                Delivery::Sent { todos, .. } | Delivery::Skipped { todos, .. } => todos.clone(),
+                Delivery::Failed { .. } => order.known_todos.clone(),
+            };
+            Ok(match delivery {
+                Delivery::Sent { text, .. } => CustomPromptReply {
+                    success: true,
+                    message: text,
+                    todos: req.include_todo_context.then_some(todos),
+                    context_summary: req.include_context_summary.then_some(summary),
+                    reason: None,
+                },
+                Delivery::Skipped { reason, .. } => CustomPromptReply {
+                    success: false,
+                    message: String::new(),
+                    todos: req.include_todo_context.then_some(todos),
+                    context_summary: req.include_context_summary.then_some(summary),
+                    reason: Some(reason.to_string()),
+                },
+                Delivery::Failed { error } => CustomPromptReply {
+                    success: false,
+                    message: String::new(),
+                    todos: req.include_todo_context.then_some(todos),
+                    context_summary: req.include_context_summary.then_some(summary),
+                    reason: Some(error.to_string()),
+                },
+            })
+        }))
     }
 }

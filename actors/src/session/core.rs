@@ -24,10 +24,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::RecoveryConfig;
+use crate::config::SessionRules;
 use crate::event::{Event, MessageInfo, Part, PartKind, Role, SessionInfo, Status, Todo, ToolStatus};
 use crate::journal::{Action, ActionRecord, Numbers, Outcome};
 use crate::ports::{EngineError, TurnSettings};
+use crate::session::delivery::{Delivery, PromptKind, PromptOrder};
+use crate::session::followup::{self, Decision, Facts, FollowUp, LastReply};
+use crate::session::prompt::PromptFacts;
 
 /// A moment, in both of the clocks the core compares with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +47,8 @@ pub enum Effect {
     Record(ActionRecord),
     /// Run the abort + continue procedure.
     Recover(RecoveryOrder),
+    /// Deliver a nudge or a review.
+    Prompt(PromptOrder),
     /// The session is gone: stop the actor.
     Stop,
 }
@@ -118,7 +123,7 @@ const ROLE_MEMORY: usize = 256;
 pub struct SessionCore {
     server: String,
     id: String,
-    cfg: Arc<RecoveryConfig>,
+    cfg: Arc<SessionRules>,
     directory: Option<String>,
     created_ms: Option<i64>,
     busy: RunState,
@@ -137,10 +142,15 @@ pub struct SessionCore {
     recovering: Option<Recovering>,
     recovery_ended: Option<(Instant, Option<String>)>,
     backoff_until: Option<Instant>,
+    last_reply: LastReply,
+    followup: FollowUp,
 }
 
+/// How much of the last reply's text is kept for the question heuristic.
+const REPLY_TAIL_CHARS: usize = 600;
+
 impl SessionCore {
-    pub fn new(server: impl Into<String>, id: impl Into<String>, cfg: Arc<RecoveryConfig>, now: Now) -> Self {
+    pub fn new(server: impl Into<String>, id: impl Into<String>, cfg: Arc<SessionRules>, now: Now) -> Self {
         Self {
             server: server.into(),
             id: id.into(),
@@ -163,6 +173,8 @@ impl SessionCore {
             recovering: None,
             recovery_ended: None,
             backoff_until: None,
+            last_reply: LastReply::default(),
+            followup: FollowUp::default(),
         }
     }
 
@@ -195,7 +207,7 @@ impl SessionCore {
     }
 
     /// Replaces the recovery settings (hot reload); applies to decisions from now on.
-    pub fn set_config(&mut self, cfg: Arc<RecoveryConfig>) {
+    pub fn set_config(&mut self, cfg: Arc<SessionRules>) {
         self.cfg = cfg;
     }
 
@@ -212,14 +224,21 @@ impl SessionCore {
     /// The stall timeout in force now.
     pub fn stall_timeout(&self) -> Duration {
         if self.running_tools.is_empty() {
-            self.cfg.stall_timeout
+            self.cfg.recovery.stall_timeout
         } else {
-            self.cfg.stall_timeout.mul_f64(self.cfg.tool_grace_factor)
+            self.cfg.recovery.stall_timeout.mul_f64(self.cfg.recovery.tool_grace_factor)
         }
     }
 
     /// When [`SessionCore::on_deadline`] should next be called, if ever.
     pub fn deadline(&self) -> Option<Instant> {
+        match (self.stall_deadline(), self.followup.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn stall_deadline(&self) -> Option<Instant> {
         if self.busy != RunState::Busy
             || self.recovering.is_some()
             || self.pause.is_some()
@@ -237,17 +256,19 @@ impl SessionCore {
         match event {
             Event::SessionCreated(info) | Event::SessionUpdated(info) => self.hydrate(info),
             Event::SessionDeleted(_) => out.push(Effect::Stop),
-            Event::SessionStatus { status, .. } => self.on_status(status, now),
-            Event::SessionIdle { .. } => self.on_status(&Status::Idle, now),
+            Event::SessionStatus { status, .. } => self.on_status(status, now, &mut out),
+            Event::SessionIdle { .. } => self.on_status(&Status::Idle, now, &mut out),
             Event::SessionError { error, .. } if error.is_abort() => self.on_abort_seen(None, now, &mut out),
             Event::MessageUpdated(m) => self.on_message(m, now, &mut out),
             Event::PartUpdated(p) => self.on_part(p, now, &mut out),
             Event::PartDelta { message_id, .. } if !self.own_messages.contains(message_id) => self.activity(now),
             Event::TodoUpdated { todos, .. } => {
                 self.activity(now);
-                if snapshot(todos) != snapshot(&self.todos) {
+                if followup::snapshot(todos) != followup::snapshot(&self.todos) {
                     self.real_progress();
                 }
+                let idle = self.busy == RunState::Idle;
+                self.followup.on_todos(&self.todos, todos, now.mono, idle, &self.cfg.review);
                 self.todos.clone_from(todos);
             }
             Event::PermissionAsked { id, .. } | Event::QuestionAsked { id, .. } => {
@@ -266,12 +287,15 @@ impl SessionCore {
         out
     }
 
-    fn on_status(&mut self, status: &Status, now: Now) {
+    fn on_status(&mut self, status: &Status, now: Now, out: &mut Vec<Effect>) {
         match status {
             Status::Busy => {
                 if self.busy != RunState::Busy {
                     self.busy = RunState::Busy;
                     self.activity(now);
+                    if let Some(d) = self.followup.on_busy() {
+                        out.extend(self.decision_effects(d, now));
+                    }
                 }
             }
             Status::Retry { .. } => {
@@ -279,6 +303,10 @@ impl SessionCore {
                 self.activity(now);
             }
             Status::Idle => {
+                if self.busy != RunState::Idle {
+                    let ours = self.recovering.is_some();
+                    self.followup.on_idle_edge(now.mono, &self.todos, ours, &self.cfg.nudge, &self.cfg.review);
+                }
                 self.busy = RunState::Idle;
                 self.running_tools.clear();
                 self.waiting_on_person.clear();
@@ -298,6 +326,11 @@ impl SessionCore {
                 }
             }
             Role::Assistant => {
+                if self.last_reply.message_id.as_deref() != Some(&m.id) {
+                    self.last_reply = LastReply { message_id: Some(m.id.clone()), ..LastReply::default() };
+                }
+                self.last_reply.finish.clone_from(&m.finish);
+                self.last_reply.error = m.error.as_ref().map(|e| e.name.clone());
                 self.last_assistant = Some(m.id.clone());
                 if let Some(err) = &m.error {
                     if err.is_abort() {
@@ -330,8 +363,18 @@ impl SessionCore {
                     self.on_real_user_message(now, out);
                 }
             }
-            PartKind::Tool { status, .. } => {
+            PartKind::Text { text, .. } => {
                 self.activity(now);
+                if self.last_reply.message_id.as_deref() == Some(&p.message_id) && !text.is_empty() {
+                    let start = text.char_indices().rev().nth(REPLY_TAIL_CHARS).map_or(0, |(i, _)| i);
+                    self.last_reply.text_tail = text[start..].to_string();
+                }
+            }
+            PartKind::Tool { status, tool, .. } => {
+                self.activity(now);
+                if tool == "question" && self.last_reply.message_id.as_deref() == Some(&p.message_id) {
+                    self.last_reply.used_question_tool = true;
+                }
                 match status {
                     ToolStatus::Running => {
                         self.running_tools.insert(p.id.clone());
@@ -351,6 +394,7 @@ impl SessionCore {
 
     fn on_real_user_message(&mut self, now: Now, out: &mut Vec<Effect>) {
         self.real_progress();
+        self.followup.on_user_message(now.mono);
         if let Some(pause) = self.pause.take() {
             let reason = match pause {
                 Pause::UserAbort => "the person wrote after aborting",
@@ -367,7 +411,7 @@ impl SessionCore {
             return;
         }
         if let Some((ended, aborted)) = &self.recovery_ended {
-            let trailing = now.mono.duration_since(*ended) <= self.cfg.abort_poll_max;
+            let trailing = now.mono.duration_since(*ended) <= self.cfg.recovery.abort_poll_max;
             let same_message = message_id.is_some() && message_id == aborted.as_deref();
             if trailing || same_message {
                 return;
@@ -412,7 +456,124 @@ impl SessionCore {
     /// Called when [`SessionCore::deadline`] has passed: decides whether the session
     /// is stalled and what to do about it.
     pub fn on_deadline(&mut self, now: Now) -> Vec<Effect> {
-        let Some(deadline) = self.deadline() else { return Vec::new() };
+        let facts = Facts {
+            idle: self.busy == RunState::Idle,
+            pause: self.pause,
+            busy_with_other_work: self.recovering.is_some(),
+            waiting_on_person: !self.waiting_on_person.is_empty(),
+            last_reply: &self.last_reply,
+            todos: &self.todos,
+        };
+        let decisions = self.followup.on_deadline(now.mono, &facts, &self.cfg.nudge, &self.cfg.review);
+        let mut out: Vec<Effect> = decisions.into_iter().flat_map(|d| self.decision_effects(d, now)).collect();
+        out.extend(self.on_stall_deadline(now));
+        out
+    }
+
+    /// Turns a follow-up decision into a prompt order or a record.
+    fn decision_effects(&self, d: Decision, now: Now) -> Vec<Effect> {
+        match d {
+            Decision::Send { kind, round } => {
+                let template = match kind {
+                    PromptKind::Review => self.cfg.review.message.clone(),
+                    _ => self.cfg.nudge.message.clone(),
+                };
+                vec![Effect::Prompt(PromptOrder {
+                    session_id: self.id.clone(),
+                    directory: self.directory.clone(),
+                    kind,
+                    template,
+                    template_without_open_todos: None,
+                    facts: PromptFacts { attempts: round, max_attempts: self.max_rounds(kind), context_summary: String::new() },
+                    known_todos: self.todos.clone(),
+                    known_turn: self.turn.clone(),
+                    require_idle: true,
+                    require_open_todos: kind == PromptKind::Nudge,
+                    decision: format!("{}-{}-{}", self.id, kind.as_str(), now.wall_ms),
+                })]
+            }
+            Decision::Decline { kind, reason, round } => {
+                let numbers = Numbers {
+                    round: Some(round),
+                    open_todos: Some(self.open_todos()),
+                    ..Numbers::default()
+                };
+                vec![self.record(action_of(kind), Outcome::Declined, &reason, numbers, now)]
+            }
+        }
+    }
+
+    fn max_rounds(&self, kind: PromptKind) -> u32 {
+        match kind {
+            PromptKind::Review => self.cfg.review.max_rounds,
+            PromptKind::Nudge => self.cfg.nudge.max_without_progress,
+            _ => self.cfg.recovery.max_auto_submits,
+        }
+    }
+
+    fn open_todos(&self) -> u32 {
+        self.todos.iter().filter(|t| t.status.is_open()).count() as u32
+    }
+
+    /// A delivery (nudge, review or custom prompt) ended.
+    pub fn on_prompt_finished(&mut self, order: &PromptOrder, delivery: &Delivery, now: Now) -> Vec<Effect> {
+        let sent = matches!(delivery, Delivery::Sent { .. });
+        self.followup.on_delivered(order.kind, sent);
+        let (outcome, reason) = match delivery {
+            Delivery::Sent { .. } => (Outcome::Done, format!("{} sent", order.kind.as_str())),
+            Delivery::Skipped { reason, .. } => (Outcome::Declined, (*reason).to_string()),
+            Delivery::Failed { error } => (Outcome::Failed, format!("could not send: {error}")),
+        };
+        let open = match delivery {
+            Delivery::Sent { todos, .. } | Delivery::Skipped { todos, .. } => {
+                todos.iter().filter(|t| t.status.is_open()).count() as u32
+            }
+            Delivery::Failed { .. } => self.open_todos(),
+        };
+        let numbers = Numbers { round: Some(order.facts.attempts), open_todos: Some(open), ..Numbers::default() };
+        vec![self.record(action_of(order.kind), outcome, &reason, numbers, now)]
+    }
+
+    /// A person's or tool's prompt through the control API: the order to deliver.
+    pub fn custom_order(&self, template: String, now: Now) -> PromptOrder {
+        PromptOrder {
+            session_id: self.id.clone(),
+            directory: self.directory.clone(),
+            kind: PromptKind::Custom,
+            template,
+            template_without_open_todos: None,
+            facts: PromptFacts {
+                attempts: self.attempts,
+                max_attempts: self.cfg.recovery.max_auto_submits,
+                context_summary: self.context_summary(now),
+            },
+            known_todos: self.todos.clone(),
+            known_turn: self.turn.clone(),
+            require_idle: false,
+            require_open_todos: false,
+            decision: format!("{}-custom-{}", self.id, now.wall_ms),
+        }
+    }
+
+    /// A short account of the session's state, for `{contextSummary}`.
+    pub fn context_summary(&self, now: Now) -> String {
+        let state = match (self.busy, self.pause) {
+            (_, Some(p)) => format!("paused ({})", p.as_str()),
+            (RunState::Idle, None) => "idle".to_string(),
+            (RunState::Busy, None) => "busy".to_string(),
+            (RunState::Retry, None) => "retrying a model call".to_string(),
+        };
+        let quiet_s = now.mono.duration_since(self.last_activity).as_secs();
+        format!(
+            "Session is {state}; last activity {quiet_s}s ago; {} of {} todos open; {} recovery attempt(s) since the last progress.",
+            self.open_todos(),
+            self.todos.len(),
+            self.attempts
+        )
+    }
+
+    fn on_stall_deadline(&mut self, now: Now) -> Vec<Effect> {
+        let Some(deadline) = self.stall_deadline() else { return Vec::new() };
         if now.mono < deadline {
             return Vec::new();
         }
@@ -423,14 +584,14 @@ impl SessionCore {
             timeout_ms: Some(ms(self.stall_timeout())),
             running_tools: Some(self.running_tools.len() as u32),
             attempt: Some(self.attempts + 1),
-            max_attempts: Some(cfg.max_auto_submits),
+            max_attempts: Some(cfg.recovery.max_auto_submits),
             auto_submits: Some(self.auto_submits),
             ..Numbers::default()
         };
 
-        if self.attempts >= cfg.max_recoveries && self.backoff_until.is_none() {
-            let exp = (self.attempts - cfg.max_recoveries).min(20);
-            let backoff = cfg.cooldown.saturating_mul(1u32 << exp).min(cfg.max_backoff);
+        if self.attempts >= cfg.recovery.max_recoveries && self.backoff_until.is_none() {
+            let exp = (self.attempts - cfg.recovery.max_recoveries).min(20);
+            let backoff = cfg.recovery.cooldown.saturating_mul(1u32 << exp).min(cfg.recovery.max_backoff);
             self.backoff_until = Some(now.mono + backoff);
             let numbers = Numbers { backoff_ms: Some(ms(backoff)), ..base };
             return vec![self.record(
@@ -443,7 +604,7 @@ impl SessionCore {
         }
         if let Some(created) = self.created_ms {
             let age_ms = now.wall_ms.saturating_sub(created).max(0) as u64;
-            if age_ms > ms(cfg.max_session_age) {
+            if age_ms > ms(cfg.recovery.max_session_age) {
                 self.pause = Some(Pause::GaveUp);
                 let numbers = Numbers { age_ms: Some(age_ms), ..base };
                 return vec![self.record(
@@ -455,7 +616,7 @@ impl SessionCore {
                 )];
             }
         }
-        if self.auto_submits >= cfg.max_auto_submits {
+        if self.auto_submits >= cfg.recovery.max_auto_submits {
             self.pause = Some(Pause::GaveUp);
             return vec![self.record(
                 Action::GiveUp,
@@ -493,7 +654,7 @@ impl SessionCore {
         let aborted = self.recovering.take().and_then(|r| r.aborted_message);
         let numbers = Numbers {
             attempt: Some(self.attempts),
-            max_attempts: Some(self.cfg.max_auto_submits),
+            max_attempts: Some(self.cfg.recovery.max_auto_submits),
             ..Numbers::default()
         };
         let mut out = Vec::new();
@@ -554,9 +715,13 @@ impl SessionCore {
     }
 }
 
-/// `content:status` of every todo: equal snapshots mean no progress on the list.
-fn snapshot(todos: &[Todo]) -> Vec<(&str, crate::event::TodoStatus)> {
-    todos.iter().map(|t| (t.content.as_str(), t.status)).collect()
+fn action_of(kind: PromptKind) -> Action {
+    match kind {
+        PromptKind::Nudge => Action::Nudge,
+        PromptKind::Review => Action::Review,
+        PromptKind::Continue => Action::Continue,
+        PromptKind::Custom => Action::Prompt,
+    }
 }
 
 fn ms(d: Duration) -> u64 {
@@ -567,6 +732,7 @@ fn ms(d: Duration) -> u64 {
 mod tests {
     //! The core as a specification: events and moments in, effects out.
     use super::*;
+    use crate::config::RecoveryConfig;
     use crate::event::{decode, TodoStatus};
     use crate::journal::Action;
 
@@ -583,7 +749,7 @@ mod tests {
         }
         fn with(cfg: RecoveryConfig) -> Self {
             let t0 = Instant::now();
-            let mut core = SessionCore::new("srv", "ses_A", Arc::new(cfg), Now { mono: t0, wall_ms: CREATED_MS });
+            let mut core = SessionCore::new("srv", "ses_A", Arc::new(cfg.into()), Now { mono: t0, wall_ms: CREATED_MS });
             core.hydrate(&SessionInfo {
                 id: "ses_A".into(),
                 parent_id: None,

@@ -2,6 +2,7 @@
 //!
 //! - [`core`]: the pure state machine — where a stall is decided.
 //! - [`prompt`]: the text of Shepherd's prompts, from the configured templates.
+//! - [`followup`]: nudge (idle with open todos) and review (all done) decisions.
 //! - [`question`]: does the agent's last reply ask the person something?
 //! - [`delivery`]: sending one prompt (fresh facts, render, tag, send).
 //! - [`recovery`]: the abort + continue procedure against the engine port.
@@ -10,6 +11,7 @@
 pub mod actor;
 pub mod core;
 pub mod delivery;
+pub mod followup;
 pub mod prompt;
 pub mod question;
 pub mod recovery;

@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::config::RecoveryConfig;
+use crate::config::SessionRules;
 use crate::event::{Envelope, Event, SessionInfo, Status};
 use crate::journal::Journal;
 use crate::ports::{Clock, Engine, EngineError};
-use crate::control::{ControlError, GetSession, ListSessions, SessionDetail};
-use crate::session::actor::{Hydrate, Inspect, Reconfigure, StopSession};
+use crate::control::{ControlError, CustomPromptReply, GetSession, ListSessions, SendCustomPrompt, SessionDetail};
+use crate::session::actor::{DeliverCustom, Hydrate, Inspect, Reconfigure, StopSession};
 use crate::session::recovery::InFlight;
 use crate::session::{Observe, SessionActor, SessionEnv};
 
@@ -34,7 +34,7 @@ struct Server {
 
 /// The fleet supervisor.
 pub struct Supervisor {
-    cfg: Arc<RecoveryConfig>,
+    cfg: Arc<SessionRules>,
     clock: Arc<dyn Clock>,
     journal: Journal,
     in_flight: InFlight,
@@ -50,7 +50,7 @@ struct SessionSlot {
 }
 
 impl Supervisor {
-    pub fn new(cfg: Arc<RecoveryConfig>, clock: Arc<dyn Clock>, journal: Journal, instance: String) -> Self {
+    pub fn new(cfg: Arc<SessionRules>, clock: Arc<dyn Clock>, journal: Journal, instance: String) -> Self {
         Self {
             cfg,
             clock,
@@ -329,7 +329,7 @@ impl Handler<StreamDown> for Supervisor {
 /// New recovery settings for every session (hot reload).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ReconfigureAll(pub Arc<RecoveryConfig>);
+pub struct ReconfigureAll(pub Arc<SessionRules>);
 
 impl Handler<ReconfigureAll> for Supervisor {
     type Result = ();
@@ -437,5 +437,46 @@ impl Handler<GetSession> for Supervisor {
                 None => Err(ControlError::UnknownSession(msg.0)),
             }
         })
+    }
+}
+
+impl Handler<SendCustomPrompt> for Supervisor {
+    type Result = ResponseActFuture<Self, Result<CustomPromptReply, ControlError>>;
+
+    fn handle(&mut self, msg: SendCustomPrompt, _: &mut Context<Self>) -> Self::Result {
+        if self.in_flight.stopping().load(std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(actix::fut::ready(Err(ControlError::ShuttingDown)));
+        }
+        if let Some(slot) = self.find(&msg.session) {
+            let ask = slot.addr.send(DeliverCustom(msg.request));
+            return Box::pin(
+                async move { ask.await.unwrap_or(Err(ControlError::ShuttingDown)) }.into_actor(self),
+            );
+        }
+        // Not tracked yet: ask each server whether it knows the session.
+        let engines: Vec<_> =
+            self.servers.iter().map(|(name, s)| (name.clone(), Arc::clone(&s.env.engine))).collect();
+        let id = msg.session.clone();
+        let lookup = async move {
+            for (server, engine) in engines {
+                if let Ok(info) = engine.session(&id).await {
+                    return Some((server, info));
+                }
+            }
+            None
+        };
+        Box::pin(lookup.into_actor(self).then(move |found, act, ctx| {
+            let addr = found.and_then(|(server, info)| {
+                let dir = info.directory.clone();
+                act.session(&server, &info.id, Some(&info), dir.as_deref(), ctx)
+            });
+            async move {
+                match addr {
+                    Some(addr) => addr.send(DeliverCustom(msg.request)).await.unwrap_or(Err(ControlError::ShuttingDown)),
+                    None => Err(ControlError::UnknownSession(msg.session)),
+                }
+            }
+            .into_actor(act)
+        }))
     }
 }

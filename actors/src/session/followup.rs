@@ -1,0 +1,261 @@
+//! What to do when a session has gone idle: nudge it (todos still open) or ask for a
+//! review (the last todo just got done). Pure; part of the session core.
+//!
+//! Edges, not levels: a nudge is considered once per busy→idle edge, a review once per
+//! open→all-done edge of the todo list. Each consideration either sends, or declines
+//! with the reason — never talking over the person: not while a question or permission
+//! waits, not when the last reply asks the person something, not after a user abort,
+//! not right after the person wrote. Loop protection counts progress, not sends: after
+//! `max_without_progress` nudges with the same todo snapshot, nudging stops until the
+//! todos change or the person writes.
+
+use tokio::time::Instant;
+
+use crate::config::{NudgeConfig, ReviewConfig};
+use crate::event::{Todo, TodoStatus};
+use crate::session::core::Pause;
+use crate::session::delivery::PromptKind;
+use crate::session::prompt::TodoCounts;
+use crate::session::question::asks_the_person;
+
+/// `content:status` of every todo: equal snapshots mean no progress on the list.
+pub type Snapshot = Vec<(String, TodoStatus)>;
+
+pub fn snapshot(todos: &[Todo]) -> Snapshot {
+    todos.iter().map(|t| (t.content.clone(), t.status)).collect()
+}
+
+/// The agent's latest reply, as far as a follow-up cares.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LastReply {
+    pub message_id: Option<String>,
+    pub finish: Option<String>,
+    pub error: Option<String>,
+    /// The end of its text (the last text part as closed by OpenCode).
+    pub text_tail: String,
+    /// It called the `question` tool.
+    pub used_question_tool: bool,
+}
+
+impl LastReply {
+    /// Finished normally: `finish: "stop"` and no error.
+    pub fn finished_normally(&self) -> bool {
+        self.finish.as_deref() == Some("stop") && self.error.is_none()
+    }
+
+    pub fn asks_the_person(&self) -> bool {
+        self.used_question_tool || asks_the_person(&self.text_tail)
+    }
+}
+
+/// The session's state that a follow-up decision reads.
+pub struct Facts<'a> {
+    pub idle: bool,
+    pub pause: Option<Pause>,
+    /// A recovery or another prompt is under way.
+    pub busy_with_other_work: bool,
+    pub waiting_on_person: bool,
+    pub last_reply: &'a LastReply,
+    pub todos: &'a [Todo],
+}
+
+/// What the core should do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    Send { kind: PromptKind, round: u32 },
+    Decline { kind: PromptKind, reason: String, round: u32 },
+}
+
+/// Nudge and review state of one session.
+#[derive(Debug, Clone, Default)]
+pub struct FollowUp {
+    nudge_due: Option<Instant>,
+    last_nudge: Option<Instant>,
+    nudges_without_progress: u32,
+    nudge_snapshot: Option<Snapshot>,
+    last_user_message: Option<Instant>,
+    review_armed: bool,
+    review_due: Option<Instant>,
+    review_rounds: u32,
+    in_flight: Option<PromptKind>,
+}
+
+impl FollowUp {
+    pub fn deadline(&self) -> Option<Instant> {
+        match (self.nudge_due, self.review_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn in_flight(&self) -> Option<PromptKind> {
+        self.in_flight
+    }
+
+    pub fn nudges_without_progress(&self) -> u32 {
+        self.nudges_without_progress
+    }
+
+    pub fn review_rounds(&self) -> u32 {
+        self.review_rounds
+    }
+
+    /// busy→idle. `quiet` is true when the edge is Shepherd's own doing (its abort).
+    pub fn on_idle_edge(&mut self, now: Instant, todos: &[Todo], quiet: bool, nudge: &NudgeConfig, review: &ReviewConfig) {
+        if quiet {
+            return;
+        }
+        if nudge.enabled && TodoCounts::of(todos).open > 0 {
+            self.nudge_due = Some(now + nudge.idle_delay);
+        }
+        if self.review_armed {
+            self.review_due = Some(now + review.debounce);
+        }
+    }
+
+    /// The session went busy: a pending nudge is moot. Returns a decline to log.
+    pub fn on_busy(&mut self) -> Option<Decision> {
+        self.review_due = None;
+        self.nudge_due.take().map(|_| Decision::Decline {
+            kind: PromptKind::Nudge,
+            reason: "the session went busy again".into(),
+            round: self.nudges_without_progress,
+        })
+    }
+
+    /// A new todo list. Detects the open→all-done edge (arms a review) and progress.
+    pub fn on_todos(&mut self, before: &[Todo], after: &[Todo], now: Instant, idle: bool, review: &ReviewConfig) {
+        let (was, is) = (TodoCounts::of(before), TodoCounts::of(after));
+        if snapshot(before) != snapshot(after) {
+            self.nudges_without_progress = 0;
+        }
+        if is.open > 0 {
+            self.review_armed = false;
+            self.review_due = None;
+        } else if was.open > 0 && is.total > 0 && review.enabled && self.review_rounds < review.max_rounds {
+            self.review_armed = true;
+            if idle {
+                self.review_due = Some(now + review.debounce);
+            }
+        }
+    }
+
+    /// A real user message: the person is here; loop protection starts over.
+    pub fn on_user_message(&mut self, now: Instant) {
+        self.last_user_message = Some(now);
+        self.nudges_without_progress = 0;
+        self.nudge_snapshot = None;
+    }
+
+    /// Decides whatever is due at `now`.
+    pub fn on_deadline(&mut self, now: Instant, f: &Facts, nudge: &NudgeConfig, review: &ReviewConfig) -> Vec<Decision> {
+        let mut out = Vec::new();
+        if self.nudge_due.is_some_and(|d| d <= now) {
+            self.nudge_due = None;
+            if let Some(d) = self.decide_nudge(now, f, nudge) {
+                out.push(d);
+            }
+        }
+        if self.review_due.is_some_and(|d| d <= now) {
+            self.review_due = None;
+            if let Some(d) = self.decide_review(now, f, review) {
+                out.push(d);
+            }
+        }
+        out
+    }
+
+    fn decide_nudge(&mut self, now: Instant, f: &Facts, cfg: &NudgeConfig) -> Option<Decision> {
+        let open = TodoCounts::of(f.todos).open;
+        let decline = |reason: String| {
+            Some(Decision::Decline { kind: PromptKind::Nudge, reason, round: self.nudges_without_progress })
+        };
+        if open == 0 {
+            return None; // all done meanwhile: the review's business
+        }
+        if !f.idle {
+            return decline("the session went busy again".into());
+        }
+        if let Some(p) = f.pause {
+            return decline(format!("automation is paused ({})", p.as_str()));
+        }
+        if f.busy_with_other_work || self.in_flight.is_some() {
+            return decline("another prompt or recovery is under way".into());
+        }
+        if f.waiting_on_person {
+            return decline("a permission or question waits for the person".into());
+        }
+        if !f.last_reply.finished_normally() {
+            let finish = f.last_reply.finish.as_deref().unwrap_or("none");
+            let error = f.last_reply.error.as_deref().unwrap_or("none");
+            return decline(format!("the last reply did not finish normally (finish {finish}, error {error})"));
+        }
+        if f.last_reply.asks_the_person() {
+            return decline("the last reply asks the person a question".into());
+        }
+        if let Some(last) = self.last_nudge {
+            if now.duration_since(last) < cfg.cooldown {
+                return decline("within nudge.cooldown of the previous nudge".into());
+            }
+        }
+        if let Some(wrote) = self.last_user_message {
+            if now.duration_since(wrote) < cfg.user_quiet {
+                return decline("the person wrote within nudge.user_quiet".into());
+            }
+        }
+        let snap = snapshot(f.todos);
+        let unchanged = self.nudge_snapshot.as_ref() == Some(&snap);
+        if unchanged && self.nudges_without_progress >= cfg.max_without_progress {
+            return decline(format!(
+                "{} nudges without progress on the todos: waiting for the todos to change or the person to write",
+                self.nudges_without_progress
+            ));
+        }
+        self.nudges_without_progress = if unchanged { self.nudges_without_progress + 1 } else { 1 };
+        self.nudge_snapshot = Some(snap);
+        self.last_nudge = Some(now);
+        self.in_flight = Some(PromptKind::Nudge);
+        Some(Decision::Send { kind: PromptKind::Nudge, round: self.nudges_without_progress })
+    }
+
+    fn decide_review(&mut self, now: Instant, f: &Facts, cfg: &ReviewConfig) -> Option<Decision> {
+        if !self.review_armed || !f.idle {
+            return None; // re-considered at the next idle edge
+        }
+        let round = self.review_rounds + 1;
+        let decline = |reason: String| Some(Decision::Decline { kind: PromptKind::Review, reason, round });
+        if TodoCounts::of(f.todos).open > 0 {
+            self.review_armed = false;
+            return None;
+        }
+        if let Some(p) = f.pause {
+            return decline(format!("automation is paused ({})", p.as_str()));
+        }
+        if f.busy_with_other_work || self.in_flight.is_some() {
+            self.review_due = Some(now + cfg.debounce);
+            return None;
+        }
+        if f.waiting_on_person {
+            return decline("a permission or question waits for the person".into());
+        }
+        if f.last_reply.asks_the_person() {
+            return decline("the last reply asks the person a question".into());
+        }
+        self.review_armed = false;
+        self.review_rounds = round;
+        self.in_flight = Some(PromptKind::Review);
+        Some(Decision::Send { kind: PromptKind::Review, round })
+    }
+
+    /// The delivery of a nudge or review ended; `sent` is false when it was skipped or
+    /// failed, in which case a review stays armed for the next idle edge.
+    pub fn on_delivered(&mut self, kind: PromptKind, sent: bool) {
+        if self.in_flight == Some(kind) {
+            self.in_flight = None;
+        }
+        if !sent && kind == PromptKind::Review {
+            self.review_rounds = self.review_rounds.saturating_sub(1);
+            self.review_armed = true;
+        }
+    }
+}
