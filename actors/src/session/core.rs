@@ -732,7 +732,7 @@ fn ms(d: Duration) -> u64 {
 mod tests {
     //! The core as a specification: events and moments in, effects out.
     use super::*;
-    use crate::config::RecoveryConfig;
+    use crate::config::{NudgeConfig, RecoveryConfig};
     use crate::event::{decode, TodoStatus};
     use crate::journal::Action;
 
@@ -974,5 +974,235 @@ mod tests {
         let open: Vec<_> = b.core.todos().iter().filter(|t| t.status.is_open()).collect();
         assert_eq!(open.len(), 1);
         assert_eq!(open[0].status, TodoStatus::InProgress);
+    }
+
+    // ---- follow-ups: nudge and review ----
+
+    fn rules() -> SessionRules {
+        let mut r = SessionRules::default();
+        r.nudge.user_quiet = Duration::from_secs(5);
+        r
+    }
+
+    fn bench_with_rules(rules: SessionRules) -> Bench {
+        let t0 = Instant::now();
+        let core = SessionCore::new("srv", "ses_A", Arc::new(rules), Now { mono: t0, wall_ms: CREATED_MS });
+        Bench { core, t0 }
+    }
+
+    impl Bench {
+        fn at_ms(&self, ms: u64) -> Now {
+            Now { mono: self.t0 + Duration::from_millis(ms), wall_ms: CREATED_MS + ms as i64 }
+        }
+        fn feed_ms(&mut self, ms: u64, json: &str) -> Vec<Effect> {
+            let event = decode(json).expect("test event decodes").event;
+            let now = self.at_ms(ms);
+            self.core.observe(&event, now)
+        }
+        fn tick_ms(&mut self, ms: u64) -> Vec<Effect> {
+            let now = self.at_ms(ms);
+            self.core.on_deadline(now)
+        }
+        fn todos_ms(&mut self, ms: u64, statuses: &[&str]) -> Vec<Effect> {
+            let items: Vec<String> = statuses
+                .iter()
+                .enumerate()
+                .map(|(i, st)| format!(r#"{{"content":"t{i}","status":"{st}","priority":"high"}}"#))
+                .collect();
+            self.feed_ms(ms, &format!(r#"{{"type":"todo.updated","properties":{{"sessionID":"ses_A","todos":[{}]}}}}"#, items.join(",")))
+        }
+        /// One turn: busy, an assistant reply with `text` finishing `finish`, idle.
+        fn turn_ms(&mut self, ms: u64, msg: &str, text: &str, finish: &str) -> Vec<Effect> {
+            let mut out = self.feed_ms(ms, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
+            out.extend(self.feed_ms(ms, &format!(r#"{{"type":"message.updated","properties":{{"sessionID":"ses_A","info":{{"id":"{msg}","sessionID":"ses_A","role":"assistant","finish":"{finish}","time":{{"created":1}}}}}}}}"#)));
+            let text = serde_json::to_string(text).unwrap();
+            out.extend(self.feed_ms(ms, &format!(r#"{{"type":"message.part.updated","properties":{{"sessionID":"ses_A","part":{{"id":"p_{msg}","messageID":"{msg}","sessionID":"ses_A","type":"text","text":{text}}}}}}}"#)));
+            out.extend(self.idle_ms(ms));
+            out
+        }
+        fn idle_ms(&mut self, ms: u64) -> Vec<Effect> {
+            let mut out = self.feed_ms(ms, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}"#);
+            out.extend(self.feed_ms(ms, r#"{"type":"session.idle","properties":{"sessionID":"ses_A"}}"#));
+            out
+        }
+        fn deliver(&mut self, ms: u64, effects: &[Effect]) {
+            for e in effects {
+                if let Effect::Prompt(order) = e {
+                    let now = self.at_ms(ms);
+                    self.core.on_prompt_finished(order, &Delivery::Sent { text: String::new(), todos: vec![] }, now);
+                }
+            }
+        }
+    }
+
+    fn prompts(effects: &[Effect]) -> Vec<PromptKind> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Prompt(o) => Some(o.kind),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn declined(effects: &[Effect]) -> Vec<String> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Record(r) if r.outcome == Outcome::Declined => Some(r.reason.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn idle_with_open_todos_is_nudged_once_per_idle_edge_after_the_delay() {
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &["in_progress", "pending"]);
+        b.turn_ms(100, "msg_1", "Working on it.", "stop");
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_millis(600)));
+        assert!(prompts(&b.tick_ms(599)).is_empty());
+        b.idle_ms(550); // a repeated idle event does not re-arm
+        let effects = b.tick_ms(600);
+        assert_eq!(prompts(&effects), vec![PromptKind::Nudge]);
+        let Effect::Prompt(order) = &effects[0] else { panic!() };
+        assert!(order.require_idle && order.require_open_todos);
+        assert_eq!(order.template, NudgeConfig::default().message);
+        b.deliver(600, &effects);
+        assert!(prompts(&b.tick_ms(5_000)).is_empty(), "no second nudge without a new edge");
+    }
+
+    #[test]
+    fn a_session_that_goes_busy_again_is_not_nudged_and_that_is_logged() {
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &["pending"]);
+        b.turn_ms(100, "msg_1", "Next step.", "stop");
+        let effects = b.feed_ms(300, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
+        assert_eq!(declined(&effects), vec!["the session went busy again".to_string()]);
+        assert!(prompts(&b.tick_ms(600)).is_empty());
+    }
+
+    #[test]
+    fn no_nudge_when_the_last_reply_asks_the_person_a_question() {
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &["pending"]);
+        b.turn_ms(100, "msg_1", "I can use SQLite or Postgres. Which do you prefer?", "stop");
+        let effects = b.tick_ms(600);
+        assert!(prompts(&effects).is_empty());
+        assert_eq!(declined(&effects), vec!["the last reply asks the person a question".to_string()]);
+    }
+
+    #[test]
+    fn no_nudge_after_a_user_abort_until_the_person_writes() {
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &["pending"]);
+        b.feed_ms(50, r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#);
+        b.turn_ms(100, "msg_1", "Stopped.", "stop");
+        let effects = b.tick_ms(600);
+        assert!(prompts(&effects).is_empty());
+        assert_eq!(declined(&effects), vec!["automation is paused (user_abort)".to_string()]);
+    }
+
+    #[test]
+    fn no_nudge_when_the_reply_did_not_finish_normally() {
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &["pending"]);
+        b.turn_ms(100, "msg_1", "partial", "length");
+        assert!(declined(&b.tick_ms(600))[0].starts_with("the last reply did not finish normally"));
+    }
+
+    #[test]
+    fn nudging_stops_after_max_without_progress_and_resumes_when_a_todo_changes() {
+        let mut r = rules();
+        r.nudge.cooldown = Duration::ZERO;
+        let mut b = bench_with_rules(r);
+        b.todos_ms(0, &["pending", "pending"]);
+        let mut t = 100;
+        for round in 1..=3 {
+            b.turn_ms(t, &format!("msg_{round}"), "Still on it.", "stop");
+            let effects = b.tick_ms(t + 500);
+            assert_eq!(prompts(&effects), vec![PromptKind::Nudge], "round {round}");
+            b.deliver(t + 500, &effects);
+            t += 1000;
+        }
+        b.turn_ms(t, "msg_4", "Still on it.", "stop");
+        let effects = b.tick_ms(t + 500);
+        assert!(prompts(&effects).is_empty());
+        assert!(declined(&effects)[0].contains("3 nudges without progress"));
+        t += 1000;
+        b.todos_ms(t, &["completed", "pending"]);
+        b.turn_ms(t, "msg_5", "One done.", "stop");
+        assert_eq!(prompts(&b.tick_ms(t + 500)), vec![PromptKind::Nudge], "progress resumes nudging");
+    }
+
+    #[test]
+    fn the_nudge_cooldown_and_a_recent_person_hold_nudges_back() {
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &["pending"]);
+        b.turn_ms(100, "msg_1", "a", "stop");
+        let effects = b.tick_ms(600);
+        b.deliver(600, &effects);
+        b.turn_ms(1000, "msg_2", "b", "stop");
+        assert_eq!(declined(&b.tick_ms(1500)), vec!["within nudge.cooldown of the previous nudge".to_string()]);
+
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &["pending"]);
+        b.feed_ms(10, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_U","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
+        b.feed_ms(10, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pu","messageID":"msg_U","sessionID":"ses_A","type":"text","text":"please"}}}"#);
+        b.turn_ms(100, "msg_1", "ok", "stop");
+        assert_eq!(declined(&b.tick_ms(600)), vec!["the person wrote within nudge.user_quiet".to_string()]);
+    }
+
+    #[test]
+    fn review_fires_once_when_the_last_todo_is_done_and_again_after_new_todos() {
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &["in_progress", "pending"]);
+        b.feed_ms(10, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
+        b.todos_ms(200, &["completed", "completed"]);
+        b.turn_ms(300, "msg_1", "All done.", "stop");
+        assert!(prompts(&b.tick_ms(799)).is_empty(), "debounced");
+        let effects = b.tick_ms(800);
+        assert_eq!(prompts(&effects), vec![PromptKind::Review]);
+        b.deliver(800, &effects);
+        b.turn_ms(2000, "msg_2", "Tests pass.", "stop");
+        assert!(prompts(&b.tick_ms(3000)).is_empty(), "never twice for one edge");
+
+        // The review found failures: new todos, then done again -> second round.
+        b.todos_ms(4000, &["completed", "completed", "pending"]);
+        b.todos_ms(4100, &["completed", "completed", "completed"]);
+        b.idle_ms(4100);
+        b.turn_ms(4200, "msg_3", "Fixed.", "stop");
+        let effects = b.tick_ms(4700);
+        assert_eq!(prompts(&effects), vec![PromptKind::Review]);
+        let Effect::Prompt(order) = &effects[0] else { panic!() };
+        assert_eq!(order.facts.attempts, 2, "round 2");
+    }
+
+    #[test]
+    fn a_session_whose_todos_were_always_empty_is_never_reviewed() {
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &[]);
+        b.turn_ms(100, "msg_1", "Done.", "stop");
+        assert_eq!(b.core.deadline(), None);
+        b.todos_ms(200, &["completed"]);
+        b.idle_ms(300);
+        assert!(prompts(&b.tick_ms(10_000)).is_empty(), "created already done: no open->done edge");
+    }
+
+    #[test]
+    fn reviews_are_bounded_by_max_rounds() {
+        let mut r = rules();
+        r.review.max_rounds = 1;
+        let mut b = bench_with_rules(r);
+        let mut t = 0;
+        for round in 0..2 {
+            b.todos_ms(t, &["pending"]);
+            b.todos_ms(t + 10, &["completed"]);
+            b.turn_ms(t + 20, &format!("msg_{round}"), "Done.", "stop");
+            let effects = b.tick_ms(t + 600);
+            assert_eq!(prompts(&effects).len(), if round == 0 { 1 } else { 0 });
+            b.deliver(t + 600, &effects);
+            t += 1000;
+        }
     }
 }
