@@ -49,13 +49,27 @@ impl Rig {
         recovery: RecoveryConfig,
         tweak: impl FnOnce(OpenCodeOptions) -> OpenCodeOptions,
     ) -> anyhow::Result<Rig> {
-        Self::start_via(recovery, tweak, |url| Ok(url)).await
+        Self::start_via(recovery, tweak, Ok).await
     }
 
     /// Like [`Rig::start_with`], with Shepherd talking to the URL `via` returns
     /// (e.g. a fault-injecting proxy in front of OpenCode).
     pub async fn start_via(
         recovery: RecoveryConfig,
+        tweak: impl FnOnce(OpenCodeOptions) -> OpenCodeOptions,
+        via: impl FnOnce(String) -> anyhow::Result<String>,
+    ) -> anyhow::Result<Rig> {
+        Self::start_full(|c| c.recovery = recovery, tweak, via).await
+    }
+
+    /// With Shepherd's whole configuration adjusted by `configure` (the server list is
+    /// filled in; recovery starts from [`fast_recovery`], the control API is off).
+    pub async fn start_config(configure: impl FnOnce(&mut Config)) -> anyhow::Result<Rig> {
+        Self::start_full(configure, |o| o, Ok).await
+    }
+
+    pub async fn start_full(
+        configure: impl FnOnce(&mut Config),
         tweak: impl FnOnce(OpenCodeOptions) -> OpenCodeOptions,
         via: impl FnOnce(String) -> anyhow::Result<String>,
     ) -> anyhow::Result<Rig> {
@@ -68,11 +82,13 @@ impl Rig {
         client.prompt_async(&warmup, "[[fake:ok]] warm up", None, None, false).await?;
         client.wait_busy(&warmup, PATIENCE).await.ok();
         client.wait_idle(&warmup, PATIENCE).await?;
-        let cfg = Config {
+        let mut cfg = Config {
             servers: vec![ServerConfig::new("local", via(opencode.url())?)],
-            recovery,
+            recovery: fast_recovery(),
             ..Config::default()
         };
+        cfg.control.enabled = false;
+        configure(&mut cfg);
         cfg.validate()?;
         let daemon = Daemon::start(&cfg)?;
         let records = daemon.journal().subscribe();
