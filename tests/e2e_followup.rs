@@ -1,0 +1,167 @@
+//! Nudges and reviews against the real OpenCode server, driven by the fake model.
+//!
+//! The fake model reads markers in the last user message, so the nudge and review
+//! templates below carry markers that tell it how to react (finish the todos, plan new
+//! ones): the templates are configuration, and this is what the tests configure.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use shepherd::testbed::client::Message;
+use shepherd_actors::config::Config;
+use shepherd_actors::journal::{Action, Outcome};
+use support::{Rig, PATIENCE};
+
+fn kind_of(m: &Message) -> Option<String> {
+    m.parts.iter().find_map(|p| p.pointer("/metadata/shepherd/kind").and_then(Value::as_str).map(str::to_string))
+}
+
+async fn prompts_of_kind(rig: &Rig, id: &str, kind: &str) -> anyhow::Result<Vec<String>> {
+    Ok(rig
+        .client
+        .messages(id)
+        .await?
+        .iter()
+        .filter(|m| m.role() == "user" && kind_of(m).as_deref() == Some(kind))
+        .map(|m| m.text())
+        .collect())
+}
+
+fn quick(c: &mut Config) {
+    c.nudge.user_quiet = Duration::ZERO;
+    c.nudge.idle_delay = Duration::from_millis(300);
+    c.review.debounce = Duration::from_millis(300);
+}
+
+/// Waits until the session has been idle, with no Shepherd prompt pending, for a while.
+async fn settle(rig: &Rig, id: &str) -> anyhow::Result<()> {
+    let mut quiet_polls = 0;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while quiet_polls < 15 {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "session {id} never settled");
+        if rig.client.is_busy(id).await? {
+            quiet_polls = 0;
+        } else {
+            quiet_polls += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+#[actix::test]
+async fn idle_with_open_todos_is_nudged_once_with_the_todos_then_reviewed_once_when_done() -> anyhow::Result<()> {
+    let mut rig = Rig::start_config(|c| {
+        quick(c);
+        c.nudge.message = "[[fake:todo:done]] Keep going: {pending} of {total} open:\n{todoList}".into();
+    })
+    .await?;
+    let id = rig.client.create_session(Some("nudge")).await?;
+    rig.client.prompt_async(&id, "[[fake:todo:create]] plan and stop", None, None, false).await?;
+    rig.wait_record(&id, Action::Nudge, Outcome::Done, PATIENCE).await?;
+    rig.wait_record(&id, Action::Review, Outcome::Done, PATIENCE).await?;
+    settle(&rig, &id).await?;
+
+    let nudges = prompts_of_kind(&rig, &id, "nudge").await?;
+    assert_eq!(nudges.len(), 1, "{nudges:?}");
+    assert!(nudges[0].contains("3 of 3 open"), "{}", nudges[0]);
+    let todos = rig.client.todos(&id).await?;
+    assert!(todos.iter().all(|t| nudges[0].contains(&t.content)), "the nudge lists the open todos");
+    assert_eq!(prompts_of_kind(&rig, &id, "review").await?.len(), 1, "one review for one completion");
+    assert!(todos.iter().all(|t| t.status == "completed"));
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn no_nudge_when_the_model_asked_the_person_a_question() -> anyhow::Result<()> {
+    let mut rig = Rig::start_config(quick).await?;
+    let id = rig.client.create_session(Some("asks")).await?;
+    rig.client
+        .prompt_async(&id, "[[fake:todo:create]][[fake:say:Should I use SQLite or Postgres?]] plan", None, None, false)
+        .await?;
+    let declined = rig.wait_record(&id, Action::Nudge, Outcome::Declined, PATIENCE).await?;
+    assert_eq!(declined.reason, "the last reply asks the person a question");
+    settle(&rig, &id).await?;
+    assert!(prompts_of_kind(&rig, &id, "nudge").await?.is_empty());
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn no_nudge_after_a_user_abort_until_the_person_writes() -> anyhow::Result<()> {
+    let mut rig = Rig::start_config(|c| {
+        quick(c);
+        c.nudge.message = "[[fake:ok]] nudge: {pending} open".into();
+    })
+    .await?;
+    let id = rig.client.create_session(Some("esc")).await?;
+    rig.client.prompt_async(&id, "[[fake:todo:create]][[fake:stall]] work", None, None, false).await?;
+    shepherd::testbed::client::wait_for("todos to exist", PATIENCE, || async {
+        rig.client.todos(&id).await.map(|t| !t.is_empty())
+    })
+    .await?;
+    rig.client.abort(&id).await?;
+    let declined = rig.wait_record(&id, Action::Nudge, Outcome::Declined, PATIENCE).await?;
+    assert!(declined.reason.contains("paused") || declined.reason.contains("did not finish normally"), "{declined:?}");
+    settle(&rig, &id).await?;
+    assert!(prompts_of_kind(&rig, &id, "nudge").await?.is_empty());
+
+    rig.client.prompt_async(&id, "[[fake:ok]] carry on", None, None, false).await?;
+    rig.wait_record(&id, Action::Resume, Outcome::Done, PATIENCE).await?;
+    rig.wait_record(&id, Action::Nudge, Outcome::Done, PATIENCE).await?;
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn loop_protection_stops_after_three_unchanged_nudges_and_resumes_when_a_todo_changes() -> anyhow::Result<()> {
+    let mut rig = Rig::start_config(|c| {
+        quick(c);
+        c.nudge.cooldown = Duration::ZERO;
+        c.nudge.message = "[[fake:ok]] {pending} still open".into(); // the model never progresses
+    })
+    .await?;
+    let id = rig.client.create_session(Some("loop")).await?;
+    rig.client.prompt_async(&id, "[[fake:todo:create]] plan", None, None, false).await?;
+    let stop = rig.wait_record(&id, Action::Nudge, Outcome::Declined, Duration::from_secs(60)).await?;
+    assert!(stop.reason.contains("3 nudges without progress"), "{stop:?}");
+    settle(&rig, &id).await?;
+    assert_eq!(prompts_of_kind(&rig, &id, "nudge").await?.len(), 3);
+
+    // A tool (not the person) makes the agent finish one todo: progress, nudging resumes.
+    rig.client.prompt_async(&id, "[[fake:todo:partial]] tick one off", None, None, true).await?;
+    shepherd::testbed::client::wait_for("a fourth nudge", PATIENCE, || async {
+        prompts_of_kind(&rig, &id, "nudge").await.map(|n| n.len() == 4)
+    })
+    .await?;
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn review_fires_again_after_the_review_produced_new_todos_up_to_max_rounds() -> anyhow::Result<()> {
+    let mut rig = Rig::start_config(|c| {
+        quick(c);
+        c.review.max_rounds = 2;
+        // The review makes the agent plan fixes (new open todos); the nudge finishes them.
+        c.review.message = "[[fake:todo:create]] Review round {attempts} of {maxAttempts}: run the tests.".into();
+        c.nudge.message = "[[fake:todo:done]] Fix: {todoList}".into();
+    })
+    .await?;
+    let id = rig.client.create_session(Some("review loop")).await?;
+    rig.client.prompt_async(&id, "[[fake:todo:create]][[fake:todo:done]] do it all", None, None, false).await?;
+    shepherd::testbed::client::wait_for("two reviews", Duration::from_secs(60), || async {
+        prompts_of_kind(&rig, &id, "review").await.map(|r| r.len() == 2)
+    })
+    .await?;
+    settle(&rig, &id).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let reviews = prompts_of_kind(&rig, &id, "review").await?;
+    assert_eq!(reviews.len(), 2, "bounded by max_rounds");
+    assert!(reviews[0].contains("round 1 of 2") && reviews[1].contains("round 2 of 2"), "{reviews:?}");
+    rig.stop().await;
+    Ok(())
+}
