@@ -188,3 +188,74 @@ async fn malformed_and_unknown_events_disturb_nothing() -> anyhow::Result<()> {
     drop(proxy);
     Ok(())
 }
+
+#[actix::test]
+async fn after_the_stream_comes_back_a_session_that_stalled_unseen_is_found_and_recovered() -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    let mut proxy = None;
+    let mut rig = Rig::start_via(fast_recovery(), |o| o, |url| {
+        let p = support::faulty_proxy::FaultyProxy::start_clean(url)?;
+        let via = p.url.clone();
+        proxy = Some(p);
+        Ok(via)
+    })
+    .await?;
+    let faults = std::sync::Arc::clone(&proxy.as_ref().unwrap().faults);
+
+    // The event stream drops; REST still answers. A session starts and stalls unseen.
+    faults.cut_events.store(true, Ordering::SeqCst);
+    let id = rig.client.create_session(Some("unseen")).await?;
+    rig.client.prompt_async(&id, "[[fake:stall]] work while nobody watches", None, None, false).await?;
+    rig.client.wait_busy(&id, PATIENCE).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(rig.records_for(&id).is_empty());
+
+    // The stream comes back: reconciliation finds the busy session, and its silence
+    // is then recovered like any stall.
+    faults.cut_events.store(false, Ordering::SeqCst);
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+    let stats = &rig.daemon().pump_stats()[0].1;
+    assert!(stats.connects.load(Ordering::Relaxed) >= 2, "the pump reconnected");
+    rig.stop().await;
+    drop(proxy);
+    Ok(())
+}
+
+#[actix::test]
+async fn a_password_protected_server_is_supervised_with_basic_auth_from_the_environment() -> anyhow::Result<()> {
+    // The variable name is unique to this test; tests share one process environment.
+    std::env::set_var("SHEPHERD_TEST_OC_PASSWORD", "s3cret-for-test");
+    let mut rig = Rig::start_full(
+        |c| c.servers[0].password_env = Some("SHEPHERD_TEST_OC_PASSWORD".into()),
+        |o| o.password("s3cret-for-test"),
+        Ok,
+    )
+    .await?;
+    let id = rig.client.create_session(Some("secured")).await?;
+    rig.client.prompt_async(&id, "[[fake:stall]] work", None, None, false).await?;
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn a_wrong_password_keeps_the_daemon_running_and_the_server_unready() -> anyhow::Result<()> {
+    use shepherd::testbed::fake_model::FakeModel;
+    use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer};
+    std::env::set_var("SHEPHERD_TEST_WRONG_PASSWORD", "not-the-password");
+    let fake = FakeModel::start()?;
+    let mut opencode = OpenCodeServer::start(OpenCodeOptions::for_fake(&fake).password("right")).await?;
+    let mut server = shepherd_actors::config::ServerConfig::new("locked", opencode.url());
+    server.password_env = Some("SHEPHERD_TEST_WRONG_PASSWORD".into());
+    server.reconnect_initial = Duration::from_millis(100);
+    let mut cfg = shepherd_actors::config::Config { servers: vec![server], ..Default::default() };
+    cfg.control.enabled = false;
+    let daemon = shepherd::daemon::Daemon::start(&cfg)?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let fleet = daemon.fleet().await;
+    assert!(!fleet.servers[0].connected, "401 is not a connection");
+    assert_eq!(daemon.pump_stats()[0].1.connects.load(std::sync::atomic::Ordering::Relaxed), 0);
+    daemon.shutdown().await;
+    opencode.stop().await;
+    Ok(())
+}

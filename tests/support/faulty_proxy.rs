@@ -2,6 +2,8 @@
 //! unchanged, but slips malformed and unknown frames into `/global/event` — between
 //! real frames, never inside one — so a test can show that bad input disturbs nothing.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
@@ -17,13 +19,33 @@ pub const BAD_FRAMES: &[&str] = &[
     "",
 ];
 
+/// What the proxy does to the event stream.
+#[derive(Default)]
+pub struct Faults {
+    /// Slip [`BAD_FRAMES`] into the stream.
+    pub inject: AtomicBool,
+    /// Refuse and cut event streams (REST still works): a network blip for the stream.
+    pub cut_events: AtomicBool,
+}
+
 pub struct FaultyProxy {
     pub url: String,
+    pub faults: Arc<Faults>,
     handle: actix_web::dev::ServerHandle,
 }
 
 impl FaultyProxy {
+    /// A proxy injecting bad frames.
     pub fn start(upstream: String) -> anyhow::Result<FaultyProxy> {
+        let p = Self::start_clean(upstream)?;
+        p.faults.inject.store(true, Ordering::SeqCst);
+        Ok(p)
+    }
+
+    /// A proxy that forwards faithfully until told otherwise.
+    pub fn start_clean(upstream: String) -> anyhow::Result<FaultyProxy> {
+        let faults = Arc::new(Faults::default());
+        let shared = Arc::clone(&faults);
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         let url = format!("http://{}", listener.local_addr()?);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -33,7 +55,7 @@ impl FaultyProxy {
                 let client = reqwest::Client::new();
                 let server = HttpServer::new(move || {
                     App::new()
-                        .app_data(web::Data::new((client.clone(), upstream.clone())))
+                        .app_data(web::Data::new((client.clone(), upstream.clone(), Arc::clone(&shared))))
                         .default_service(web::to(forward))
                 })
                 .workers(1)
@@ -45,7 +67,7 @@ impl FaultyProxy {
             });
         });
         let handle = rx.recv_timeout(Duration::from_secs(10))?;
-        Ok(FaultyProxy { url, handle })
+        Ok(FaultyProxy { url, faults, handle })
     }
 }
 
@@ -59,9 +81,12 @@ impl Drop for FaultyProxy {
 async fn forward(
     req: HttpRequest,
     body: web::Bytes,
-    state: web::Data<(reqwest::Client, String)>,
+    state: web::Data<(reqwest::Client, String, Arc<Faults>)>,
 ) -> HttpResponse {
-    let (client, upstream) = state.get_ref();
+    let (client, upstream, faults) = state.get_ref();
+    if req.path() == "/global/event" && faults.cut_events.load(Ordering::SeqCst) {
+        return HttpResponse::ServiceUnavailable().body("event stream cut by the test");
+    }
     let url = format!("{upstream}{}", req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/"));
     let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes()).unwrap_or(reqwest::Method::GET);
     let mut rb = client.request(method, &url).body(body.to_vec());
@@ -92,11 +117,23 @@ async fn forward(
         };
         futures::future::ready(Some(frames))
     });
-    let bad = futures::stream::unfold(0usize, |i| async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        Some((vec![BAD_FRAMES[i % BAD_FRAMES.len()].to_string()], i + 1))
+    let inject = Arc::clone(faults);
+    let bad = futures::stream::unfold(0usize, move |i| {
+        let inject = Arc::clone(&inject);
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let frames = if inject.inject.load(Ordering::SeqCst) {
+                vec![BAD_FRAMES[i % BAD_FRAMES.len()].to_string()]
+            } else {
+                Vec::new()
+            };
+            Some((frames, i + 1))
+        }
     });
-    let merged = futures::stream::select(real, bad).flat_map(|frames| {
+    let cut = Arc::clone(faults);
+    let merged = futures::stream::select(real, bad)
+        .take_while(move |_| futures::future::ready(!cut.cut_events.load(Ordering::SeqCst)))
+        .flat_map(|frames| {
         futures::stream::iter(
             frames.into_iter().map(|f| Ok::<_, actix_web::Error>(web::Bytes::from(format!("data: {f}\n\n")))),
         )

@@ -290,3 +290,30 @@ impl Handler<DeliverCustom> for SessionActor {
         }))
     }
 }
+
+/// Re-read the todo list by REST (after a reconnect: `todo.updated` events may have
+/// been missed) and feed it in as if it had arrived as an event.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RefreshTodos;
+
+impl Handler<RefreshTodos> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: RefreshTodos, ctx: &mut Context<Self>) {
+        // Only where a missed update could matter: a session that is busy or has a list.
+        if !self.core.is_busy() && self.core.todos().is_empty() {
+            return;
+        }
+        let engine = Arc::clone(&self.env.engine);
+        let id = self.core.id().to_string();
+        let work = async move { engine.todos(&id).await.map(|todos| (id, todos)) };
+        ctx.spawn(work.into_actor(self).map(|result, act, ctx| match result {
+            Ok((session_id, todos)) => {
+                let effects = act.core.observe(&Event::TodoUpdated { session_id, todos }, act.env.now());
+                act.apply(effects, ctx);
+            }
+            Err(e) => tracing::debug!(server = %act.env.server, session = %act.core.id(), error = %e, "could not re-read todos"),
+        }));
+    }
+}

@@ -18,7 +18,7 @@ use crate::event::{Envelope, Event, SessionInfo, Status};
 use crate::journal::Journal;
 use crate::ports::{Clock, Engine, EngineError};
 use crate::control::{ControlError, CustomPromptReply, GetSession, ListSessions, SendCustomPrompt, SessionDetail};
-use crate::session::actor::{DeliverCustom, Hydrate, Inspect, Reconfigure, StopSession};
+use crate::session::actor::{DeliverCustom, Hydrate, Inspect, Reconfigure, RefreshTodos, StopSession};
 use crate::session::recovery::InFlight;
 use crate::session::{Observe, SessionActor, SessionEnv};
 
@@ -193,6 +193,12 @@ impl Supervisor {
             let dir = slot.directory.clone().or_else(|| infos.get(id).and_then(|i| i.directory.clone()));
             if dir.is_some_and(|d| checked_dirs.contains(&d)) {
                 slot.addr.do_send(Observe(Event::SessionStatus { session_id: id.clone(), status: Status::Idle }));
+            }
+        }
+        // Todo events may have been missed while disconnected.
+        for ((server, _), slot) in &self.sessions {
+            if *server == r.server {
+                slot.addr.do_send(RefreshTodos);
             }
         }
         if let Some(srv) = self.servers.get_mut(&r.server) {
