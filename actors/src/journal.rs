@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 /// What Shepherd did, or considered doing, to a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     /// A busy session went quiet past its timeout.
@@ -56,7 +56,7 @@ impl Action {
 }
 
 /// Whether the action happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// Carried out.
@@ -78,7 +78,8 @@ impl Outcome {
 }
 
 /// The numbers behind a decision. Absent numbers are not logged.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Numbers {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_for_ms: Option<u64>,
@@ -107,7 +108,7 @@ pub struct Numbers {
 }
 
 /// One decision about one session.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ActionRecord {
     pub server: String,
     pub session: String,

@@ -11,6 +11,7 @@
 //! - [`supervisor`]: the fleet actor: creates session actors on first sight, routes
 //!   events to them and reconciles state after every stream (re)connect.
 //! - [`control`]: the questions the control API may ask the supervisor.
+//! - [`ledger`]: the durable-state port (what survives eviction and restarts).
 //! - [`journal`]: the record of every action Shepherd took or declined.
 //!
 //! Decision modules have no I/O, no clock of their own and no actix: they take `now`
@@ -20,6 +21,7 @@ pub mod config;
 pub mod control;
 pub mod event;
 pub mod journal;
+pub mod ledger;
 pub mod ports;
 pub mod session;
 pub mod supervisor;
