@@ -1,8 +1,10 @@
 //! Shepherd: the binary's library half — configuration loading, the adapters to the
-//! outside world (OpenCode HTTP/SSE), the test bed (fake model + real OpenCode server)
-//! and the wiring that connects them to the actor system in `shepherd-actors`.
+//! outside world (OpenCode HTTP/SSE, the control API), the test bed (fake model + real
+//! OpenCode server) and the wiring that connects them to the actor system in
+//! `shepherd-actors`.
 
 pub mod config;
+pub mod control;
 pub mod daemon;
 pub mod demo;
 pub mod logging;

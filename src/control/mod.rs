@@ -1,0 +1,40 @@
+//! The control API: an HTTP edge through which people and tools ask the running daemon
+//! what it knows about its sessions and send their own prompts, and the client the CLI
+//! (`shepherd sessions`, `shepherd prompt`) uses to talk to it.
+//!
+//! This module authenticates, parses and maps answers to status codes; it decides
+//! nothing about sessions. Every question becomes one of the supervisor's control
+//! messages ([`shepherd_actors::control`]), so a custom prompt goes the same way as every
+//! prompt Shepherd sends.
+//!
+//! Parts:
+//! - [`server`]: the actix-web server on a thread (and actix `System`) of its own, so it
+//!   answers while the supervisor is busy; routes, request log, error bodies.
+//! - [`auth`]: the bearer-token check (pure; constant-time comparison).
+//! - [`token`]: where the token comes from (the variable `control.token_env` names, or a
+//!   generated one written to `control.token_file` with mode 0600) and where the CLI
+//!   finds it. A token never appears in a log line, an error or `Debug` output.
+//! - [`request`]: the prompt body, parsed so that a 400 names the offending field.
+//! - [`client`]: the CLI's side: which URL, which token, clear errors.
+//! - [`table`]: the `shepherd sessions` table (pure).
+//!
+//! Endpoints (all JSON; errors are `{"error": "...", "field"?: "..."}`):
+//! - `GET /healthz` → `{"ok": true}`, no token needed;
+//! - `GET /v1/sessions` → every tracked session (`SessionDetail`);
+//! - `GET /v1/sessions/{id}` → one session, 404 when unknown;
+//! - `POST /v1/sessions/{id}/prompt` with a `CustomPromptRequest` → `CustomPromptReply`;
+//!   404 when the session is unknown, 400 naming the field when the body is wrong.
+//!
+//! Every request but `/healthz` needs `Authorization: Bearer <token>` (reads may go
+//! without when `control.allow_unauthenticated_reads`); otherwise 401.
+
+pub mod auth;
+pub mod client;
+pub mod request;
+pub mod server;
+pub mod table;
+pub mod token;
+
+pub use self::client::{ClientError, ControlClient};
+pub use self::server::ControlServer;
+pub use self::token::ControlToken;

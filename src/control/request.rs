@@ -1,0 +1,101 @@
+//! The body of `POST /v1/sessions/{id}/prompt`, parsed so that a refusal names the
+//! field at fault (`include_todo_context: invalid type: string "yes", expected a
+//! boolean`), not only a line and column.
+//!
+//! The schema is [`CustomPromptRequest`] itself: each member of the JSON object is tried
+//! alone against it (every field has a default), so the first member that does not fit
+//! is the one named, and a field added to the schema is accepted here without a change.
+
+use serde_json::{Map, Value};
+use shepherd_actors::control::CustomPromptRequest;
+
+/// A body that cannot be a prompt request, and the field to blame (`body` when it is
+/// the body as a whole).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct BadBody {
+    pub field: String,
+    pub reason: String,
+}
+
+fn bad(field: &str, reason: impl ToString) -> BadBody {
+    BadBody { field: field.to_string(), reason: reason.to_string() }
+}
+
+/// Parses and checks a prompt request: a JSON object of known fields with the right
+/// types, and a text to send (`message` or `custom_prompt`, not blank).
+pub fn parse_prompt_request(body: &[u8]) -> Result<CustomPromptRequest, BadBody> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| bad("body", format!("not valid JSON ({e})")))?;
+    let Value::Object(members) = value else {
+        return Err(bad("body", "must be a JSON object"));
+    };
+    for (name, member) in &members {
+        let alone = Value::Object(Map::from_iter([(name.clone(), member.clone())]));
+        if let Err(e) = serde_json::from_value::<CustomPromptRequest>(alone) {
+            let reason = e.to_string();
+            return Err(match reason.strip_prefix("unknown field ") {
+                Some(rest) => bad(name, format!("unknown field; {}", rest.split_once(", ").map_or(rest, |(_, r)| r))),
+                None => bad(name, reason),
+            });
+        }
+    }
+    let request: CustomPromptRequest = serde_json::from_value(Value::Object(members)).map_err(|e| bad("body", e))?;
+    let blank = |t: &Option<String>| t.as_deref().unwrap_or("").trim().is_empty();
+    if blank(&request.message) && blank(&request.custom_prompt) {
+        return Err(bad("message", "required (or custom_prompt), and not blank"));
+    }
+    Ok(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(body: &str) -> String {
+        parse_prompt_request(body.as_bytes()).unwrap_err().field
+    }
+
+    #[test]
+    fn a_full_request_is_parsed() {
+        let r =
+            parse_prompt_request(br#"{"message":"go on","include_todo_context":true,"include_context_summary":false}"#)
+                .unwrap();
+        assert_eq!(r.message.as_deref(), Some("go on"));
+        assert!(r.include_todo_context && !r.include_context_summary && r.custom_prompt.is_none());
+        let r = parse_prompt_request(br#"{"custom_prompt":"{pending} left"}"#).unwrap();
+        assert_eq!(r.custom_prompt.as_deref(), Some("{pending} left"));
+    }
+
+    #[test]
+    fn an_unknown_field_is_named_with_the_known_ones() {
+        let e = parse_prompt_request(br#"{"message":"x","with_todos":true}"#).unwrap_err();
+        assert_eq!(e.field, "with_todos");
+        assert!(e.reason.starts_with("unknown field; expected one of"), "{e}");
+        assert!(e.reason.contains("include_todo_context"), "{e}");
+    }
+
+    #[test]
+    fn a_wrong_type_is_named() {
+        let e = parse_prompt_request(br#"{"message":"x","include_todo_context":"yes"}"#).unwrap_err();
+        assert_eq!(e.field, "include_todo_context");
+        assert!(e.reason.contains("expected a boolean"), "{e}");
+        assert_eq!(field_of(r#"{"message":5}"#), "message");
+    }
+
+    #[test]
+    fn a_text_is_required() {
+        assert_eq!(
+            parse_prompt_request(b"{}").unwrap_err().to_string(),
+            "message: required (or custom_prompt), and not blank"
+        );
+        assert_eq!(field_of(r#"{"message":"  ","include_todo_context":true}"#), "message");
+        assert_eq!(field_of(r#"{"message":null}"#), "message");
+    }
+
+    #[test]
+    fn a_body_that_is_not_a_json_object_is_blamed_as_a_whole() {
+        assert_eq!(field_of(""), "body");
+        assert_eq!(field_of("{\"message\":"), "body");
+        assert_eq!(field_of(r#"["message"]"#), "body");
+    }
+}

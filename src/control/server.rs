@@ -1,0 +1,347 @@
+//! The control API's HTTP server: actix-web on a thread with an actix `System` of its
+//! own, so it answers while the daemon's actors are busy.
+//!
+//! It owns no session state: each request passes the [`Gate`], is parsed, and becomes one
+//! control message to the supervisor, whose answer (or [`ControlError`]) is mapped to a
+//! status and a JSON body. Each request is one tracing event under the
+//! `shepherd::control` target (method, path, status, elapsed time); headers, and so the
+//! token, are never logged.
+
+use std::ffi::OsString;
+use std::future::{ready, Ready};
+use std::net::{SocketAddr, TcpListener};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use actix::{Addr, MailboxError};
+use actix_web::dev::{Payload, ServerHandle, Service as _};
+use actix_web::http::{header, StatusCode};
+use actix_web::web::{self, Bytes};
+use actix_web::{App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError};
+use anyhow::Context as _;
+use serde_json::json;
+use shepherd_actors::config::ControlConfig;
+use shepherd_actors::control::{ControlError, GetSession, ListSessions, SendCustomPrompt};
+use shepherd_actors::supervisor::Supervisor;
+
+use super::auth::{Access, Denied, Gate};
+use super::request::{parse_prompt_request, BadBody};
+use super::token::{ControlToken, IssuedToken};
+
+/// Worker threads of the control server: it serves a few people and scripts, not load.
+const WORKERS: usize = 2;
+/// How long a graceful stop waits for requests under way (a prompt being delivered).
+const SHUTDOWN_GRACE_SECS: u64 = 5;
+
+/// A running control API.
+pub struct ControlServer {
+    url: String,
+    issued: IssuedToken,
+    handle: Option<ServerHandle>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ControlServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlServer").field("url", &self.url).field("token_from", &self.issued.origin).finish()
+    }
+}
+
+impl ControlServer {
+    /// Binds `control.bind` (port 0: any free port), establishes the token (from the
+    /// environment, or generated and written to the token file) and starts serving.
+    pub fn start(cfg: &ControlConfig, supervisor: Addr<Supervisor>) -> anyhow::Result<Self> {
+        Self::start_with_env(cfg, supervisor, &|name| std::env::var_os(name))
+    }
+
+    /// [`ControlServer::start`] with the environment given as a lookup function.
+    pub fn start_with_env(
+        cfg: &ControlConfig,
+        supervisor: Addr<Supervisor>,
+        lookup: &dyn Fn(&str) -> Option<OsString>,
+    ) -> anyhow::Result<Self> {
+        let bind: SocketAddr = cfg
+            .bind
+            .parse()
+            .with_context(|| format!("control.bind {:?}: not an address like 127.0.0.1:7433", cfg.bind))?;
+        // Bind before writing the token file: a second daemon on the same port must not
+        // replace the first one's token.
+        let listener = TcpListener::bind(bind).with_context(|| {
+            format!("control.bind {bind}: cannot listen (another Shepherd running? change control.bind or set control.enabled = false)")
+        })?;
+        let local = listener.local_addr().context("control API: reading the bound address")?;
+        if !local.ip().is_loopback() {
+            tracing::warn!(bind = %local, "control API bound to a non-loopback address: anyone who can reach it and holds the token can prompt sessions");
+        }
+        let issued = IssuedToken::issue(cfg, lookup)?;
+        let state = web::Data::new(ApiState {
+            supervisor,
+            gate: Gate::new(issued.token.clone(), cfg.allow_unauthenticated_reads),
+        });
+        let (tx, rx) = std::sync::mpsc::channel::<std::io::Result<ServerHandle>>();
+        let thread = std::thread::Builder::new()
+            .name(format!("control-api-{}", local.port()))
+            .spawn(move || {
+                let system = actix_web::rt::System::new();
+                system.block_on(async move {
+                    let server = HttpServer::new(move || app(state.clone()))
+                        .workers(WORKERS)
+                        .disable_signals()
+                        .shutdown_timeout(SHUTDOWN_GRACE_SECS)
+                        .listen(listener);
+                    match server {
+                        Ok(server) => {
+                            let server = server.run();
+                            let _ = tx.send(Ok(server.handle()));
+                            if let Err(e) = server.await {
+                                tracing::warn!(error = %e, "control API server ended with an error");
+                            }
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                        }
+                    }
+                });
+            })
+            .context("control API: spawning its thread")?;
+        let handle = rx
+            .recv()
+            .context("control API thread died before it started")?
+            .context("control API: starting the server")?;
+        let url = format!("http://{}", connectable(local));
+        tracing::info!(url = %url, token_from = %issued.origin, "control API listening");
+        Ok(Self { url, issued, handle: Some(handle), thread: Some(thread) })
+    }
+
+    /// `http://HOST:PORT` with the port actually bound (an unspecified bind address is
+    /// reported as loopback, which is where a local client reaches it).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The token requests must carry.
+    pub fn token(&self) -> &ControlToken {
+        &self.issued.token
+    }
+
+    /// Stops accepting requests, lets those under way finish (bounded), and removes the
+    /// token file the server wrote.
+    pub async fn stop(mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.stop(true).await;
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        self.issued.withdraw();
+        tracing::info!("control API stopped");
+    }
+}
+
+impl Drop for ControlServer {
+    /// Without [`ControlServer::stop`] (an error during start-up, a panicking test):
+    /// ask the server to stop, without waiting. The token file goes with `issued`.
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            drop(handle.stop(false));
+        }
+    }
+}
+
+/// Where a local client reaches a server bound to `addr`.
+pub fn connectable(addr: SocketAddr) -> SocketAddr {
+    let mut addr = addr;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    addr
+}
+
+struct ApiState {
+    supervisor: Addr<Supervisor>,
+    gate: Gate,
+}
+
+fn app(
+    state: web::Data<ApiState>,
+) -> App<
+    impl actix_web::dev::ServiceFactory<
+        actix_web::dev::ServiceRequest,
+        Config = (),
+        Response = actix_web::dev::ServiceResponse<actix_web::body::BoxBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    App::new()
+        .app_data(state)
+        .wrap_fn(|req, srv| {
+            let method = req.method().to_string();
+            let path = req.path().to_string();
+            let started = Instant::now();
+            let response = srv.call(req);
+            async move {
+                let response = response.await;
+                let status = match &response {
+                    Ok(r) => r.status(),
+                    Err(e) => e.as_response_error().status_code(),
+                };
+                log_request(&method, &path, status, started);
+                response
+            }
+        })
+        .route("/healthz", web::get().to(healthz))
+        .service(
+            web::resource("/v1/sessions")
+                .route(web::get().to(list_sessions))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/sessions/{id}")
+                .route(web::get().to(get_session))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/sessions/{id}/prompt")
+                .route(web::post().to(send_prompt))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .default_service(web::to(not_found))
+}
+
+/// One event per request; `/healthz` (polled by monitors) at debug level.
+fn log_request(method: &str, path: &str, status: StatusCode, started: Instant) {
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let status = status.as_u16();
+    if path == "/healthz" {
+        tracing::debug!(target: "shepherd::control", method, path, status, elapsed_ms, "control request");
+    } else {
+        tracing::info!(target: "shepherd::control", method, path, status, elapsed_ms, "control request");
+    }
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "ok": true }))
+}
+
+async fn list_sessions(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    let sessions = state.supervisor.send(ListSessions).await?;
+    Ok(HttpResponse::Ok().json(sessions))
+}
+
+async fn get_session(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let detail = state.supervisor.send(GetSession(id.into_inner())).await??;
+    Ok(HttpResponse::Ok().json(detail))
+}
+
+async fn send_prompt(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    id: web::Path<String>,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let request = parse_prompt_request(&body)?;
+    let reply = state.supervisor.send(SendCustomPrompt { session: id.into_inner(), request }).await??;
+    Ok(HttpResponse::Ok().json(reply))
+}
+
+async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, format!("method {} not allowed on {}", req.method(), req.path()))
+        .error_response()
+}
+
+async fn not_found(req: HttpRequest) -> HttpResponse {
+    ApiError::new(StatusCode::NOT_FOUND, format!("no such endpoint: {} {}", req.method(), req.path())).error_response()
+}
+
+/// Proof that a request passed the [`Gate`]: handlers that take it are protected.
+struct Authorized;
+
+impl FromRequest for Authorized {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let Some(state) = req.app_data::<web::Data<ApiState>>() else {
+            return ready(Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "control API state missing")));
+        };
+        let access = Access::of_method(req.method().as_str());
+        let header = req.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes());
+        ready(state.gate.check(access, header).map(|()| Authorized).map_err(ApiError::from))
+    }
+}
+
+/// An error answer: a status and `{"error": "...", "field"?: "..."}`.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    error: String,
+    field: Option<String>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, error: impl Into<String>) -> Self {
+        Self { status, error: error.into(), field: None }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.error)
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut body = json!({ "error": self.error });
+        if let Some(field) = &self.field {
+            body["field"] = json!(field);
+        }
+        let mut response = HttpResponse::build(self.status);
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+        }
+        response.json(body)
+    }
+}
+
+impl From<Denied> for ApiError {
+    fn from(d: Denied) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, d.to_string())
+    }
+}
+
+impl From<BadBody> for ApiError {
+    fn from(b: BadBody) -> Self {
+        Self { status: StatusCode::BAD_REQUEST, error: b.to_string(), field: Some(b.field) }
+    }
+}
+
+impl From<ControlError> for ApiError {
+    fn from(e: ControlError) -> Self {
+        match e {
+            ControlError::UnknownSession(_) => Self::new(StatusCode::NOT_FOUND, e.to_string()),
+            ControlError::BadRequest { ref field, .. } => {
+                Self { status: StatusCode::BAD_REQUEST, field: Some(field.clone()), error: e.to_string() }
+            }
+            ControlError::ShuttingDown => Self::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        }
+    }
+}
+
+impl From<MailboxError> for ApiError {
+    fn from(e: MailboxError) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, format!("shepherd is shutting down ({e})"))
+    }
+}
