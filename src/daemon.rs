@@ -2,7 +2,8 @@
 //!
 //! [`Daemon::start`] must be called inside a running actix `System`. The same wiring
 //! serves `shepherd run`, `shepherd demo` and the end-to-end tests, so what the tests
-//! prove is what users run.
+//! prove is what users run. With `control.enabled`, the control API
+//! ([`crate::control`]) is served on a thread of its own beside the actors.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::resolve_password;
+use crate::control::{ControlServer, ControlToken};
 use crate::opencode::{Credentials, EventPump, OpenCodeClient, PumpStats};
 
 /// A running Shepherd.
@@ -28,12 +30,13 @@ pub struct Daemon {
     pump_stats: Vec<(String, Arc<PumpStats>)>,
     shutdown_grace: Duration,
     instance: String,
+    control: Option<ControlServer>,
 }
 
 impl Daemon {
     /// Attaches to every configured server. Fails only on configuration problems (a
-    /// named password variable that is unset); an unreachable server is retried by its
-    /// pump, not fatal.
+    /// named password variable that is unset, a control port already taken); an
+    /// unreachable server is retried by its pump, not fatal.
     pub fn start(cfg: &Config) -> anyhow::Result<Self> {
         let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         let journal = Journal::new();
@@ -41,6 +44,9 @@ impl Daemon {
         let supervisor =
             Supervisor::new(Arc::new(cfg.session_rules()), Arc::new(SystemClock), journal.clone(), instance.clone())
                 .start();
+        // Before the pumps: a control port already taken fails start-up with nothing running.
+        let control =
+            if cfg.control.enabled { Some(ControlServer::start(&cfg.control, supervisor.clone())?) } else { None };
         let (stop_pumps, stop_rx) = watch::channel(false);
         let mut pumps = Vec::new();
         let mut pump_stats = Vec::new();
@@ -64,7 +70,7 @@ impl Daemon {
         }
         // Long enough for a recovery under way to finish: its waits plus a few requests.
         let shutdown_grace = recovery.abort_poll_max + recovery.wait_after_abort + slowest_request * 3;
-        Ok(Self { supervisor, journal, stop_pumps, pumps, pump_stats, shutdown_grace, instance })
+        Ok(Self { supervisor, journal, stop_pumps, pumps, pump_stats, shutdown_grace, instance, control })
     }
 
     pub fn journal(&self) -> &Journal {
@@ -79,6 +85,17 @@ impl Daemon {
         &self.instance
     }
 
+    /// The control API's base URL (`http://127.0.0.1:PORT`, the port actually bound),
+    /// when it is enabled.
+    pub fn control_url(&self) -> Option<&str> {
+        self.control.as_ref().map(ControlServer::url)
+    }
+
+    /// The token control requests must carry (for tests and the demo; never log it).
+    pub fn control_token(&self) -> Option<&ControlToken> {
+        self.control.as_ref().map(ControlServer::token)
+    }
+
     /// Counters of each server's event pump.
     pub fn pump_stats(&self) -> &[(String, Arc<PumpStats>)] {
         &self.pump_stats
@@ -89,9 +106,13 @@ impl Daemon {
         self.supervisor.send(InspectFleet).await.unwrap_or_default()
     }
 
-    /// Graceful stop: streams first (no new events), then recoveries under way are
-    /// given time to send their continue, then every actor stops.
+    /// Graceful stop: the control API first (no new prompts; its token file is
+    /// removed), then streams (no new events), then recoveries under way are given time
+    /// to send their continue, then every actor stops.
     pub async fn shutdown(self) {
+        if let Some(control) = self.control {
+            control.stop().await;
+        }
         let _ = self.stop_pumps.send(true);
         for pump in self.pumps {
             let _ = pump.await;
