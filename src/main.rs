@@ -1,12 +1,16 @@
-//! The `shepherd` command line: `run`, `demo`, `config check`, `fake-model`.
+//! The `shepherd` command line: `run`, `demo`, `config check`, `fake-model`, and the
+//! control API's clients `sessions` and `prompt`.
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use shepherd::config::{load, render_effective, ConfigSources};
+use shepherd::control::table::render_sessions;
+use shepherd::control::ControlClient;
 use shepherd::daemon::Daemon;
 use shepherd_actors::config::LogFormat;
+use shepherd_actors::control::CustomPromptRequest;
 
 #[derive(Parser)]
 #[command(name = "shepherd", version, about = "Keeps many OpenCode agent sessions working unattended")]
@@ -29,6 +33,55 @@ enum Command {
     },
     /// Run the scriptable OpenAI-compatible fake model on its own.
     FakeModel,
+    /// List the sessions the running daemon supervises (through its control API).
+    Sessions(SessionsArgs),
+    /// Send a prompt to a session through the running daemon (template variables such
+    /// as {pending}, {total}, {todoList} are rendered).
+    Prompt(PromptArgs),
+}
+
+/// Where the running daemon's control API is: the same configuration `run` reads.
+#[derive(Args, Clone)]
+struct DaemonArgs {
+    /// TOML file (default: ./shepherd.toml if present).
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    /// Set a key, e.g. `--set control.bind=127.0.0.1:7500` (repeatable; wins over all).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+impl DaemonArgs {
+    fn client(&self) -> anyhow::Result<ControlClient> {
+        let sources = ConfigSources { file: self.config.clone(), overrides: self.set.clone(), server_url: None };
+        let cfg = load(&sources).context("invalid configuration")?;
+        Ok(ControlClient::from_config(&cfg.control)?)
+    }
+}
+
+#[derive(Args, Clone)]
+struct SessionsArgs {
+    /// Print the daemon's JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    daemon: DaemonArgs,
+}
+
+#[derive(Args, Clone)]
+struct PromptArgs {
+    /// The session id (`ses_…`).
+    session: String,
+    /// The text to send.
+    text: String,
+    /// Append the session's open todos.
+    #[arg(long)]
+    with_todos: bool,
+    /// Append a short summary of the session's state.
+    #[arg(long)]
+    with_summary: bool,
+    #[command(flatten)]
+    daemon: DaemonArgs,
 }
 
 #[derive(Subcommand)]
@@ -122,7 +175,47 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Runtime::new()?.block_on(wait_for_signal());
             Ok(())
         }
+        Command::Sessions(args) => client_runtime()?.block_on(sessions(args)),
+        Command::Prompt(args) => client_runtime()?.block_on(prompt(args)),
     }
+}
+
+fn client_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+async fn sessions(args: SessionsArgs) -> anyhow::Result<()> {
+    let client = args.daemon.client()?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&client.sessions_json().await?)?);
+        return Ok(());
+    }
+    let sessions = client.sessions().await?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    print!("{}", render_sessions(&sessions, now_ms));
+    Ok(())
+}
+
+async fn prompt(args: PromptArgs) -> anyhow::Result<()> {
+    let client = args.daemon.client()?;
+    let request = CustomPromptRequest {
+        message: Some(args.text),
+        include_todo_context: args.with_todos,
+        include_context_summary: args.with_summary,
+        ..CustomPromptRequest::default()
+    };
+    let reply = client.prompt(&args.session, &request).await?;
+    if !reply.success {
+        anyhow::bail!(
+            "not sent to {}: {}",
+            args.session,
+            reply.reason.as_deref().unwrap_or("the daemon gave no reason")
+        );
+    }
+    println!("sent to {}:\n{}", args.session, reply.message);
+    Ok(())
 }
 
 async fn run(cfg: shepherd_actors::config::Config) -> anyhow::Result<()> {
