@@ -41,9 +41,17 @@ impl Daemon {
         let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         let journal = Journal::new();
         let recovery = cfg.recovery.clone();
+        let ledger: Arc<dyn shepherd_actors::ledger::Ledger> = Arc::new(shepherd_actors::ledger::MemoryLedger::default());
         let supervisor =
-            Supervisor::new(Arc::new(cfg.session_rules()), Arc::new(SystemClock), journal.clone(), instance.clone())
-                .start();
+            Supervisor::new(
+                Arc::new(cfg.session_rules()),
+                cfg.supervisor.clone(),
+                ledger,
+                Arc::new(SystemClock),
+                journal.clone(),
+                instance.clone(),
+            )
+            .start();
         // Before the pumps: a control port already taken fails start-up with nothing running.
         let control =
             if cfg.control.enabled { Some(ControlServer::start(&cfg.control, supervisor.clone())?) } else { None };

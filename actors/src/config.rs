@@ -22,6 +22,8 @@ pub struct Config {
     pub nudge: NudgeConfig,
     pub review: ReviewConfig,
     pub control: ControlConfig,
+    pub store: StoreConfig,
+    pub supervisor: SupervisorConfig,
     pub log: LogConfig,
 }
 
@@ -226,6 +228,34 @@ impl Default for ReviewConfig {
     }
 }
 
+/// The fleet supervisor: discovery, idle cleanup, memory limits.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SupervisorConfig {
+    /// How often every server's sessions are listed to find busy ones the stream missed.
+    #[serde(with = "duration_str")]
+    pub discovery_interval: Duration,
+    /// How often idle session actors are looked for.
+    #[serde(with = "duration_str")]
+    pub cleanup_interval: Duration,
+    /// A session with no event for this long leaves memory (its state stays in the ledger).
+    #[serde(with = "duration_str")]
+    pub idle_cleanup: Duration,
+    /// Above this many session actors, the longest-quiet idle ones leave memory first.
+    pub max_sessions_in_memory: usize,
+}
+
+impl Default for SupervisorConfig {
+    fn default() -> Self {
+        Self {
+            discovery_interval: Duration::from_secs(60),
+            cleanup_interval: Duration::from_secs(30),
+            idle_cleanup: Duration::from_secs(10 * 60),
+            max_sessions_in_memory: 20_000,
+        }
+    }
+}
+
 /// The HTTP control API (status, custom prompts).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -253,6 +283,32 @@ impl Default for ControlConfig {
             allow_unauthenticated_reads: false,
         }
     }
+}
+
+/// The durable ledger: per-session state that survives eviction and restarts, and the
+/// journal of every action (`shepherd history`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `sqlite` (on disk, the default) or `memory` (forgotten at exit: for tests and
+    /// throw-away runs).
+    pub backend: StoreBackend,
+    /// The SQLite file (a leading `~/` is the home directory); empty = the default
+    /// `$XDG_STATE_HOME/shepherd/ledger.sqlite3` (`~/.local/state/shepherd/ledger.sqlite3`).
+    pub path: String,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { backend: StoreBackend::Sqlite, path: String::new() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    Sqlite,
+    Memory,
 }
 
 /// Log output.
@@ -336,6 +392,15 @@ impl Config {
         if r.continue_with_todos_message.trim().is_empty() {
             return Err(bad("recovery.continue_with_todos_message", "must not be empty"));
         }
+        if self.supervisor.discovery_interval.is_zero() {
+            return Err(bad("supervisor.discovery_interval", "must be greater than zero"));
+        }
+        if self.supervisor.cleanup_interval.is_zero() {
+            return Err(bad("supervisor.cleanup_interval", "must be greater than zero"));
+        }
+        if self.supervisor.max_sessions_in_memory == 0 {
+            return Err(bad("supervisor.max_sessions_in_memory", "must be at least 1"));
+        }
         if self.nudge.max_without_progress == 0 {
             return Err(bad("nudge.max_without_progress", "must be at least 1"));
         }
@@ -347,6 +412,15 @@ impl Config {
         }
         if self.control.enabled && self.control.bind.parse::<std::net::SocketAddr>().is_err() {
             return Err(bad("control.bind", "must be an address like 127.0.0.1:7433"));
+        }
+        if self.store.backend == StoreBackend::Sqlite {
+            let path = self.store.path.as_str();
+            if path.trim() != path {
+                return Err(bad("store.path", "must not start or end with white space"));
+            }
+            if path.ends_with('/') || path == "~" {
+                return Err(bad("store.path", "names a directory; give a file, e.g. /var/lib/shepherd/ledger.sqlite3"));
+            }
         }
         let mut names = std::collections::HashSet::new();
         for (i, s) in self.servers.iter().enumerate() {

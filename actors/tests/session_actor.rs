@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use async_trait::async_trait;
-use shepherd_actors::config::RecoveryConfig;
+use shepherd_actors::config::{RecoveryConfig, SupervisorConfig};
+use shepherd_actors::ledger::{Ledger, MemoryLedger};
 use shepherd_actors::event::{decode, ModelRef, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
 use shepherd_actors::ports::{Clock, Engine, EngineError, Prompt, TurnSettings};
@@ -86,7 +87,19 @@ fn world(cfg: RecoveryConfig) -> World {
     let journal = Journal::new();
     let records = journal.subscribe();
     let clock = Arc::new(PausedClock { start: tokio::time::Instant::now() });
-    let supervisor = Supervisor::new(Arc::new(cfg.into()), clock, journal, "test".into()).start();
+    world_with_ledger(cfg, Arc::new(MemoryLedger::default()), engine, journal, records, clock)
+}
+
+fn world_with_ledger(
+    cfg: RecoveryConfig,
+    ledger: Arc<MemoryLedger>,
+    engine: Arc<FakeEngine>,
+    journal: Journal,
+    records: tokio::sync::broadcast::Receiver<ActionRecord>,
+    clock: Arc<PausedClock>,
+) -> World {
+    let supervisor =
+        Supervisor::new(Arc::new(cfg.into()), SupervisorConfig::default(), ledger, clock, journal, "test".into()).start();
     supervisor.do_send(AttachServer { name: "srv".into(), engine: engine.clone(), list_limit: 10 });
     World { engine, supervisor, records }
 }
@@ -198,4 +211,85 @@ async fn shutdown_waits_for_a_recovery_under_way_to_send_its_continue() {
     let left = w.supervisor.send(Shutdown { grace: Duration::from_secs(60) }).await.unwrap();
     assert_eq!(left, 0);
     assert!(w.engine.calls().contains(&"prompt ses_A".to_string()), "the abort was followed by its continue");
+}
+
+#[actix::test]
+async fn an_evicted_idle_session_resumes_with_its_counters_intact() {
+    tokio::time::pause();
+    let ledger = Arc::new(MemoryLedger::default());
+    let engine = Arc::new(FakeEngine::default());
+    let journal = Journal::new();
+    let records = journal.subscribe();
+    let clock = Arc::new(PausedClock { start: tokio::time::Instant::now() });
+    let mut w = world_with_ledger(cfg(), Arc::clone(&ledger), engine, journal, records, clock);
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(190)).await; // stall -> recovery 1
+    settle().await;
+    assert!(w.drain().contains(&(Action::Continue, Outcome::Done)));
+    w.send(r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}}"#);
+    settle().await;
+
+    // Quiet for longer than idle_cleanup: the actor leaves memory.
+    tokio::time::sleep(Duration::from_secs(11 * 60)).await;
+    settle().await;
+    let fleet = w.supervisor.send(InspectFleet).await.unwrap();
+    assert!(fleet.sessions.iter().all(|s| s.id != "ses_A"), "evicted");
+    assert_eq!(ledger.load("srv", "ses_A").await.unwrap().unwrap().attempts, 1);
+
+    // It stalls again: a fresh actor resumes from the ledger, so this is attempt 2.
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(190)).await;
+    settle().await;
+    let prompts = w.engine.prompts.lock().unwrap().clone();
+    assert_eq!(prompts.len(), 2);
+    assert!(prompts[1].1.text.contains("attempt 2 of 3"), "{}", prompts[1].1.text);
+}
+
+#[actix::test]
+async fn a_completion_seen_before_a_restart_is_reviewed_exactly_once_after_it() {
+    tokio::time::pause();
+    let ledger = Arc::new(MemoryLedger::default());
+    let todos_open = r#"{"directory":"/p","payload":{"type":"todo.updated","properties":{"sessionID":"ses_R","todos":[{"content":"a","status":"in_progress"}]}}}"#;
+    let todos_done = r#"{"directory":"/p","payload":{"type":"todo.updated","properties":{"sessionID":"ses_R","todos":[{"content":"a","status":"completed"}]}}}"#;
+    let reply = |id: &str| format!(r#"{{"directory":"/p","payload":{{"type":"message.updated","properties":{{"sessionID":"ses_R","info":{{"id":"{id}","sessionID":"ses_R","role":"assistant","finish":"stop","time":{{"created":1}}}}}}}}}}"#);
+    let idle = r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_R","status":{"type":"idle"}}}}"#;
+    let reviews = |w: &World| w.engine.prompts.lock().unwrap().iter().filter(|(_, p)| p.tag.kind == "review").count();
+    let start = |ledger: Arc<MemoryLedger>| {
+        let journal = Journal::new();
+        let records = journal.subscribe();
+        let clock = Arc::new(PausedClock { start: tokio::time::Instant::now() });
+        world_with_ledger(cfg(), ledger, Arc::new(FakeEngine::default()), journal, records, clock)
+    };
+
+    // First Shepherd: sees the last todo done mid-turn, then stops before the turn ends.
+    let w = start(Arc::clone(&ledger));
+    w.send(todos_open);
+    w.busy("ses_R");
+    w.send(todos_done);
+    settle().await;
+    w.supervisor.send(Shutdown { grace: Duration::from_secs(1) }).await.unwrap();
+    assert_eq!(reviews(&w), 0);
+
+    // Second Shepherd, same ledger: the turn ends; the completion is reviewed once.
+    let w2 = start(Arc::clone(&ledger));
+    w2.busy("ses_R");
+    w2.send(&reply("msg_1"));
+    w2.engine.busy.lock().unwrap().clear();
+    w2.send(idle);
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    settle().await;
+    assert_eq!(reviews(&w2), 1);
+
+    // The reviewed turn ends too: no second review for the same completion.
+    w2.busy("ses_R");
+    w2.send(&reply("msg_2"));
+    w2.engine.busy.lock().unwrap().clear();
+    w2.send(idle);
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    settle().await;
+    assert_eq!(reviews(&w2), 1);
 }

@@ -13,6 +13,7 @@ use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
 use crate::event::{Event, SessionInfo};
 use crate::control::SessionDetail;
 use crate::journal::{ActionRecord, Journal};
+use crate::ledger::{DurableState, Ledger};
 use crate::ports::{Clock, Engine};
 use crate::session::core::{Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
 use crate::session::delivery::{deliver, Delivery, PromptOrder};
@@ -28,6 +29,8 @@ pub struct SessionEnv {
     pub in_flight: InFlight,
     /// This Shepherd instance's id, written into the metadata of its prompts.
     pub instance: String,
+    /// Where durable state and the journal go.
+    pub ledger: Arc<dyn Ledger>,
 }
 
 impl SessionEnv {
@@ -46,12 +49,14 @@ pub struct SessionActor {
     stop_after_recovery: bool,
     /// The latest record about this session.
     last_action: Option<ActionRecord>,
+    /// The durable state as last written (to write only changes).
+    saved: Option<DurableState>,
 }
 
 impl SessionActor {
     pub fn new(id: &str, cfg: Arc<SessionRules>, env: SessionEnv) -> Self {
         let core = SessionCore::new(env.server.clone(), id, Arc::clone(&cfg), env.now());
-        Self { core, cfg, env, timer: None, stop_after_recovery: false, last_action: None }
+        Self { core, cfg, env, timer: None, stop_after_recovery: false, last_action: None, saved: None }
     }
 
     fn apply(&mut self, effects: Vec<Effect>, ctx: &mut Context<Self>) {
@@ -59,6 +64,16 @@ impl SessionActor {
             match effect {
                 Effect::Record(r) => {
                     self.last_action = Some(r.clone());
+                    let ledger = Arc::clone(&self.env.ledger);
+                    let entry = r.clone();
+                    ctx.spawn(
+                        async move {
+                            if let Err(e) = ledger.append(&entry).await {
+                                tracing::warn!(server = %entry.server, session = %entry.session, error = %e, "ledger: journal write failed");
+                            }
+                        }
+                        .into_actor(self),
+                    );
                     self.env.journal.record(r);
                 }
                 Effect::Recover(order) => self.start_recovery(order, ctx),
@@ -66,7 +81,35 @@ impl SessionActor {
                 Effect::Stop => ctx.stop(),
             }
         }
+        self.persist(ctx);
         self.rearm(ctx);
+    }
+
+    /// Writes the durable state when it changed since the last write.
+    fn persist(&mut self, ctx: &mut Context<Self>) {
+        let mut state = self.core.export(self.env.now());
+        if let Some(r) = &self.last_action {
+            state.last_action = Some(format!("{}:{}", r.action.as_str(), r.outcome.as_str()));
+            state.last_action_ms = Some(r.at_ms);
+        }
+        let unchanged = self.saved.as_ref().is_some_and(|old| {
+            // The nudge time is derived from two clocks and may drift by a millisecond.
+            DurableState { last_nudge_ms: state.last_nudge_ms, ..old.clone() } == state
+        });
+        if unchanged {
+            return;
+        }
+        self.saved = Some(state.clone());
+        let ledger = Arc::clone(&self.env.ledger);
+        let (server, id) = (self.env.server.clone(), self.core.id().to_string());
+        ctx.spawn(
+            async move {
+                if let Err(e) = ledger.save(&server, &id, &state).await {
+                    tracing::warn!(server = %server, session = %id, error = %e, "ledger: state write failed");
+                }
+            }
+            .into_actor(self),
+        );
     }
 
     /// Keeps exactly one timer, at the core's next deadline.
@@ -133,6 +176,25 @@ impl SessionActor {
 
 impl Actor for SessionActor {
     type Context = Context<Self>;
+
+    /// Resumes from the ledger before handling any event, so an evicted or
+    /// rediscovered session, or one seen again after a restart, repeats nothing.
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let ledger = Arc::clone(&self.env.ledger);
+        let (server, id) = (self.env.server.clone(), self.core.id().to_string());
+        let load = async move { ledger.load(&server, &id).await };
+        ctx.wait(load.into_actor(self).map(|loaded, act, _| match loaded {
+            Ok(Some(state)) => {
+                act.core.restore(&state, act.env.now());
+                act.saved = Some(state);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(
+                server = %act.env.server, session = %act.core.id(), error = %e,
+                "ledger: could not load this session's state; starting from what events show"
+            ),
+        }));
+    }
 
     /// A session is not stopped half-way through a recovery: an abort is always
     /// followed by its continue (or a record saying it was not sent).
@@ -309,11 +371,48 @@ impl Handler<RefreshTodos> for SessionActor {
         let id = self.core.id().to_string();
         let work = async move { engine.todos(&id).await.map(|todos| (id, todos)) };
         ctx.spawn(work.into_actor(self).map(|result, act, ctx| match result {
-            Ok((session_id, todos)) => {
-                let effects = act.core.observe(&Event::TodoUpdated { session_id, todos }, act.env.now());
+            Ok((_, todos)) => {
+                let effects = act.core.on_todos_refreshed(todos, act.env.now());
                 act.apply(effects, ctx);
             }
             Err(e) => tracing::debug!(server = %act.env.server, session = %act.core.id(), error = %e, "could not re-read todos"),
         }));
+    }
+}
+
+/// Idle cleanup: write the durable state, then stop. Nothing is forgotten: a later
+/// event or rediscovery creates a new actor that resumes from the ledger.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct Evict;
+
+impl Handler<Evict> for SessionActor {
+    type Result = ResponseActFuture<Self, bool>;
+
+    fn handle(&mut self, _: Evict, _: &mut Context<Self>) -> Self::Result {
+        if self.core.is_recovering() || self.core.is_busy() {
+            return Box::pin(actix::fut::ready(false));
+        }
+        let mut state = self.core.export(self.env.now());
+        if let Some(r) = &self.last_action {
+            state.last_action = Some(format!("{}:{}", r.action.as_str(), r.outcome.as_str()));
+            state.last_action_ms = Some(r.at_ms);
+        }
+        let ledger = Arc::clone(&self.env.ledger);
+        let (server, id) = (self.env.server.clone(), self.core.id().to_string());
+        Box::pin(
+            async move { ledger.save(&server, &id, &state).await }.into_actor(self).map(|saved, act, ctx| {
+                match saved {
+                    Ok(()) => {
+                        ctx.stop();
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "ledger: not evicting, state could not be written");
+                        false
+                    }
+                }
+            }),
+        )
     }
 }

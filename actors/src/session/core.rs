@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use crate::config::SessionRules;
 use crate::event::{Event, MessageInfo, Part, PartKind, Role, SessionInfo, Status, Todo, ToolStatus};
 use crate::journal::{Action, ActionRecord, Numbers, Outcome};
+use crate::ledger::DurableState;
 use crate::ports::{EngineError, TurnSettings};
 use crate::session::delivery::{Delivery, PromptKind, PromptOrder};
 use crate::session::followup::{self, Decision, Facts, FollowUp, LastReply};
@@ -144,6 +145,8 @@ pub struct SessionCore {
     backoff_until: Option<Instant>,
     last_reply: LastReply,
     followup: FollowUp,
+    /// The interrupted assistant message already continued after a server restart.
+    interrupted_continued: Option<String>,
 }
 
 /// How much of the last reply's text is kept for the question heuristic.
@@ -175,6 +178,7 @@ impl SessionCore {
             backoff_until: None,
             last_reply: LastReply::default(),
             followup: FollowUp::default(),
+            interrupted_continued: None,
         }
     }
 
@@ -209,6 +213,55 @@ impl SessionCore {
     /// Replaces the recovery settings (hot reload); applies to decisions from now on.
     pub fn set_config(&mut self, cfg: Arc<SessionRules>) {
         self.cfg = cfg;
+    }
+
+    /// What must survive eviction and restarts (see [`DurableState`]).
+    pub fn export(&self, now: Now) -> DurableState {
+        let f = self.followup.export(now.mono);
+        DurableState {
+            attempts: self.attempts,
+            auto_submits: self.auto_submits,
+            paused: self.pause.map(|p| p.as_str().to_string()),
+            todos: self.todos.clone(),
+            nudges_without_progress: f.nudges_without_progress,
+            nudge_snapshot: f.nudge_snapshot.map(|snap| {
+                snap.into_iter().map(|(c, st)| (c, status_name(st).to_string())).collect()
+            }),
+            last_nudge_ms: f.since_last_nudge.map(|d| now.wall_ms - ms(d) as i64),
+            review_armed: f.review_armed,
+            review_rounds: f.review_rounds,
+            interrupted_continued: self.interrupted_continued.clone(),
+            last_action: None,
+            last_action_ms: None,
+        }
+    }
+
+    /// Resumes from what the ledger remembered: counters, flags, the todo snapshot.
+    pub fn restore(&mut self, d: &DurableState, now: Now) {
+        self.attempts = d.attempts;
+        self.auto_submits = d.auto_submits;
+        self.pause = match d.paused.as_deref() {
+            Some("user_abort") => Some(Pause::UserAbort),
+            Some("gave_up") => Some(Pause::GaveUp),
+            _ => None,
+        };
+        self.todos.clone_from(&d.todos);
+        self.interrupted_continued.clone_from(&d.interrupted_continued);
+        let since_last_nudge =
+            d.last_nudge_ms.map(|t| Duration::from_millis(now.wall_ms.saturating_sub(t).max(0) as u64));
+        self.followup.restore(
+            followup::FollowUpMemory {
+                nudges_without_progress: d.nudges_without_progress,
+                nudge_snapshot: d.nudge_snapshot.as_ref().map(|snap| {
+                    snap.iter().filter_map(|(c, st)| Some((c.clone(), status_from_name(st)?))).collect()
+                }),
+                since_last_nudge,
+                review_armed: d.review_armed,
+                review_rounds: d.review_rounds,
+            },
+            now.mono,
+        );
+        self.followup.resume_armed_review(now.mono, &self.cfg.review);
     }
 
     /// Learns the session's directory and creation time from its description.
@@ -248,6 +301,16 @@ impl SessionCore {
         }
         let stall_at = self.last_activity + self.stall_timeout();
         Some(self.backoff_until.map_or(stall_at, |b| b.max(stall_at)))
+    }
+
+    /// A todo list read by REST (after a reconnect). Only a list that differs from
+    /// what the core knows is news; an unchanged one is not activity.
+    pub fn on_todos_refreshed(&mut self, todos: Vec<Todo>, now: Now) -> Vec<Effect> {
+        if followup::snapshot(&todos) == followup::snapshot(&self.todos) {
+            return Vec::new();
+        }
+        let session_id = self.id.clone();
+        self.observe(&Event::TodoUpdated { session_id, todos }, now)
     }
 
     /// Feeds one event of this session in.
@@ -713,6 +776,20 @@ impl SessionCore {
             at_ms: now.wall_ms,
         })
     }
+}
+
+fn status_name(s: crate::event::TodoStatus) -> &'static str {
+    use crate::event::TodoStatus::*;
+    match s {
+        Pending => "pending",
+        InProgress => "in_progress",
+        Completed => "completed",
+        Cancelled => "cancelled",
+    }
+}
+
+fn status_from_name(s: &str) -> Option<crate::event::TodoStatus> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).ok()
 }
 
 fn action_of(kind: PromptKind) -> Action {

@@ -80,7 +80,44 @@ pub struct FollowUp {
     in_flight: Option<PromptKind>,
 }
 
+/// The part of [`FollowUp`] that must survive eviction and restarts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FollowUpMemory {
+    pub nudges_without_progress: u32,
+    pub nudge_snapshot: Option<Snapshot>,
+    /// How long ago the last nudge was, when exported.
+    pub since_last_nudge: Option<std::time::Duration>,
+    pub review_armed: bool,
+    pub review_rounds: u32,
+}
+
 impl FollowUp {
+    pub fn export(&self, now: Instant) -> FollowUpMemory {
+        FollowUpMemory {
+            nudges_without_progress: self.nudges_without_progress,
+            nudge_snapshot: self.nudge_snapshot.clone(),
+            since_last_nudge: self.last_nudge.map(|t| now.saturating_duration_since(t)),
+            review_armed: self.review_armed,
+            review_rounds: self.review_rounds,
+        }
+    }
+
+    pub fn restore(&mut self, m: FollowUpMemory, now: Instant) {
+        self.nudges_without_progress = m.nudges_without_progress;
+        self.nudge_snapshot = m.nudge_snapshot;
+        self.last_nudge = m.since_last_nudge.and_then(|d| now.checked_sub(d));
+        self.review_armed = m.review_armed;
+        self.review_rounds = m.review_rounds;
+    }
+
+    /// After a restore: a review that was armed but not sent is considered again
+    /// (delivery re-checks that the session is idle).
+    pub fn resume_armed_review(&mut self, now: Instant, review: &ReviewConfig) {
+        if self.review_armed && self.in_flight.is_none() {
+            self.review_due = Some(now + review.debounce);
+        }
+    }
+
     pub fn deadline(&self) -> Option<Instant> {
         match (self.nudge_due, self.review_due) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -13,12 +13,13 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::config::SessionRules;
+use crate::config::{SessionRules, SupervisorConfig};
+use crate::ledger::Ledger;
 use crate::event::{Envelope, Event, SessionInfo, Status};
 use crate::journal::Journal;
 use crate::ports::{Clock, Engine, EngineError};
 use crate::control::{ControlError, CustomPromptReply, GetSession, ListSessions, SendCustomPrompt, SessionDetail};
-use crate::session::actor::{DeliverCustom, Hydrate, Inspect, Reconfigure, RefreshTodos, StopSession};
+use crate::session::actor::{DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos, StopSession};
 use crate::session::recovery::InFlight;
 use crate::session::{Observe, SessionActor, SessionEnv};
 
@@ -35,6 +36,8 @@ struct Server {
 /// The fleet supervisor.
 pub struct Supervisor {
     cfg: Arc<SessionRules>,
+    fleet: SupervisorConfig,
+    ledger: Arc<dyn Ledger>,
     clock: Arc<dyn Clock>,
     journal: Journal,
     in_flight: InFlight,
@@ -47,12 +50,25 @@ pub struct Supervisor {
 struct SessionSlot {
     addr: Addr<SessionActor>,
     directory: Option<String>,
+    /// When the last event for this session arrived (idle cleanup reads it).
+    last_seen: tokio::time::Instant,
+    /// Being evicted: events wait here until the actor's state is in the ledger.
+    evicting: Option<Vec<Event>>,
 }
 
 impl Supervisor {
-    pub fn new(cfg: Arc<SessionRules>, clock: Arc<dyn Clock>, journal: Journal, instance: String) -> Self {
+    pub fn new(
+        cfg: Arc<SessionRules>,
+        fleet: SupervisorConfig,
+        ledger: Arc<dyn Ledger>,
+        clock: Arc<dyn Clock>,
+        journal: Journal,
+        instance: String,
+    ) -> Self {
         Self {
             cfg,
+            fleet,
+            ledger,
             clock,
             journal,
             in_flight: InFlight::default(),
@@ -110,7 +126,8 @@ impl Supervisor {
             }
         }
         let directory = info.and_then(|i| i.directory.clone()).or(directory.map(str::to_string));
-        self.sessions.insert(key, SessionSlot { addr: addr.clone(), directory });
+        let last_seen = self.clock.now();
+        self.sessions.insert(key, SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None });
         Some(addr)
     }
 
@@ -134,7 +151,10 @@ impl Supervisor {
         self.sessions.iter().find(|((_, sid), _)| sid == id).map(|(_, slot)| slot)
     }
 
-    fn reconcile(&mut self, server: &str, ctx: &mut Context<Self>) {
+    /// Lists sessions and statuses by REST and brings the actors in line. After a
+    /// (re)connect (`after_connect`) todo lists are re-read too, since their events may
+    /// have been missed; periodic discovery skips that.
+    fn reconcile(&mut self, server: &str, after_connect: bool, ctx: &mut Context<Self>) {
         let Some(srv) = self.servers.get(server) else { return };
         let engine = Arc::clone(&srv.env.engine);
         let limit = srv.list_limit;
@@ -150,7 +170,7 @@ impl Supervisor {
                 let result = engine.statuses(&dir).await;
                 statuses.push((dir, result));
             }
-            Reconciled { server, listed, statuses }
+            Reconciled { server, listed, statuses, after_connect }
         };
         ctx.spawn(work.into_actor(self).map(|r, act, ctx| act.apply_reconciliation(r, ctx)));
     }
@@ -197,7 +217,7 @@ impl Supervisor {
         }
         // Todo events may have been missed while disconnected.
         for ((server, _), slot) in &self.sessions {
-            if *server == r.server {
+            if r.after_connect && *server == r.server {
                 slot.addr.do_send(RefreshTodos);
             }
         }
@@ -208,8 +228,68 @@ impl Supervisor {
     }
 }
 
+impl Supervisor {
+    /// Idle cleanup: evicts sessions quiet for `idle_cleanup`, and the longest-quiet
+    /// ones beyond `max_sessions_in_memory`. Busy or recovering sessions refuse.
+    fn clean_up(&mut self, ctx: &mut Context<Self>) {
+        let now = self.clock.now();
+        let mut quiet: Vec<_> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.evicting.is_none())
+            .map(|(k, s)| (s.last_seen, k.clone()))
+            .collect();
+        quiet.sort();
+        let over = self.sessions.len().saturating_sub(self.fleet.max_sessions_in_memory);
+        let chosen: Vec<_> = quiet
+            .into_iter()
+            .enumerate()
+            .filter(|(i, (seen, _))| *i < over || now.duration_since(*seen) >= self.fleet.idle_cleanup)
+            .map(|(_, (_, k))| k)
+            .collect();
+        for key in chosen {
+            let Some(slot) = self.sessions.get_mut(&key) else { continue };
+            slot.evicting = Some(Vec::new());
+            let ask = slot.addr.send(Evict);
+            ctx.spawn(ask.into_actor(self).map(move |evicted, act, ctx| act.evicted(key, evicted.unwrap_or(false), ctx)));
+        }
+    }
+
+    fn evicted(&mut self, key: (String, String), evicted: bool, ctx: &mut Context<Self>) {
+        let Some(slot) = self.sessions.get_mut(&key) else { return };
+        let waiting = slot.evicting.take().unwrap_or_default();
+        if evicted {
+            let slot = self.sessions.remove(&key);
+            tracing::debug!(server = %key.0, session = %key.1, "evicted an idle session (state kept in the ledger)");
+            if !waiting.is_empty() {
+                // Events arrived meanwhile: a fresh actor resumes from the ledger.
+                let dir = slot.and_then(|s| s.directory);
+                if let Some(addr) = self.session(&key.0, &key.1, None, dir.as_deref(), ctx) {
+                    for e in waiting {
+                        addr.do_send(Observe(e));
+                    }
+                }
+            }
+        } else {
+            for e in waiting {
+                slot.addr.do_send(Observe(e));
+            }
+        }
+    }
+}
+
 impl Actor for Supervisor {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(self.fleet.cleanup_interval, |act, ctx| act.clean_up(ctx));
+        ctx.run_interval(self.fleet.discovery_interval, |act, ctx| {
+            let connected: Vec<_> = act.servers.iter().filter(|(_, s)| s.connected).map(|(n, _)| n.clone()).collect();
+            for server in connected {
+                act.reconcile(&server, false, ctx);
+            }
+        });
+    }
 }
 
 /// The statuses of one directory, or why they could not be read.
@@ -217,6 +297,7 @@ type DirectoryStatuses = (String, Result<HashMap<String, Status>, EngineError>);
 
 struct Reconciled {
     server: String,
+    after_connect: bool,
     listed: Result<Vec<SessionInfo>, EngineError>,
     statuses: Vec<DirectoryStatuses>,
 }
@@ -241,6 +322,7 @@ impl Handler<AttachServer> for Supervisor {
             journal: self.journal.clone(),
             in_flight: self.in_flight.clone(),
             instance: self.instance.clone(),
+            ledger: Arc::clone(&self.ledger),
         };
         self.servers.insert(
             msg.name,
@@ -289,6 +371,14 @@ impl Handler<Ingest> for Supervisor {
             Event::SessionCreated(i) | Event::SessionUpdated(i) => Some(i.clone()),
             _ => None,
         };
+        let key = (msg.server.clone(), id.clone());
+        if let Some(slot) = self.sessions.get_mut(&key) {
+            slot.last_seen = self.clock.now();
+            if let Some(waiting) = slot.evicting.as_mut() {
+                waiting.push(event);
+                return;
+            }
+        }
         if let Some(addr) = self.session(&msg.server, &id, info.as_ref(), directory.as_deref(), ctx) {
             addr.do_send(Observe(event));
         }
@@ -310,7 +400,7 @@ impl Handler<StreamUp> for Supervisor {
             srv.connected = true;
             srv.reconciled = false;
         }
-        self.reconcile(&msg.server, ctx);
+        self.reconcile(&msg.server, true, ctx);
     }
 }
 
