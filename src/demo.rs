@@ -82,6 +82,9 @@ pub async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
         },
         ..Config::default()
     };
+    // The demo must not collide with a running daemon's control port or token file.
+    let mut cfg = cfg;
+    cfg.control.enabled = false;
     cfg.validate()?;
     let daemon = Daemon::start(&cfg)?;
     let mut records = daemon.journal().subscribe();

@@ -143,7 +143,7 @@ async fn loop_protection_stops_after_three_unchanged_nudges_and_resumes_when_a_t
 
 #[actix::test]
 async fn review_fires_again_after_the_review_produced_new_todos_up_to_max_rounds() -> anyhow::Result<()> {
-    let mut rig = Rig::start_config(|c| {
+    let rig = Rig::start_config(|c| {
         quick(c);
         c.review.max_rounds = 2;
         // The review makes the agent plan fixes (new open todos); the nudge finishes them.

@@ -259,3 +259,40 @@ async fn a_wrong_password_keeps_the_daemon_running_and_the_server_unready() -> a
     opencode.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn a_turn_cut_off_by_an_opencode_crash_is_continued_once_after_the_restart() -> anyhow::Result<()> {
+    let recovery = shepherd_actors::config::RecoveryConfig {
+        continue_message: "[[fake:ok]] The server restarted under you; please continue.".into(),
+        stall_timeout: Duration::from_secs(30), // the stall path must not be what acts here
+        ..fast_recovery()
+    };
+    let mut rig = Rig::start(recovery).await?;
+    let id = rig.client.create_session(Some("crash")).await?;
+    rig.client.prompt_async(&id, "[[fake:slow:20]] a long answer", None, None, false).await?;
+    // Mid-answer: the assistant message exists, streaming, not completed.
+    shepherd::testbed::client::wait_for("the answer to be streaming", PATIENCE, || async {
+        rig.client.messages(&id).await.map(|m| m.iter().any(|m| m.role() == "assistant" && !m.is_completed()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rig.opencode.kill(); // a crash: no terminal events at all
+    rig.opencode.respawn().await?;
+
+    rig.wait_record(&id, Action::Recover, Outcome::Done, PATIENCE).await?;
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+    shepherd::testbed::client::wait_for("the continued turn to finish", PATIENCE, || async {
+        rig.client.last_assistant(&id).await.map(|m| m.is_some_and(|m| m.finish() == Some("stop")))
+    })
+    .await?;
+    let continues: Vec<_> = rig
+        .client
+        .messages(&id)
+        .await?
+        .into_iter()
+        .filter(|m| m.role() == "user" && shepherd_tag(m).is_some_and(|t| t["kind"] == "continue"))
+        .collect();
+    assert_eq!(continues.len(), 1, "continued exactly once");
+    rig.stop().await;
+    Ok(())
+}

@@ -190,7 +190,7 @@ impl Default for NudgeConfig {
             enabled: true,
             idle_delay: Duration::from_millis(500),
             cooldown: Duration::from_secs(60),
-            user_quiet: Duration::from_secs(60),
+            user_quiet: Duration::from_secs(10),
             max_without_progress: 3,
             message: "You stopped with {pending} of {total} todos still open ({completed} done):\n\
                 {todoList}\nPlease continue working on them, or update the todo list if they are \

@@ -42,6 +42,25 @@ pub struct Prompt {
     pub turn: TurnSettings,
 }
 
+/// How the session's latest assistant turn ended, read from history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastTurn {
+    pub message_id: String,
+    /// `time.completed` is set.
+    pub completed: bool,
+    /// The message carries an error.
+    pub errored: bool,
+    /// A `task` tool part in it is still `running`.
+    pub running_task: bool,
+}
+
+impl LastTurn {
+    /// Cut off mid-flight (a server restart leaves exactly this behind).
+    pub fn interrupted(&self) -> bool {
+        (!self.completed && !self.errored) || self.running_task
+    }
+}
+
 /// One OpenCode server, as the cores need it.
 #[async_trait]
 pub trait Engine: Send + Sync + 'static {
@@ -57,6 +76,8 @@ pub trait Engine: Send + Sync + 'static {
     async fn todos(&self, session_id: &str) -> Result<Vec<Todo>, EngineError>;
     /// Agent and model of the session's last user message, read from its history.
     async fn last_turn_settings(&self, session_id: &str) -> Result<TurnSettings, EngineError>;
+    /// The latest assistant message of the session, if any.
+    async fn last_turn(&self, session_id: &str) -> Result<Option<LastTurn>, EngineError>;
     /// `POST /session/{id}/prompt_async` with one synthetic, tagged text part.
     async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError>;
 }

@@ -10,7 +10,7 @@ use shepherd_actors::config::{RecoveryConfig, SupervisorConfig};
 use shepherd_actors::ledger::{Ledger, MemoryLedger};
 use shepherd_actors::event::{decode, ModelRef, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
-use shepherd_actors::ports::{Clock, Engine, EngineError, Prompt, TurnSettings};
+use shepherd_actors::ports::{Clock, Engine, EngineError, LastTurn, Prompt, TurnSettings};
 use shepherd_actors::supervisor::{AttachServer, Ingest, InspectFleet, Shutdown, StreamUp, Supervisor};
 
 /// An OpenCode that records calls; a session is busy until aborted.
@@ -56,6 +56,9 @@ impl Engine for FakeEngine {
             agent: Some("plan".into()),
             model: Some(ModelRef { provider_id: "fake".into(), model_id: "fake-model-2".into() }),
         })
+    }
+    async fn last_turn(&self, _: &str) -> Result<Option<LastTurn>, EngineError> {
+        Ok(None)
     }
     async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
         self.log(format!("prompt {id}"));

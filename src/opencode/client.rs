@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::json;
 use shepherd_actors::config::ServerConfig;
 use shepherd_actors::event::{MessageInfo, Role, SessionInfo, Status, Todo};
-use shepherd_actors::ports::{Engine, EngineError, Prompt, TurnSettings};
+use shepherd_actors::ports::{Engine, EngineError, LastTurn, Prompt, TurnSettings};
 
 /// How many recent messages are read to find the last user turn's agent and model.
 const TURN_LOOKBACK_MESSAGES: u32 = 30;
@@ -107,6 +107,8 @@ fn urlencode(s: &str) -> String {
 #[derive(Deserialize)]
 struct MessageWithParts {
     info: serde_json::Value,
+    #[serde(default)]
+    parts: Vec<serde_json::Value>,
 }
 
 #[async_trait]
@@ -152,6 +154,29 @@ impl Engine for OpenCodeClient {
             }
         }
         Ok(TurnSettings::default())
+    }
+
+    async fn last_turn(&self, session_id: &str) -> Result<Option<LastTurn>, EngineError> {
+        let rb = self
+            .request(Method::GET, &session_path(session_id, "/message"))
+            .query(&[("limit", TURN_LOOKBACK_MESSAGES)]);
+        let messages: Vec<MessageWithParts> = self.get_json(rb, "GET /session/{id}/message").await?;
+        for m in messages.iter().rev() {
+            let Some(info) = decode_message(&m.info) else { continue };
+            if info.role != Role::Assistant {
+                continue;
+            }
+            let running_task = m.parts.iter().any(|p| {
+                p["type"] == "tool" && p["tool"] == "task" && p.pointer("/state/status").and_then(|v| v.as_str()) == Some("running")
+            });
+            return Ok(Some(LastTurn {
+                message_id: info.id,
+                completed: info.time.completed.is_some(),
+                errored: info.error.is_some(),
+                running_task,
+            }));
+        }
+        Ok(None)
     }
 
     async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError> {

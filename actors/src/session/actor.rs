@@ -416,3 +416,30 @@ impl Handler<Evict> for SessionActor {
         )
     }
 }
+
+/// After a reconnect the status endpoint says this session is idle: if the core still
+/// believed it busy, look at how its last turn ended (a server restart leaves it cut off).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CheckInterrupted;
+
+impl Handler<CheckInterrupted> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: CheckInterrupted, ctx: &mut Context<Self>) {
+        if !self.core.is_busy() || self.core.is_recovering() {
+            return;
+        }
+        let engine = Arc::clone(&self.env.engine);
+        let id = self.core.id().to_string();
+        // `wait`: the idle status that follows must not be applied before this check.
+        ctx.wait(async move { engine.last_turn(&id).await }.into_actor(self).map(|turn, act, ctx| match turn {
+            Ok(Some(turn)) if turn.interrupted() => {
+                let effects = act.core.on_interrupted(&turn.message_id, act.env.now());
+                act.apply(effects, ctx);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "could not read the last turn after a reconnect"),
+        }));
+    }
+}

@@ -578,6 +578,47 @@ impl SessionCore {
         self.todos.iter().filter(|t| t.status.is_open()).count() as u32
     }
 
+    /// After a reconnect: this session was busy before, the server no longer says so,
+    /// and its last assistant message was cut off mid-flight — OpenCode restarted under
+    /// it. Continue it, once per interrupted message.
+    pub fn on_interrupted(&mut self, message_id: &str, now: Now) -> Vec<Effect> {
+        if self.interrupted_continued.as_deref() == Some(message_id) {
+            return Vec::new();
+        }
+        if let Some(p) = self.pause {
+            let reason = format!("interrupted by a server restart, but automation is paused ({})", p.as_str());
+            return vec![self.record(Action::Recover, Outcome::Declined, &reason, Numbers::default(), now)];
+        }
+        self.interrupted_continued = Some(message_id.to_string());
+        let order = PromptOrder {
+            session_id: self.id.clone(),
+            directory: self.directory.clone(),
+            kind: PromptKind::Continue,
+            template: self.cfg.recovery.continue_with_todos_message.clone(),
+            template_without_open_todos: Some(self.cfg.recovery.continue_message.clone()),
+            facts: PromptFacts {
+                attempts: self.attempts + 1,
+                max_attempts: self.cfg.recovery.max_auto_submits,
+                context_summary: String::new(),
+            },
+            known_todos: self.todos.clone(),
+            known_turn: self.turn.clone(),
+            require_idle: true,
+            require_open_todos: false,
+            decision: format!("{}-interrupted-{}", self.id, now.wall_ms),
+        };
+        vec![
+            self.record(
+                Action::Recover,
+                Outcome::Done,
+                "the turn was cut off by a server restart (no completion, no error): continuing it once",
+                Numbers { open_todos: Some(self.open_todos()), ..Numbers::default() },
+                now,
+            ),
+            Effect::Prompt(order),
+        ]
+    }
+
     /// A delivery (nudge, review or custom prompt) ended.
     pub fn on_prompt_finished(&mut self, order: &PromptOrder, delivery: &Delivery, now: Now) -> Vec<Effect> {
         let sent = matches!(delivery, Delivery::Sent { .. });

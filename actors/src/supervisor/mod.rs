@@ -19,7 +19,7 @@ use crate::event::{Envelope, Event, SessionInfo, Status};
 use crate::journal::Journal;
 use crate::ports::{Clock, Engine, EngineError};
 use crate::control::{ControlError, CustomPromptReply, GetSession, ListSessions, SendCustomPrompt, SessionDetail};
-use crate::session::actor::{DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos, StopSession};
+use crate::session::actor::{CheckInterrupted, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos, StopSession};
 use crate::session::recovery::InFlight;
 use crate::session::{Observe, SessionActor, SessionEnv};
 
@@ -212,6 +212,9 @@ impl Supervisor {
             }
             let dir = slot.directory.clone().or_else(|| infos.get(id).and_then(|i| i.directory.clone()));
             if dir.is_some_and(|d| checked_dirs.contains(&d)) {
+                if r.after_connect {
+                    slot.addr.do_send(CheckInterrupted);
+                }
                 slot.addr.do_send(Observe(Event::SessionStatus { session_id: id.clone(), status: Status::Idle }));
             }
         }
