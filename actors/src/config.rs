@@ -243,6 +243,10 @@ pub struct SupervisorConfig {
     pub idle_cleanup: Duration,
     /// Above this many session actors, the longest-quiet idle ones leave memory first.
     pub max_sessions_in_memory: usize,
+    /// How long a parent may wait, idle after a background child failed or busy while
+    /// all its children are idle, before Shepherd treats it as orphaned.
+    #[serde(with = "duration_str")]
+    pub orphan_wait: Duration,
 }
 
 impl Default for SupervisorConfig {
@@ -252,6 +256,7 @@ impl Default for SupervisorConfig {
             cleanup_interval: Duration::from_secs(30),
             idle_cleanup: Duration::from_secs(10 * 60),
             max_sessions_in_memory: 20_000,
+            orphan_wait: Duration::from_secs(15),
         }
     }
 }
@@ -336,16 +341,29 @@ pub enum LogFormat {
 }
 
 /// The rules every session core decides by: the parts of the config about sessions.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionRules {
     pub recovery: RecoveryConfig,
     pub nudge: NudgeConfig,
     pub review: ReviewConfig,
+    /// `supervisor.orphan_wait`.
+    pub orphan_wait: Duration,
 }
 
 impl Config {
     pub fn session_rules(&self) -> SessionRules {
-        SessionRules { recovery: self.recovery.clone(), nudge: self.nudge.clone(), review: self.review.clone() }
+        SessionRules {
+            recovery: self.recovery.clone(),
+            nudge: self.nudge.clone(),
+            review: self.review.clone(),
+            orphan_wait: self.supervisor.orphan_wait,
+        }
+    }
+}
+
+impl Default for SessionRules {
+    fn default() -> Self {
+        Config::default().session_rules()
     }
 }
 
@@ -480,5 +498,21 @@ mod tests {
         let mut c = Config::default();
         c.recovery.max_backoff = Duration::from_secs(1);
         assert_eq!(c.validate().unwrap_err().key, "recovery.max_backoff");
+    }
+
+    #[test]
+    fn the_ledger_defaults_to_sqlite_in_the_state_directory() {
+        let c = Config::default();
+        assert_eq!(c.store.backend, StoreBackend::Sqlite);
+        assert_eq!(c.store.path, "", "empty = the default path under the user's state directory");
+    }
+
+    #[test]
+    fn a_store_path_naming_a_directory_is_rejected_with_its_key() {
+        let mut c = Config::default();
+        c.store.path = "/var/lib/shepherd/".into();
+        assert_eq!(c.validate().unwrap_err().key, "store.path");
+        c.store.backend = StoreBackend::Memory;
+        c.validate().unwrap();
     }
 }

@@ -443,3 +443,20 @@ impl Handler<CheckInterrupted> for SessionActor {
         }));
     }
 }
+
+/// An event of a subagent session this session started.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ChildObserve {
+    pub child: String,
+    pub event: Event,
+}
+
+impl Handler<ChildObserve> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ChildObserve, ctx: &mut Context<Self>) {
+        let effects = self.core.on_child_event(&msg.child, &msg.event, self.env.now());
+        self.apply(effects, ctx);
+    }
+}

@@ -129,7 +129,8 @@ pub struct SessionCore {
     created_ms: Option<i64>,
     busy: RunState,
     last_activity: Instant,
-    running_tools: HashSet<String>,
+    /// Running tool parts: part id → tool name.
+    running_tools: HashMap<String, String>,
     waiting_on_person: HashSet<String>,
     todos: Vec<Todo>,
     roles: HashMap<String, Role>,
@@ -147,6 +148,13 @@ pub struct SessionCore {
     followup: FollowUp,
     /// The interrupted assistant message already continued after a server restart.
     interrupted_continued: Option<String>,
+    /// Subagent sessions this session started, those busy now, those that failed.
+    children: HashSet<String>,
+    children_running: HashSet<String>,
+    children_failed: HashSet<String>,
+    /// Background children that failed while this parent was idle: when to continue it.
+    orphan_due: HashMap<String, Instant>,
+    orphans_handled: HashSet<String>,
 }
 
 /// How much of the last reply's text is kept for the question heuristic.
@@ -162,7 +170,7 @@ impl SessionCore {
             created_ms: None,
             busy: RunState::Idle,
             last_activity: now.mono,
-            running_tools: HashSet::new(),
+            running_tools: HashMap::new(),
             waiting_on_person: HashSet::new(),
             todos: Vec::new(),
             roles: HashMap::new(),
@@ -179,6 +187,11 @@ impl SessionCore {
             last_reply: LastReply::default(),
             followup: FollowUp::default(),
             interrupted_continued: None,
+            children: HashSet::new(),
+            children_running: HashSet::new(),
+            children_failed: HashSet::new(),
+            orphan_due: HashMap::new(),
+            orphans_handled: HashSet::new(),
         }
     }
 
@@ -276,6 +289,9 @@ impl SessionCore {
 
     /// The stall timeout in force now.
     pub fn stall_timeout(&self) -> Duration {
+        if self.waits_on_idle_children() {
+            return self.cfg.orphan_wait;
+        }
         if self.running_tools.is_empty() {
             self.cfg.recovery.stall_timeout
         } else {
@@ -283,12 +299,92 @@ impl SessionCore {
         }
     }
 
+    /// A parent whose `task` tool runs while every child it started is idle: the
+    /// children are done and the parent should have moved on (orphan rule b).
+    fn waits_on_idle_children(&self) -> bool {
+        !self.children.is_empty()
+            && self.children_running.is_empty()
+            && self.running_tools.values().any(|t| t == "task")
+    }
+
     /// When [`SessionCore::on_deadline`] should next be called, if ever.
     pub fn deadline(&self) -> Option<Instant> {
-        match (self.stall_deadline(), self.followup.deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        [self.stall_deadline(), self.followup.deadline(), self.orphan_due.values().min().copied()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// An event of a child session (a subagent this session started).
+    pub fn on_child_event(&mut self, child: &str, event: &Event, now: Now) -> Vec<Effect> {
+        self.children.insert(child.to_string());
+        match event {
+            Event::SessionStatus { status: Status::Busy | Status::Retry { .. }, .. } => {
+                self.children_running.insert(child.to_string());
+                self.activity(now);
+            }
+            Event::SessionStatus { status: Status::Idle, .. } | Event::SessionIdle { .. } => {
+                // The orphan wait counts from the moment the last child stopped.
+                if self.children_running.remove(child) {
+                    self.activity(now);
+                }
+                let failed = self.children_failed.contains(child);
+                // Background orphan (rule a): the parent is idle and will not be told.
+                // A busy parent is a foreground one: its task part errors and it goes on.
+                if failed && self.busy == RunState::Idle && !self.orphans_handled.contains(child) {
+                    self.orphan_due.insert(child.to_string(), now.mono + self.cfg.orphan_wait);
+                }
+            }
+            Event::SessionError { .. } => {
+                self.children_failed.insert(child.to_string());
+            }
+            Event::MessageUpdated(m) if m.error.is_some() => {
+                self.children_failed.insert(child.to_string());
+            }
+            Event::SessionCreated(_) | Event::SessionUpdated(_) | Event::SessionDiff { .. } => {}
+            _ => self.activity(now), // the child works, so the parent is not stalled
         }
+        Vec::new()
+    }
+
+    fn on_orphan_deadline(&mut self, now: Now) -> Vec<Effect> {
+        let due: Vec<String> =
+            self.orphan_due.iter().filter(|(_, at)| **at <= now.mono).map(|(c, _)| c.clone()).collect();
+        let mut out = Vec::new();
+        for child in due {
+            self.orphan_due.remove(&child);
+            self.orphans_handled.insert(child.clone());
+            if self.busy != RunState::Idle {
+                continue; // the parent moved on by itself
+            }
+            if let Some(p) = self.pause {
+                let reason = format!("background subagent {child} failed, but automation is paused ({})", p.as_str());
+                out.push(self.record(Action::Recover, Outcome::Declined, &reason, Numbers::default(), now));
+                continue;
+            }
+            let reason = format!(
+                "background subagent {child} ended with an error and no notice reached this parent within orphan_wait: continuing the parent"
+            );
+            out.push(self.record(Action::Recover, Outcome::Done, &reason, Numbers::default(), now));
+            out.push(Effect::Prompt(PromptOrder {
+                session_id: self.id.clone(),
+                directory: self.directory.clone(),
+                kind: PromptKind::Continue,
+                template: self.cfg.recovery.continue_with_todos_message.clone(),
+                template_without_open_todos: Some(self.cfg.recovery.continue_message.clone()),
+                facts: PromptFacts {
+                    attempts: self.attempts + 1,
+                    max_attempts: self.cfg.recovery.max_auto_submits,
+                    context_summary: String::new(),
+                },
+                known_todos: self.todos.clone(),
+                known_turn: self.turn.clone(),
+                require_idle: true,
+                require_open_todos: false,
+                decision: format!("{}-orphan-{}", self.id, now.wall_ms),
+            }));
+        }
+        out
     }
 
     fn stall_deadline(&self) -> Option<Instant> {
@@ -418,10 +514,12 @@ impl SessionCore {
                 // Ours (this instance or another): neither activity nor the person.
                 self.own_messages.insert(p.message_id.clone());
             }
-            PartKind::Text { synthetic, ignored, .. }
+            PartKind::Text { synthetic, ignored, text, .. }
                 if self.roles.get(&p.message_id) == Some(&Role::User) =>
             {
                 self.activity(now);
+                // OpenCode's notice that a background child ended: not an orphan.
+                self.orphan_due.retain(|child, _| !text.contains(&format!("<task id=\"{child}\"")));
                 if !synthetic && !ignored {
                     self.on_real_user_message(now, out);
                 }
@@ -433,14 +531,17 @@ impl SessionCore {
                     self.last_reply.text_tail = text[start..].to_string();
                 }
             }
-            PartKind::Tool { status, tool, .. } => {
+            PartKind::Tool { status, tool, child_session } => {
                 self.activity(now);
+                if let Some(child) = child_session {
+                    self.children.insert(child.clone());
+                }
                 if tool == "question" && self.last_reply.message_id.as_deref() == Some(&p.message_id) {
                     self.last_reply.used_question_tool = true;
                 }
                 match status {
                     ToolStatus::Running => {
-                        self.running_tools.insert(p.id.clone());
+                        self.running_tools.insert(p.id.clone(), tool.clone());
                     }
                     ToolStatus::Completed => {
                         self.running_tools.remove(&p.id);
@@ -529,6 +630,7 @@ impl SessionCore {
         };
         let decisions = self.followup.on_deadline(now.mono, &facts, &self.cfg.nudge, &self.cfg.review);
         let mut out: Vec<Effect> = decisions.into_iter().flat_map(|d| self.decision_effects(d, now)).collect();
+        out.extend(self.on_orphan_deadline(now));
         out.extend(self.on_stall_deadline(now));
         out
     }
@@ -735,7 +837,9 @@ impl SessionCore {
         self.auto_submits += 1;
         self.backoff_until = None;
         self.recovering = Some(Recovering { aborted_message: self.last_assistant.clone() });
-        let reason = if self.running_tools.is_empty() {
+        let reason = if self.waits_on_idle_children() {
+            "busy on a subagent task while every subagent is idle, for orphan_wait: the parent is orphaned"
+        } else if self.running_tools.is_empty() {
             "busy with no progress for the stall timeout"
         } else {
             "busy with a running tool and no progress for the stall timeout × tool_grace_factor"
@@ -1322,5 +1426,73 @@ mod tests {
             b.deliver(t + 600, &effects);
             t += 1000;
         }
+    }
+
+    // ---- orphan parents ----
+
+    fn child_event(b: &mut Bench, ms: u64, child: &str, json: &str) -> Vec<Effect> {
+        let event = decode(json).expect("decodes").event;
+        let now = b.at_ms(ms);
+        b.core.on_child_event(child, &event, now)
+    }
+
+    const CHILD_BUSY: &str = r#"{"type":"session.status","properties":{"sessionID":"ses_C","status":{"type":"busy"}}}"#;
+    const CHILD_IDLE: &str = r#"{"type":"session.status","properties":{"sessionID":"ses_C","status":{"type":"idle"}}}"#;
+    const CHILD_ABORTED: &str = r#"{"type":"session.error","properties":{"sessionID":"ses_C","error":{"name":"MessageAbortedError"}}}"#;
+
+    #[test]
+    fn an_idle_parent_whose_background_child_failed_unnoticed_is_continued_once() {
+        let mut b = bench_with_rules(rules());
+        b.turn_ms(0, "msg_1", "Started a background task.", "stop");
+        child_event(&mut b, 100, "ses_C", CHILD_BUSY);
+        child_event(&mut b, 2000, "ses_C", CHILD_ABORTED);
+        child_event(&mut b, 2000, "ses_C", CHILD_IDLE);
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_millis(17_000)));
+        assert!(prompts(&b.tick_ms(16_999)).is_empty());
+        let effects = b.tick_ms(17_000);
+        assert_eq!(prompts(&effects), vec![PromptKind::Continue]);
+        assert!(actions(&effects).contains(&Action::Recover));
+        child_event(&mut b, 18_000, "ses_C", CHILD_IDLE);
+        assert!(prompts(&b.tick_ms(40_000)).is_empty(), "once per child");
+    }
+
+    #[test]
+    fn a_task_notice_reaching_the_parent_means_it_is_not_orphaned() {
+        let mut b = bench_with_rules(rules());
+        b.turn_ms(0, "msg_1", "Started.", "stop");
+        child_event(&mut b, 100, "ses_C", CHILD_BUSY);
+        child_event(&mut b, 2000, "ses_C", CHILD_ABORTED);
+        child_event(&mut b, 2000, "ses_C", CHILD_IDLE);
+        b.feed_ms(2100, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_N","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
+        b.feed_ms(2100, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pn","messageID":"msg_N","sessionID":"ses_A","type":"text","synthetic":true,"text":"<task id=\"ses_C\" state=\"error\">"}}}"#);
+        assert!(prompts(&b.tick_ms(30_000)).is_empty());
+    }
+
+    #[test]
+    fn a_foreground_child_aborted_while_the_parent_is_busy_is_not_an_orphan() {
+        let mut b = bench_with_rules(rules());
+        b.feed_ms(0, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
+        child_event(&mut b, 100, "ses_C", CHILD_BUSY);
+        child_event(&mut b, 2000, "ses_C", CHILD_ABORTED);
+        child_event(&mut b, 2000, "ses_C", CHILD_IDLE);
+        b.turn_ms(2500, "msg_1", "Carried on.", "stop");
+        assert!(prompts(&b.tick_ms(30_000)).is_empty());
+    }
+
+    #[test]
+    fn a_busy_parent_whose_children_are_all_idle_is_recovered_after_orphan_wait() {
+        let mut b = bench_with_rules(rules());
+        b.feed_ms(0, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
+        b.feed_ms(0, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pt","messageID":"msg_1","sessionID":"ses_A","type":"tool","tool":"task","state":{"status":"running","metadata":{"sessionId":"ses_C"}}}}}"#);
+        child_event(&mut b, 100, "ses_C", CHILD_BUSY);
+        // While the child works, its events keep the parent alive past any timeout.
+        for s in 1..=20u64 {
+            child_event(&mut b, s * 60_000, "ses_C", r#"{"type":"message.part.delta","properties":{"sessionID":"ses_C","messageID":"m","partID":"p","field":"text","delta":"x"}}"#);
+        }
+        assert!(!recovers(&b.tick_ms(20 * 60_000 + 1000)), "a working child is not a stalled parent");
+        child_event(&mut b, 20 * 60_000 + 2000, "ses_C", CHILD_IDLE);
+        let due = b.core.deadline().unwrap();
+        assert_eq!(due, b.t0 + Duration::from_millis(20 * 60_000 + 2000 + 15_000), "orphan_wait, not the tool grace");
+        assert!(recovers(&b.tick_ms(20 * 60_000 + 17_000)));
     }
 }

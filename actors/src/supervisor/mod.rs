@@ -19,7 +19,7 @@ use crate::event::{Envelope, Event, SessionInfo, Status};
 use crate::journal::Journal;
 use crate::ports::{Clock, Engine, EngineError};
 use crate::control::{ControlError, CustomPromptReply, GetSession, ListSessions, SendCustomPrompt, SessionDetail};
-use crate::session::actor::{CheckInterrupted, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos, StopSession};
+use crate::session::actor::{CheckInterrupted, ChildObserve, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos, StopSession};
 use crate::session::recovery::InFlight;
 use crate::session::{Observe, SessionActor, SessionEnv};
 
@@ -44,6 +44,8 @@ pub struct Supervisor {
     instance: String,
     servers: HashMap<String, Server>,
     sessions: HashMap<(String, String), SessionSlot>,
+    /// (server, child session) → parent session, from `parentID` and task parts.
+    parents: HashMap<(String, String), String>,
 }
 
 /// A tracked session: its actor and the directory (OpenCode instance) it lives in.
@@ -75,6 +77,7 @@ impl Supervisor {
             instance,
             servers: HashMap::new(),
             sessions: HashMap::new(),
+            parents: HashMap::new(),
         }
     }
 
@@ -129,6 +132,18 @@ impl Supervisor {
         let last_seen = self.clock.now();
         self.sessions.insert(key, SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None });
         Some(addr)
+    }
+
+    /// Parent/child links: a child's `parentID`, or the child id in a parent's `task` part.
+    fn learn_family(&mut self, server: &str, id: &str, event: &Event, info: Option<&SessionInfo>) {
+        if let Some(parent) = info.and_then(|i| i.parent_id.clone()) {
+            self.parents.insert((server.to_string(), id.to_string()), parent);
+        }
+        if let Event::PartUpdated(p) = event {
+            if let crate::event::PartKind::Tool { child_session: Some(child), .. } = &p.kind {
+                self.parents.insert((server.to_string(), child.clone()), id.to_string());
+            }
+        }
     }
 
     /// Asks every session actor for its detail.
@@ -365,6 +380,7 @@ impl Handler<Ingest> for Supervisor {
         }
         let Some(id) = event.session_id().map(str::to_string) else { return };
         if let Event::SessionDeleted(_) = event {
+            self.parents.remove(&(msg.server.clone(), id.clone()));
             if let Some(slot) = self.sessions.remove(&(msg.server.clone(), id)) {
                 slot.addr.do_send(Observe(event));
             }
@@ -374,6 +390,12 @@ impl Handler<Ingest> for Supervisor {
             Event::SessionCreated(i) | Event::SessionUpdated(i) => Some(i.clone()),
             _ => None,
         };
+        self.learn_family(&msg.server, &id, &event, info.as_ref());
+        if let Some(parent) = self.parents.get(&(msg.server.clone(), id.clone())).cloned() {
+            if let Some(addr) = self.session(&msg.server, &parent, None, directory.as_deref(), ctx) {
+                addr.do_send(ChildObserve { child: id.clone(), event: event.clone() });
+            }
+        }
         let key = (msg.server.clone(), id.clone());
         if let Some(slot) = self.sessions.get_mut(&key) {
             slot.last_seen = self.clock.now();
