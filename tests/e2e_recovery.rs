@@ -296,3 +296,47 @@ async fn a_turn_cut_off_by_an_opencode_crash_is_continued_once_after_the_restart
     rig.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn one_shepherd_supervises_two_servers_each_with_its_own_sessions() -> anyhow::Result<()> {
+    use shepherd::testbed::fake_model::FakeModel;
+    use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer};
+    let fake = FakeModel::start()?;
+    let mut a = OpenCodeServer::start(OpenCodeOptions::for_fake(&fake)).await?;
+    let mut b = OpenCodeServer::start(OpenCodeOptions::for_fake(&fake)).await?;
+    let mut cfg = shepherd_actors::config::Config {
+        servers: vec![
+            shepherd_actors::config::ServerConfig::new("alpha", a.url()),
+            shepherd_actors::config::ServerConfig::new("beta", b.url()),
+        ],
+        recovery: fast_recovery(),
+        ..Default::default()
+    };
+    cfg.control.enabled = false;
+    let daemon = shepherd::daemon::Daemon::start(&cfg)?;
+    let mut records = daemon.journal().subscribe();
+    let (ca, cb) = (a.client(), b.client());
+    let sa = ca.create_session(Some("on alpha")).await?;
+    let sb = cb.create_session(Some("on beta")).await?;
+    ca.prompt_async(&sa, "[[fake:stall]] a", None, None, false).await?;
+    cb.prompt_async(&sb, "[[fake:stall]] b", None, None, false).await?;
+
+    let mut continued = std::collections::HashMap::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while continued.len() < 2 {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let r = tokio::time::timeout(left, records.recv()).await??;
+        if r.action == Action::Continue && r.outcome == Outcome::Done {
+            continued.insert(r.session.clone(), r.server.clone());
+        }
+    }
+    assert_eq!(continued.get(&sa).map(String::as_str), Some("alpha"));
+    assert_eq!(continued.get(&sb).map(String::as_str), Some("beta"));
+    let fleet = daemon.fleet().await;
+    assert!(fleet.sessions.iter().any(|s| s.server == "alpha" && s.id == sa));
+    assert!(fleet.sessions.iter().any(|s| s.server == "beta" && s.id == sb));
+    daemon.shutdown().await;
+    a.stop().await;
+    b.stop().await;
+    Ok(())
+}
