@@ -9,4 +9,5 @@ pub mod daemon;
 pub mod demo;
 pub mod logging;
 pub mod opencode;
+pub mod store;
 pub mod testbed;

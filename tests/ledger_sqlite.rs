@@ -1,0 +1,256 @@
+//! The SQLite ledger as the daemon uses it: state that survives a restart, a journal that
+//! keeps its order, corrupt rows reported (never a panic), many writers at once, and
+//! use from inside an actix System without blocking its thread.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use shepherd::store::{open_ledger, SqliteLedger};
+use shepherd_actors::config::{StoreBackend, StoreConfig};
+use shepherd_actors::event::{Todo, TodoStatus};
+use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
+use shepherd_actors::ledger::{DurableState, Ledger, LedgerError};
+
+fn state(attempts: u32) -> DurableState {
+    DurableState {
+        attempts,
+        auto_submits: 2,
+        paused: Some("user_abort".into()),
+        todos: vec![Todo {
+            content: "write the ledger".into(),
+            status: TodoStatus::InProgress,
+            priority: Some("high".into()),
+        }],
+        nudges_without_progress: 1,
+        nudge_snapshot: Some(vec![("write the ledger".into(), "in_progress".into())]),
+        last_nudge_ms: Some(1_700_000_000_000),
+        review_armed: true,
+        review_rounds: 2,
+        interrupted_continued: Some("msg_1".into()),
+        last_action: Some("nudge".into()),
+        last_action_ms: Some(1_700_000_000_500),
+    }
+}
+
+fn record(session: &str, action: Action, at_ms: i64) -> ActionRecord {
+    ActionRecord {
+        server: "local".into(),
+        session: session.into(),
+        action,
+        outcome: Outcome::Done,
+        reason: format!("{} at {at_ms}", action.as_str()),
+        numbers: Numbers { idle_for_ms: Some(at_ms as u64), attempt: Some(1), ..Numbers::default() },
+        at_ms,
+    }
+}
+
+fn ledger_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().join("state").join("shepherd").join("ledger.sqlite3")
+}
+
+/// Writes `sql` to the file through a connection of its own, as damage from outside.
+fn tamper(path: &Path, sql: &str) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(sql).unwrap();
+}
+
+#[tokio::test]
+async fn saved_state_is_loaded_by_a_new_ledger_on_the_same_file_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    {
+        let before = SqliteLedger::open(&path).unwrap();
+        before.save("local", "ses_a", &state(1)).await.unwrap();
+        before.save("local", "ses_a", &state(3)).await.unwrap();
+        before.save("other", "ses_a", &state(7)).await.unwrap();
+        before.append(&record("ses_a", Action::Nudge, 10)).await.unwrap();
+    }
+    let after = SqliteLedger::open(&path).unwrap();
+    assert_eq!(after.load("local", "ses_a").await.unwrap(), Some(state(3)));
+    assert_eq!(after.load("other", "ses_a").await.unwrap(), Some(state(7)), "identity is (server, session)");
+    assert_eq!(after.load("local", "ses_unknown").await.unwrap(), None);
+    assert_eq!(after.history("ses_a", 10).await.unwrap(), vec![record("ses_a", Action::Nudge, 10)]);
+}
+
+#[tokio::test]
+async fn the_journal_keeps_its_order_and_history_returns_the_newest_n_oldest_first() {
+    let ledger = SqliteLedger::open_in_memory().unwrap();
+    let actions = [Action::StallDetected, Action::Abort, Action::Continue, Action::Nudge, Action::Review];
+    for (i, action) in actions.iter().enumerate() {
+        ledger.append(&record("ses_a", *action, 100 + i as i64)).await.unwrap();
+        ledger.append(&record("ses_b", Action::Pause, 100 + i as i64)).await.unwrap();
+    }
+    let all = ledger.history("ses_a", 100).await.unwrap();
+    assert_eq!(all.iter().map(|r| r.action).collect::<Vec<_>>(), actions);
+    let newest = ledger.history("ses_a", 2).await.unwrap();
+    assert_eq!(newest, vec![record("ses_a", Action::Nudge, 103), record("ses_a", Action::Review, 104)]);
+    assert!(ledger.history("ses_a", 0).await.unwrap().is_empty());
+    assert!(ledger.history("ses_nobody", 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_corrupt_state_row_is_reported_naming_its_session_and_other_sessions_still_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    let ledger = SqliteLedger::open(&path).unwrap();
+    ledger.save("local", "ses_good", &state(1)).await.unwrap();
+    ledger.save("local", "ses_bad", &state(2)).await.unwrap();
+    tamper(&path, "UPDATE session_state SET state_json = '{\"attempts\": \"many\"' WHERE session = 'ses_bad'");
+
+    match ledger.load("local", "ses_bad").await {
+        Err(LedgerError::Corrupt(msg)) => {
+            assert!(msg.contains("ses_bad") && msg.contains("local"), "names server and session: {msg}")
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert_eq!(ledger.load("local", "ses_good").await.unwrap(), Some(state(1)));
+    ledger.save("local", "ses_bad", &state(4)).await.unwrap();
+    assert_eq!(ledger.load("local", "ses_bad").await.unwrap(), Some(state(4)), "a new save repairs the row");
+}
+
+#[tokio::test]
+async fn a_corrupt_journal_row_is_reported_and_other_sessions_journals_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    let ledger = SqliteLedger::open(&path).unwrap();
+    ledger.append(&record("ses_bad", Action::Abort, 1)).await.unwrap();
+    ledger.append(&record("ses_good", Action::Abort, 2)).await.unwrap();
+    tamper(&path, "UPDATE journal SET action = 'explode' WHERE session = 'ses_bad'");
+
+    let err = ledger.history("ses_bad", 10).await.unwrap_err();
+    assert!(matches!(&err, LedgerError::Corrupt(m) if m.contains("ses_bad") && m.contains("explode")), "{err}");
+    assert_eq!(ledger.history("ses_good", 10).await.unwrap(), vec![record("ses_good", Action::Abort, 2)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_saves_and_appends_from_many_tasks_all_land() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path).unwrap());
+    let sessions = 300;
+    let tasks: Vec<_> = (0..sessions)
+        .map(|i| {
+            let ledger = ledger.clone();
+            tokio::spawn(async move {
+                let session = format!("ses_{i}");
+                for attempt in 1..=3 {
+                    ledger.save("local", &session, &state(attempt)).await.unwrap();
+                    ledger.append(&record(&session, Action::Continue, i64::from(attempt))).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    drop(ledger);
+
+    let reopened = SqliteLedger::open(&path).unwrap();
+    for i in 0..sessions {
+        let session = format!("ses_{i}");
+        assert_eq!(reopened.load("local", &session).await.unwrap(), Some(state(3)), "{session}");
+        let at: Vec<i64> = reopened.history(&session, 10).await.unwrap().iter().map(|r| r.at_ms).collect();
+        assert_eq!(at, vec![1, 2, 3], "{session}: each task's appends in its order");
+    }
+}
+
+/// A stand-in for a session actor: decides, then records and saves through the port.
+struct SessionLike {
+    ledger: Arc<dyn Ledger>,
+}
+
+impl Actor for SessionLike {
+    type Context = Context<Self>;
+}
+
+#[derive(Message)]
+#[rtype(result = "Result<Option<DurableState>, LedgerError>")]
+struct Decide {
+    attempts: u32,
+}
+
+impl Handler<Decide> for SessionLike {
+    type Result = ResponseFuture<Result<Option<DurableState>, LedgerError>>;
+
+    fn handle(&mut self, msg: Decide, _: &mut Context<Self>) -> Self::Result {
+        let ledger = self.ledger.clone();
+        Box::pin(async move {
+            ledger.append(&record("ses_actor", Action::Continue, i64::from(msg.attempts))).await?;
+            ledger.save("local", "ses_actor", &state(msg.attempts)).await?;
+            ledger.load("local", "ses_actor").await
+        })
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Ping;
+
+impl Handler<Ping> for SessionLike {
+    type Result = ();
+
+    fn handle(&mut self, _: Ping, _: &mut Context<Self>) {}
+}
+
+#[actix::test]
+async fn an_actor_saves_and_loads_through_the_port_inside_an_actix_system() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig { backend: StoreBackend::Sqlite, path: ledger_file(&dir).display().to_string() };
+    let ledger = open_ledger(&cfg).unwrap();
+    let actor = SessionLike { ledger: ledger.clone() }.start();
+    for attempts in 1..=3 {
+        assert_eq!(actor.send(Decide { attempts }).await.unwrap().unwrap(), Some(state(attempts)));
+    }
+    assert_eq!(ledger.history("ses_actor", 10).await.unwrap().len(), 3);
+}
+
+#[actix::test]
+async fn a_save_waiting_for_the_database_lock_does_not_block_the_actix_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path).unwrap());
+    let actor = SessionLike { ledger: ledger.clone() }.start();
+
+    // Another process holds the write lock for a while.
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn({
+        let path = path.clone();
+        move || {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
+            locked_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(800));
+            conn.execute_batch("COMMIT").unwrap();
+        }
+    });
+    locked_rx.recv().unwrap();
+
+    let started = Instant::now();
+    let decision = actor.send(Decide { attempts: 1 });
+    let decision = actix::spawn(decision);
+    // The actor's decision waits for the lock; the thread the actors run on does not.
+    for _ in 0..5 {
+        actor.send(Ping).await.unwrap();
+    }
+    assert!(!decision.is_finished(), "pings were answered while the save waited for the lock");
+    assert_eq!(decision.await.unwrap().unwrap().unwrap(), Some(state(1)));
+    assert!(started.elapsed() >= Duration::from_millis(500), "the save did wait for the lock");
+    holder.join().unwrap();
+}
+
+#[tokio::test]
+async fn open_ledger_creates_the_configured_file_or_keeps_everything_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    let sqlite = StoreConfig { backend: StoreBackend::Sqlite, path: path.display().to_string() };
+    let ledger = open_ledger(&sqlite).unwrap();
+    ledger.save("local", "ses_a", &state(1)).await.unwrap();
+    assert!(path.is_file(), "the file and its folders are created");
+
+    let memory = StoreConfig { backend: StoreBackend::Memory, path: String::new() };
+    let ledger = open_ledger(&memory).unwrap();
+    ledger.save("local", "ses_a", &state(2)).await.unwrap();
+    assert_eq!(ledger.load("local", "ses_a").await.unwrap(), Some(state(2)));
+}
