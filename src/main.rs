@@ -33,6 +33,8 @@ enum Command {
     },
     /// Run the scriptable OpenAI-compatible fake model on its own.
     FakeModel,
+    /// Print a session's journal (what Shepherd did and why) from the configured ledger.
+    History(shepherd::store::history::HistoryArgs),
     /// List the sessions the running daemon supervises (through its control API).
     Sessions(SessionsArgs),
     /// Send a prompt to a session through the running daemon (template variables such
@@ -168,6 +170,7 @@ fn main() -> anyhow::Result<()> {
                 .with_context(|| format!("--stall-timeout {:?}", args.stall_timeout))?;
             actix::System::new().block_on(shepherd::demo::run(stall))
         }
+        Command::History(args) => shepherd::store::history::run(args),
         Command::FakeModel => {
             shepherd::logging::init(LogFormat::Auto, "info");
             let fake = shepherd::testbed::fake_model::FakeModel::start()?;

@@ -254,3 +254,55 @@ async fn open_ledger_creates_the_configured_file_or_keeps_everything_in_memory()
     ledger.save("local", "ses_a", &state(2)).await.unwrap();
     assert_eq!(ledger.load("local", "ses_a").await.unwrap(), Some(state(2)));
 }
+
+/// Runs the `shepherd` binary in `dir` (so no `./shepherd.toml` is picked up).
+fn shepherd(dir: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn shepherd_history_prints_the_newest_entries_of_one_session_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    let ledger = SqliteLedger::open(&path).unwrap();
+    for (i, action) in [Action::StallDetected, Action::Abort, Action::Continue].into_iter().enumerate() {
+        ledger.append(&record("ses_cli", action, 1_767_225_600_000 + i as i64 * 1000)).await.unwrap();
+    }
+    ledger.append(&record("ses_other", Action::Review, 1_767_225_600_000)).await.unwrap();
+    let set = format!("store.path={}", path.display());
+
+    let out = shepherd(dir.path(), &["history", "ses_cli", "--limit", "2", "--set", &set]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert_eq!(lines[0], "session ses_cli on local — 2 entries, oldest first");
+    assert!(lines[1].starts_with("2026-01-01 00:00:01Z (") && lines[1].contains("  abort     done  "), "{text}");
+    assert!(lines[1].ends_with("abort at 1767225601000  [attempt=1 idle_for_ms=1767225601000]"), "{text}");
+    assert!(lines[2].contains("  continue  done  continue at"), "{text}");
+
+    let out = shepherd(dir.path(), &["history", "ses_cli", "--json", "--set", &set]);
+    let records: Vec<ActionRecord> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(records.iter().map(|r| r.action).collect::<Vec<_>>(), [Action::StallDetected, Action::Abort, Action::Continue]);
+}
+
+#[test]
+fn shepherd_history_says_so_when_there_is_none_and_creates_no_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    let set = format!("store.path={}", path.display());
+    let out = shepherd(dir.path(), &["history", "ses_nobody", "--set", &set]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with("no history for session ses_nobody in "), "{text}");
+    assert!(!path.exists(), "reading history must not create a ledger");
+
+    let out = shepherd(dir.path(), &["history", "ses_nobody", "--set", "store.backend=memory"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("store.backend is \"memory\""));
+}

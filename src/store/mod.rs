@@ -6,9 +6,11 @@
 //! the ledger file lives; it decides nothing about sessions (the cores do) and owns no
 //! number of its own (the schema in `shepherd_actors::config` does).
 //!
-//! Parts: [`sqlite`] (the embedded default, on disk). The in-memory adapter is
-//! `shepherd_actors::ledger::MemoryLedger`.
+//! Parts: [`sqlite`] (the embedded default, on disk), [`history`] (the
+//! `shepherd history SESSION` command that reads the journal back). The in-memory
+//! adapter is `shepherd_actors::ledger::MemoryLedger`.
 
+pub mod history;
 pub mod sqlite;
 
 use std::ffi::OsString;
