@@ -48,7 +48,8 @@ pub(crate) fn render_with(cfg: &Config, lookup: impl Fn(&str) -> Option<OsString
 /// Whether a key's string values are secrets.
 pub(crate) fn is_secret_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
-    !key.ends_with("_env") && SECRET_WORDS.iter().any(|word| key.contains(word))
+    // `*_env` names a variable and `*_file` a path: where a secret lives, not the secret.
+    !key.ends_with("_env") && !key.ends_with("_file") && SECRET_WORDS.iter().any(|word| key.contains(word))
 }
 
 fn mask_secrets(value: &mut Value) {
@@ -112,6 +113,7 @@ mod tests {
         assert!(is_secret_key("control_token"));
         assert!(is_secret_key("OPENAI_API_KEY"));
         assert!(!is_secret_key("password_env"));
+        assert!(!is_secret_key("token_file"));
         assert!(!is_secret_key("continue_message"));
     }
 
