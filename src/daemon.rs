@@ -41,7 +41,8 @@ impl Daemon {
         let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         let journal = Journal::new();
         let recovery = cfg.recovery.clone();
-        let ledger: Arc<dyn shepherd_actors::ledger::Ledger> = Arc::new(shepherd_actors::ledger::MemoryLedger::default());
+        // Before any actor starts: every session actor loads its state from here.
+        let ledger = crate::store::open_ledger(&cfg.store).map_err(|e| anyhow::anyhow!("store: {e}"))?;
         let supervisor =
             Supervisor::new(
                 Arc::new(cfg.session_rules()),

@@ -85,6 +85,7 @@ pub async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
     // The demo must not collide with a running daemon's control port or token file.
     let mut cfg = cfg;
     cfg.control.enabled = false;
+    cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
     cfg.validate()?;
     let daemon = Daemon::start(&cfg)?;
     let mut records = daemon.journal().subscribe();

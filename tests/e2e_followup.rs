@@ -165,3 +165,35 @@ async fn review_fires_again_after_the_review_produced_new_todos_up_to_max_rounds
     rig.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn a_shepherd_restart_between_a_completion_and_its_review_sends_exactly_one_review() -> anyhow::Result<()> {
+    let state = tempfile::TempDir::new()?;
+    let ledger = state.path().join("ledger.sqlite3").display().to_string();
+    let mut rig = Rig::start_config(|c| {
+        quick(c);
+        c.store.backend = shepherd_actors::config::StoreBackend::Sqlite;
+        c.store.path = ledger;
+        c.recovery.stall_timeout = Duration::from_secs(30);
+    })
+    .await?;
+    let id = rig.client.create_session(Some("restart before review")).await?;
+    // The last todo is done mid-turn; the turn then goes on for a while.
+    rig.client
+        .prompt_async(&id, "[[fake:todo:create]][[fake:todo:done]][[fake:slow:8]] finish up", None, None, false)
+        .await?;
+    shepherd::testbed::client::wait_for("all todos done", PATIENCE, || async {
+        rig.client.todos(&id).await.map(|t| !t.is_empty() && t.iter().all(|t| t.status == "completed"))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(rig.client.is_busy(&id).await?, "still in the turn: no review yet");
+    rig.restart_daemon().await?; // Shepherd restarts; only the ledger remembers the completion
+
+    rig.wait_record(&id, Action::Review, Outcome::Done, PATIENCE).await?;
+    settle(&rig, &id).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(prompts_of_kind(&rig, &id, "review").await?.len(), 1, "exactly one review");
+    rig.stop().await;
+    Ok(())
+}

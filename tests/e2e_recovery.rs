@@ -250,6 +250,7 @@ async fn a_wrong_password_keeps_the_daemon_running_and_the_server_unready() -> a
     server.reconnect_initial = Duration::from_millis(100);
     let mut cfg = shepherd_actors::config::Config { servers: vec![server], ..Default::default() };
     cfg.control.enabled = false;
+    cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
     let daemon = shepherd::daemon::Daemon::start(&cfg)?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let fleet = daemon.fleet().await;
@@ -313,6 +314,7 @@ async fn one_shepherd_supervises_two_servers_each_with_its_own_sessions() -> any
         ..Default::default()
     };
     cfg.control.enabled = false;
+    cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
     let daemon = shepherd::daemon::Daemon::start(&cfg)?;
     let mut records = daemon.journal().subscribe();
     let (ca, cb) = (a.client(), b.client());

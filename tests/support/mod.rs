@@ -23,6 +23,8 @@ pub struct Rig {
     pub opencode: OpenCodeServer,
     pub client: OpenCodeClient,
     pub daemon: Option<Daemon>,
+    /// The configuration the daemon runs with.
+    pub cfg: Config,
     records: broadcast::Receiver<ActionRecord>,
     pub seen: Vec<ActionRecord>,
 }
@@ -88,11 +90,13 @@ impl Rig {
             ..Config::default()
         };
         cfg.control.enabled = false;
+        // Never the user's own ledger; tests that need persistence set a temp path.
+        cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
         configure(&mut cfg);
         cfg.validate()?;
         let daemon = Daemon::start(&cfg)?;
         let records = daemon.journal().subscribe();
-        let rig = Rig { fake, opencode, client, daemon: Some(daemon), records, seen: Vec::new() };
+        let rig = Rig { fake, opencode, client, daemon: Some(daemon), cfg, records, seen: Vec::new() };
         rig.wait_connected().await?;
         Ok(rig)
     }
@@ -153,6 +157,19 @@ impl Rig {
 
     pub fn count(&mut self, session: &str, action: Action) -> usize {
         self.records_for(session).iter().filter(|(a, o, _)| *a == action && *o == Outcome::Done).count()
+    }
+
+    /// Stops Shepherd (gracefully) and starts a new one with the same configuration —
+    /// a Shepherd restart, with OpenCode left running.
+    pub async fn restart_daemon(&mut self) -> anyhow::Result<()> {
+        if let Some(d) = self.daemon.take() {
+            d.shutdown().await;
+        }
+        self.pull();
+        let daemon = Daemon::start(&self.cfg)?;
+        self.records = daemon.journal().subscribe();
+        self.daemon = Some(daemon);
+        self.wait_connected().await
     }
 
     pub async fn stop(mut self) {
