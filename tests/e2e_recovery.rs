@@ -342,3 +342,33 @@ async fn one_shepherd_supervises_two_servers_each_with_its_own_sessions() -> any
     b.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn an_evicted_session_remembers_that_the_person_paused_it() -> anyhow::Result<()> {
+    let mut rig = Rig::start_config(|c| {
+        c.supervisor.idle_cleanup = Duration::from_secs(2);
+        c.supervisor.cleanup_interval = Duration::from_millis(500);
+    })
+    .await?;
+    let id = rig.client.create_session(Some("evicted")).await?;
+    rig.client.prompt_async(&id, "[[fake:stall]] one", None, None, false).await?;
+    rig.client.wait_busy(&id, PATIENCE).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rig.client.abort(&id).await?; // the person takes over
+    rig.wait_record(&id, Action::Pause, Outcome::Done, PATIENCE).await?;
+    // Quiet past idle_cleanup: the actor leaves memory.
+    shepherd::testbed::client::wait_for("the session to be evicted", PATIENCE, || async {
+        Ok::<_, std::convert::Infallible>(rig.daemon().fleet().await.sessions.iter().all(|s| s.id != id))
+    })
+    .await?;
+    // A tool (not the person) starts it again and it stalls: the fresh actor resumes
+    // from the ledger, still paused, and leaves it alone.
+    rig.client.prompt_async(&id, "[[fake:stall]] two", None, None, true).await?;
+    rig.client.wait_busy(&id, PATIENCE).await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(rig.count(&id, Action::StallDetected), 0, "{:?}", rig.records_for(&id));
+    let detail = rig.daemon().fleet().await.sessions.into_iter().find(|s| s.id == id).expect("tracked again");
+    assert_eq!(detail.paused.as_deref(), Some("user_abort"));
+    rig.stop().await;
+    Ok(())
+}
