@@ -84,6 +84,14 @@ impl OpenCodeClient {
         Err(EngineError::Http { status: status.as_u16(), body: format!("{what}: {body}") })
     }
 
+    /// The session's last [`TURN_LOOKBACK_MESSAGES`] messages, oldest first.
+    async fn recent_messages(&self, session_id: &str) -> Result<Vec<MessageWithParts>, EngineError> {
+        let rb = self
+            .request(Method::GET, &session_path(session_id, "/message"))
+            .query(&[("limit", TURN_LOOKBACK_MESSAGES)]);
+        self.get_json(rb, "GET /session/{id}/message").await
+    }
+
     async fn get_json<T: DeserializeOwned>(&self, rb: RequestBuilder, what: &str) -> Result<T, EngineError> {
         let resp = self.send(rb, what).await?;
         resp.json::<T>().await.map_err(|e| EngineError::Decode(format!("{what}: {e}")))
@@ -142,10 +150,7 @@ impl Engine for OpenCodeClient {
     }
 
     async fn last_turn_settings(&self, session_id: &str) -> Result<TurnSettings, EngineError> {
-        let rb = self
-            .request(Method::GET, &session_path(session_id, "/message"))
-            .query(&[("limit", TURN_LOOKBACK_MESSAGES)]);
-        let messages: Vec<MessageWithParts> = self.get_json(rb, "GET /session/{id}/message").await?;
+        let messages = self.recent_messages(session_id).await?;
         // Oldest → newest; take the newest user message that names its agent/model.
         for m in messages.iter().rev() {
             let Some(info) = decode_message(&m.info) else { continue };
@@ -157,10 +162,7 @@ impl Engine for OpenCodeClient {
     }
 
     async fn last_turn(&self, session_id: &str) -> Result<Option<LastTurn>, EngineError> {
-        let rb = self
-            .request(Method::GET, &session_path(session_id, "/message"))
-            .query(&[("limit", TURN_LOOKBACK_MESSAGES)]);
-        let messages: Vec<MessageWithParts> = self.get_json(rb, "GET /session/{id}/message").await?;
+        let messages = self.recent_messages(session_id).await?;
         for m in messages.iter().rev() {
             let Some(info) = decode_message(&m.info) else { continue };
             if info.role != Role::Assistant {

@@ -347,6 +347,28 @@ impl SessionCore {
         Vec::new()
     }
 
+    /// A continue for an idle session that was left hanging (orphaned parent, turn
+    /// cut off by a restart): no abort needed, delivered only if still idle.
+    fn continue_when_idle(&self, why: &str, now: Now) -> PromptOrder {
+        PromptOrder {
+            session_id: self.id.clone(),
+            directory: self.directory.clone(),
+            kind: PromptKind::Continue,
+            template: self.cfg.recovery.continue_with_todos_message.clone(),
+            template_without_open_todos: Some(self.cfg.recovery.continue_message.clone()),
+            facts: PromptFacts {
+                attempts: self.attempts + 1,
+                max_attempts: self.cfg.recovery.max_auto_submits,
+                context_summary: String::new(),
+            },
+            known_todos: self.todos.clone(),
+            known_turn: self.turn.clone(),
+            require_idle: true,
+            require_open_todos: false,
+            decision: format!("{}-{why}-{}", self.id, now.wall_ms),
+        }
+    }
+
     fn on_orphan_deadline(&mut self, now: Now) -> Vec<Effect> {
         let due: Vec<String> =
             self.orphan_due.iter().filter(|(_, at)| **at <= now.mono).map(|(c, _)| c.clone()).collect();
@@ -366,23 +388,7 @@ impl SessionCore {
                 "background subagent {child} ended with an error and no notice reached this parent within orphan_wait: continuing the parent"
             );
             out.push(self.record(Action::Recover, Outcome::Done, &reason, Numbers::default(), now));
-            out.push(Effect::Prompt(PromptOrder {
-                session_id: self.id.clone(),
-                directory: self.directory.clone(),
-                kind: PromptKind::Continue,
-                template: self.cfg.recovery.continue_with_todos_message.clone(),
-                template_without_open_todos: Some(self.cfg.recovery.continue_message.clone()),
-                facts: PromptFacts {
-                    attempts: self.attempts + 1,
-                    max_attempts: self.cfg.recovery.max_auto_submits,
-                    context_summary: String::new(),
-                },
-                known_todos: self.todos.clone(),
-                known_turn: self.turn.clone(),
-                require_idle: true,
-                require_open_todos: false,
-                decision: format!("{}-orphan-{}", self.id, now.wall_ms),
-            }));
+            out.push(Effect::Prompt(self.continue_when_idle("orphan", now)));
         }
         out
     }
@@ -692,23 +698,7 @@ impl SessionCore {
             return vec![self.record(Action::Recover, Outcome::Declined, &reason, Numbers::default(), now)];
         }
         self.interrupted_continued = Some(message_id.to_string());
-        let order = PromptOrder {
-            session_id: self.id.clone(),
-            directory: self.directory.clone(),
-            kind: PromptKind::Continue,
-            template: self.cfg.recovery.continue_with_todos_message.clone(),
-            template_without_open_todos: Some(self.cfg.recovery.continue_message.clone()),
-            facts: PromptFacts {
-                attempts: self.attempts + 1,
-                max_attempts: self.cfg.recovery.max_auto_submits,
-                context_summary: String::new(),
-            },
-            known_todos: self.todos.clone(),
-            known_turn: self.turn.clone(),
-            require_idle: true,
-            require_open_todos: false,
-            decision: format!("{}-interrupted-{}", self.id, now.wall_ms),
-        };
+        let order = self.continue_when_idle("interrupted", now);
         vec![
             self.record(
                 Action::Recover,
