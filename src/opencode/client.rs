@@ -129,9 +129,29 @@ impl Engine for OpenCodeClient {
         self.get_json(rb, "GET /session/status").await
     }
 
+    /// All projects' sessions, newest first, following `x-next-cursor` pages until
+    /// `limit` sessions or the last page.
     async fn list_sessions(&self, limit: u32) -> Result<Vec<SessionInfo>, EngineError> {
-        let rb = self.request(Method::GET, "/experimental/session").query(&[("limit", limit)]);
-        self.get_json(rb, "GET /experimental/session").await
+        let mut out: Vec<SessionInfo> = Vec::new();
+        let mut cursor: Option<String> = None;
+        while (out.len() as u32) < limit {
+            let want = limit - out.len() as u32;
+            let mut rb = self.request(Method::GET, "/experimental/session").query(&[("limit", want)]);
+            if let Some(c) = &cursor {
+                rb = rb.query(&[("cursor", c.as_str())]);
+            }
+            let resp = self.send(rb, "GET /experimental/session").await?;
+            cursor = resp.headers().get("x-next-cursor").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let page: Vec<SessionInfo> =
+                resp.json().await.map_err(|e| EngineError::Decode(format!("GET /experimental/session: {e}")))?;
+            let last_page = page.is_empty() || cursor.is_none();
+            out.extend(page);
+            if last_page {
+                break;
+            }
+        }
+        out.truncate(limit as usize);
+        Ok(out)
     }
 
     async fn session(&self, session_id: &str) -> Result<SessionInfo, EngineError> {
