@@ -148,8 +148,19 @@ impl ConfigArgs {
     }
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// Errors end the process with one readable line (the cause chain), not a backtrace:
+/// they are the user's to fix (a config key, an unreachable daemon), not a crash.
+fn main() -> std::process::ExitCode {
+    match run_cli(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_cli(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Config { command: ConfigCommand::Check(args) } => {
             let cfg = args.load()?;
