@@ -3,17 +3,17 @@
 //!
 //! It installs the pinned OpenCode if needed, starts the project's fake model and a
 //! private OpenCode server wired to it, starts the same daemon `shepherd run` starts,
-//! and drives five scripted sessions — one that works normally, one that stalls
-//! mid-stream, one that waits on a question, one that runs a long tool, and one whose
-//! person presses Esc. It prints every decision Shepherd takes as it happens, then a
+//! and drives six scripted sessions — one that works normally, one that stalls
+//! mid-stream, one that stops with open todos, one that waits on a question, one that
+//! runs a long tool, and one whose person presses Esc. It prints every decision Shepherd takes as it happens, then a
 //! summary, and cleans everything up.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use shepherd_actors::config::{Config, RecoveryConfig, ServerConfig};
-use shepherd_actors::journal::{Action, ActionRecord};
+use shepherd_actors::config::{Config, NudgeConfig, RecoveryConfig, ServerConfig};
+use shepherd_actors::journal::{Action, ActionRecord, Outcome};
 use tokio::time::Instant;
 
 use crate::daemon::Daemon;
@@ -32,13 +32,18 @@ struct Scene {
 const SCENES: &[Scene] = &[
     Scene {
         title: "steady-worker",
-        shows: "works through its todos; Shepherd leaves it alone",
+        shows: "works through its todos; when the last is done, Shepherd asks once for a review",
         prompt: "[[fake:todo:create]][[fake:todo:partial]][[fake:todo:done]] Build the parser.",
     },
     Scene {
         title: "stalls-mid-stream",
         shows: "the model stops sending mid-answer; Shepherd aborts and continues it with its todos",
         prompt: "[[fake:todo:create]][[fake:stall]] Write the tests.",
+    },
+    Scene {
+        title: "stops-with-todos",
+        shows: "stops with todos still open; Shepherd nudges it once, it finishes, then a review",
+        prompt: "[[fake:todo:create]] Plan the migration.",
     },
     Scene {
         title: "asks-a-question",
@@ -79,6 +84,13 @@ pub async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
                 {todoList}\nPlease continue."
                 .into(),
             ..RecoveryConfig::default()
+        },
+        nudge: NudgeConfig {
+            // As above: this nudge tells the fake model to finish its todos.
+            message: "[[fake:todo:done]] You stopped with {pending} of {total} todos open:\n{todoList}\nPlease go on."
+                .into(),
+            user_quiet: Duration::from_secs(1),
+            ..NudgeConfig::default()
         },
         ..Config::default()
     };
@@ -160,11 +172,17 @@ pub async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
             if actions.is_empty() { "-".to_string() } else { actions.join(", ") }
         );
     }
-    let recovered = log.iter().filter(|r| r.action == Action::Continue).count();
+    let count = |a: Action| log.iter().filter(|r| r.action == a && r.outcome == Outcome::Done).count();
     println!();
     println!(
-        "{recovered} stalled session(s) recovered. Each `shepherd ->` line is one decision from \
-         Shepherd's journal; the same decisions are its structured log on stderr \
+        "{} stall(s) recovered, {} nudge(s), {} review(s), {} session(s) left to the person.",
+        count(Action::Continue),
+        count(Action::Nudge),
+        count(Action::Review),
+        count(Action::Pause)
+    );
+    println!(
+        "Each `shepherd ->` line is one decision from Shepherd's journal; the same decisions are its structured log on stderr \
          (`--log-format json` for JSON lines). Cleaning up."
     );
     daemon.shutdown().await;
