@@ -65,7 +65,8 @@ impl Daemon {
                 .with_context(|| format!("server {:?}", server.name))?
                 .map(|password| Credentials { username: server.username.clone(), password });
             let client = OpenCodeClient::new(server, auth.clone())
-                .map_err(|e| anyhow::anyhow!("server {:?}: {e}", server.name))?;
+                .map_err(|e| anyhow::anyhow!("server {:?}: {e}", server.name))?
+                .with_long_call_timeout(cfg.compaction.max_wait + server.request_timeout);
             supervisor.do_send(AttachServer {
                 name: server.name.clone(),
                 engine: Arc::new(client),

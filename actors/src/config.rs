@@ -24,6 +24,9 @@ pub struct Config {
     pub control: ControlConfig,
     pub store: StoreConfig,
     pub supervisor: SupervisorConfig,
+    pub context: ContextConfig,
+    pub compaction: CompactionConfig,
+    pub handoff: HandoffConfig,
     pub log: LogConfig,
 }
 
@@ -261,6 +264,74 @@ impl Default for SupervisorConfig {
     }
 }
 
+/// Reading a session's context size.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContextConfig {
+    /// Regular expressions over context-length error texts, with named groups `limit`
+    /// (the window) and `used` (the size that overflowed), for exact counts.
+    pub error_patterns: Vec<String>,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        Self {
+            error_patterns: vec![
+                r"maximum context length is (?P<limit>\d+) tokens.*?resulted in (?P<used>\d+) tokens".to_string(),
+                r"prompt is too long: (?P<used>\d+) tokens > (?P<limit>\d+) maximum".to_string(),
+            ],
+        }
+    }
+}
+
+/// Compaction through `POST /session/{id}/summarize`. Thresholds are shares of the
+/// model's context window and must rise strictly: `opportunistic < proactive <
+/// handoff.soft < handoff.prepare < handoff.hard`, all below OpenCode's own
+/// auto-compaction point (window − output limit).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompactionConfig {
+    pub enabled: bool,
+    /// Not acted on yet (reserved for compaction before a nudge or review).
+    pub opportunistic: f64,
+    /// Compact when the session goes idle past this share of its window.
+    pub proactive: f64,
+    /// At least this long between two compactions of one session.
+    #[serde(with = "duration_str")]
+    pub cooldown: Duration,
+    /// A compaction not finished after this long is given up (and logged).
+    #[serde(with = "duration_str")]
+    pub max_wait: Duration,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            opportunistic: 0.5,
+            proactive: 0.7,
+            cooldown: Duration::from_secs(5 * 60),
+            max_wait: Duration::from_secs(3 * 60),
+        }
+    }
+}
+
+/// Hand-off thresholds (shares of the window). The hand-off itself is not built yet;
+/// `hard` already gates follow-up prompts: past it, Shepherd compacts first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HandoffConfig {
+    pub soft: f64,
+    pub prepare: f64,
+    pub hard: f64,
+}
+
+impl Default for HandoffConfig {
+    fn default() -> Self {
+        Self { soft: 0.75, prepare: 0.8, hard: 0.88 }
+    }
+}
+
 /// The HTTP control API (status, custom prompts).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -341,14 +412,19 @@ pub enum LogFormat {
 }
 
 /// The rules every session core decides by: the parts of the config about sessions.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct SessionRules {
     pub recovery: RecoveryConfig,
     pub nudge: NudgeConfig,
     pub review: ReviewConfig,
     /// `supervisor.orphan_wait`.
     pub orphan_wait: Duration,
+    pub compaction: CompactionConfig,
+    pub handoff: HandoffConfig,
+    /// `context.error_patterns`, compiled (validated at start-up).
+    pub error_patterns: Vec<regex::Regex>,
 }
+
 
 impl Config {
     pub fn session_rules(&self) -> SessionRules {
@@ -357,6 +433,9 @@ impl Config {
             nudge: self.nudge.clone(),
             review: self.review.clone(),
             orphan_wait: self.supervisor.orphan_wait,
+            compaction: self.compaction.clone(),
+            handoff: self.handoff.clone(),
+            error_patterns: self.context.error_patterns.iter().filter_map(|p| regex::Regex::new(p).ok()).collect(),
         }
     }
 }
@@ -409,6 +488,26 @@ impl Config {
         }
         if r.continue_with_todos_message.trim().is_empty() {
             return Err(bad("recovery.continue_with_todos_message", "must not be empty"));
+        }
+        let shares = [
+            ("compaction.opportunistic", self.compaction.opportunistic),
+            ("compaction.proactive", self.compaction.proactive),
+            ("handoff.soft", self.handoff.soft),
+            ("handoff.prepare", self.handoff.prepare),
+            ("handoff.hard", self.handoff.hard),
+        ];
+        for (i, (key, v)) in shares.iter().enumerate() {
+            if !(v.is_finite() && *v > 0.0 && *v < 1.0) {
+                return Err(bad(key, "must be a share of the window between 0 and 1"));
+            }
+            if i > 0 && *v <= shares[i - 1].1 {
+                return Err(bad(key, &format!("must be above {} ({})", shares[i - 1].0, shares[i - 1].1)));
+            }
+        }
+        for (i, p) in self.context.error_patterns.iter().enumerate() {
+            if let Err(e) = regex::Regex::new(p) {
+                return Err(bad(&format!("context.error_patterns[{i}]"), &format!("not a regular expression: {e}")));
+            }
         }
         if self.supervisor.discovery_interval.is_zero() {
             return Err(bad("supervisor.discovery_interval", "must be greater than zero"));
@@ -491,6 +590,25 @@ mod tests {
         assert_eq!(c.recovery.stall_timeout, Duration::from_secs(180));
         assert_eq!(c.recovery.wait_after_abort, Duration::from_millis(1500));
         assert_eq!(c.recovery.max_backoff, Duration::from_secs(1800));
+    }
+
+    #[test]
+    fn compaction_and_handoff_thresholds_must_rise_strictly() {
+        let mut c = Config::default();
+        c.handoff.soft = 0.7; // equal to compaction.proactive
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.key, "handoff.soft");
+        assert!(err.reason.contains("compaction.proactive"), "{err}");
+        let mut c = Config::default();
+        c.handoff.hard = 1.2;
+        assert_eq!(c.validate().unwrap_err().key, "handoff.hard");
+    }
+
+    #[test]
+    fn a_bad_error_pattern_is_rejected_with_its_index() {
+        let mut c = Config::default();
+        c.context.error_patterns.push("(unclosed".into());
+        assert_eq!(c.validate().unwrap_err().key, "context.error_patterns[2]");
     }
 
     #[test]

@@ -22,6 +22,11 @@ pub struct SessionDetail {
     pub paused: Option<String>,
     pub attempts: u32,
     pub todos: Vec<Todo>,
+    /// Prompt size of the latest model call, the model's window, and the share in %.
+    pub context_tokens: Option<u64>,
+    pub context_window: Option<u64>,
+    pub context_percent: Option<f64>,
+    pub compacting: bool,
     pub last_action: Option<ActionRecord>,
 }
 

@@ -163,6 +163,7 @@ pub struct ErrorData {
 
 impl ErrorInfo {
     pub const ABORTED: &'static str = "MessageAbortedError";
+    pub const CONTEXT_OVERFLOW: &'static str = "ContextOverflowError";
 
     pub fn is_abort(&self) -> bool {
         self.name == Self::ABORTED
@@ -201,6 +202,34 @@ pub struct MessageInfo {
     pub time: Times,
     /// A compaction summary (`summary: true`).
     pub summary: bool,
+    /// Token usage of this one model call (assistant messages).
+    pub tokens: Option<Tokens>,
+}
+
+/// Token usage of one model call. The prompt size — what fills the context window — is
+/// `input + cache.read + cache.write`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct Tokens {
+    #[serde(default)]
+    pub input: u64,
+    #[serde(default)]
+    pub output: u64,
+    #[serde(default)]
+    pub cache: CacheTokens,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct CacheTokens {
+    #[serde(default)]
+    pub read: u64,
+    #[serde(default)]
+    pub write: u64,
+}
+
+impl Tokens {
+    pub fn prompt_size(&self) -> u64 {
+        self.input + self.cache.read + self.cache.write
+    }
 }
 
 #[derive(Deserialize)]
@@ -226,6 +255,8 @@ struct RawMessageInfo {
     time: Times,
     #[serde(default)]
     summary: Value,
+    #[serde(default)]
+    tokens: Option<Tokens>,
 }
 
 impl From<RawMessageInfo> for MessageInfo {
@@ -244,6 +275,7 @@ impl From<RawMessageInfo> for MessageInfo {
             error: r.error,
             time: r.time,
             summary: r.summary == Value::Bool(true),
+            tokens: r.tokens,
         }
     }
 }

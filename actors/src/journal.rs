@@ -35,6 +35,8 @@ pub enum Action {
     Review,
     /// A custom prompt from a person or tool (control API).
     Prompt,
+    /// A compaction (`POST /summarize`).
+    Compact,
 }
 
 impl Action {
@@ -51,6 +53,7 @@ impl Action {
             Action::Nudge => "nudge",
             Action::Review => "review",
             Action::Prompt => "prompt",
+            Action::Compact => "compact",
         }
     }
 }
@@ -99,6 +102,11 @@ pub struct Numbers {
     pub running_tools: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_todos: Option<u32>,
+    /// The session's context size and window, in tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
     /// Nudges without todo progress so far, or the review round.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub round: Option<u32>,
@@ -165,6 +173,8 @@ impl Journal {
                     open_todos = n.open_todos,
                     abort_to_idle_ms = n.abort_to_idle_ms,
                     round = n.round,
+                    context_tokens = n.context_tokens,
+                    context_window = n.context_window,
                     "{} {}: {}", r.action.as_str(), r.outcome.as_str(), r.reason
                 )
             };

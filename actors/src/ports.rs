@@ -78,6 +78,12 @@ pub trait Engine: Send + Sync + 'static {
     async fn last_turn_settings(&self, session_id: &str) -> Result<TurnSettings, EngineError>;
     /// The latest assistant message of the session, if any.
     async fn last_turn(&self, session_id: &str) -> Result<Option<LastTurn>, EngineError>;
+    /// `POST /session/{id}/summarize` with the session's own model; returns when the
+    /// compaction finished (OpenCode queues it behind a busy turn).
+    async fn summarize(&self, session_id: &str, model: &ModelRef) -> Result<(), EngineError>;
+    /// Context windows of the configured models (`GET /config/providers`), keyed
+    /// `provider/model`.
+    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError>;
     /// `POST /session/{id}/prompt_async` with one synthetic, tagged text part.
     async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError>;
 }

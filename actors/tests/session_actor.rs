@@ -60,6 +60,13 @@ impl Engine for FakeEngine {
     async fn last_turn(&self, _: &str) -> Result<Option<LastTurn>, EngineError> {
         Ok(None)
     }
+    async fn summarize(&self, id: &str, _: &ModelRef) -> Result<(), EngineError> {
+        self.log(format!("summarize {id}"));
+        Ok(())
+    }
+    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
+        Ok(HashMap::from([("fake/fake-model".to_string(), 200_000)]))
+    }
     async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
         self.log(format!("prompt {id}"));
         self.prompts.lock().unwrap().push((id.into(), p.clone()));

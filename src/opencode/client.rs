@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 use shepherd_actors::config::ServerConfig;
-use shepherd_actors::event::{MessageInfo, Role, SessionInfo, Status, Todo};
+use shepherd_actors::event::{MessageInfo, ModelRef, Role, SessionInfo, Status, Todo};
 use shepherd_actors::ports::{Engine, EngineError, LastTurn, Prompt, TurnSettings};
 
 /// How many recent messages are read to find the last user turn's agent and model.
@@ -40,6 +40,9 @@ pub struct OpenCodeClient {
     base: String,
     http: reqwest::Client,
     auth: Option<Credentials>,
+    /// Per-request timeout of calls that block until OpenCode has done the work
+    /// (`summarize`), instead of the server's `request_timeout`.
+    long_call_timeout: std::time::Duration,
 }
 
 impl OpenCodeClient {
@@ -49,7 +52,18 @@ impl OpenCodeClient {
             .connect_timeout(server.request_timeout)
             .build()
             .map_err(|e| EngineError::Unreachable(format!("cannot build HTTP client: {e}")))?;
-        Ok(Self { base: server.url.trim_end_matches('/').to_string(), http, auth })
+        Ok(Self {
+            base: server.url.trim_end_matches('/').to_string(),
+            http,
+            auth,
+            long_call_timeout: server.request_timeout,
+        })
+    }
+
+    /// Sets the timeout of calls that block until OpenCode finished (compaction).
+    pub fn with_long_call_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.long_call_timeout = timeout;
+        self
     }
 
     pub fn base_url(&self) -> &str {
@@ -199,6 +213,33 @@ impl Engine for OpenCodeClient {
             }));
         }
         Ok(None)
+    }
+
+    async fn summarize(&self, session_id: &str, model: &ModelRef) -> Result<(), EngineError> {
+        let rb = self
+            .request(Method::POST, &session_path(session_id, "/summarize"))
+            .timeout(self.long_call_timeout)
+            .json(&json!({ "providerID": model.provider_id, "modelID": model.model_id }));
+        let done: serde_json::Value = self.get_json(rb, "POST /session/{id}/summarize").await?;
+        match done {
+            serde_json::Value::Bool(true) => Ok(()),
+            other => Err(EngineError::Decode(format!("POST /session/{{id}}/summarize answered {other}"))),
+        }
+    }
+
+    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
+        let rb = self.request(Method::GET, "/config/providers");
+        let body: serde_json::Value = self.get_json(rb, "GET /config/providers").await?;
+        let mut out = HashMap::new();
+        for provider in body["providers"].as_array().into_iter().flatten() {
+            let Some(pid) = provider["id"].as_str() else { continue };
+            for (mid, model) in provider["models"].as_object().into_iter().flatten() {
+                if let Some(ctx) = model.pointer("/limit/context").and_then(serde_json::Value::as_u64) {
+                    out.insert(format!("{pid}/{mid}"), ctx);
+                }
+            }
+        }
+        Ok(out)
     }
 
     async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError> {

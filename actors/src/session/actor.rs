@@ -15,7 +15,7 @@ use crate::control::SessionDetail;
 use crate::journal::{ActionRecord, Journal};
 use crate::ledger::{DurableState, Ledger};
 use crate::ports::{Clock, Engine};
-use crate::session::core::{Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
+use crate::session::core::{CompactOrder, Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
 use crate::session::delivery::{deliver, Delivery, PromptOrder};
 use crate::session::recovery::{recover, InFlight};
 
@@ -31,6 +31,8 @@ pub struct SessionEnv {
     pub instance: String,
     /// Where durable state and the journal go.
     pub ledger: Arc<dyn Ledger>,
+    /// Context windows of this server's models (`provider/model` → tokens).
+    pub windows: Arc<std::sync::RwLock<std::collections::HashMap<String, u64>>>,
 }
 
 impl SessionEnv {
@@ -78,6 +80,7 @@ impl SessionActor {
                 }
                 Effect::Recover(order) => self.start_recovery(order, ctx),
                 Effect::Prompt(order) => self.start_delivery(order, ctx),
+                Effect::Compact(order) => self.start_compaction(order, ctx),
                 Effect::Stop => ctx.stop(),
             }
         }
@@ -174,6 +177,34 @@ impl SessionActor {
     }
 }
 
+impl SessionActor {
+    fn start_compaction(&mut self, order: CompactOrder, ctx: &mut Context<Self>) {
+        let env = self.env.clone();
+        let max_wait = self.cfg.compaction.max_wait;
+        let work = async move {
+            let call = env.engine.summarize(&order.session_id, &order.model);
+            let result = match tokio::time::timeout(max_wait, call).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("not finished after compaction.max_wait ({max_wait:?})")),
+            };
+            (order, result)
+        };
+        ctx.spawn(work.into_actor(self).map(|(order, result), act, ctx| {
+            let effects = act.core.on_compaction_finished(&order, result, act.env.now());
+            act.apply(effects, ctx);
+        }));
+    }
+
+    /// Looks the session's model up in the server's window table.
+    fn learn_window(&mut self) {
+        if let Some(key) = self.core.model_key() {
+            let window = self.env.windows.read().ok().and_then(|w| w.get(&key).copied());
+            self.core.set_window(window);
+        }
+    }
+}
+
 impl Actor for SessionActor {
     type Context = Context<Self>;
 
@@ -218,6 +249,7 @@ impl Handler<Observe> for SessionActor {
 
     fn handle(&mut self, msg: Observe, ctx: &mut Context<Self>) {
         let effects = self.core.observe(&msg.0, self.env.now());
+        self.learn_window();
         self.apply(effects, ctx);
     }
 }
@@ -269,6 +301,10 @@ impl Handler<Inspect> for SessionActor {
             paused: self.core.pause().map(|p| p.as_str().to_string()),
             attempts: self.core.attempts(),
             todos: self.core.todos().to_vec(),
+            context_tokens: self.core.context().0,
+            context_window: self.core.context().1,
+            context_percent: self.core.context_share().map(|s| (s * 1000.0).round() / 10.0),
+            compacting: self.core.is_compacting(),
             last_action: self.last_action.clone(),
         })
     }

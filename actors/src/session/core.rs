@@ -25,7 +25,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::SessionRules;
-use crate::event::{Event, MessageInfo, Part, PartKind, Role, SessionInfo, Status, Todo, ToolStatus};
+use crate::event::{ErrorInfo, Event, MessageInfo, ModelRef, Part, PartKind, Role, SessionInfo, Status, Todo, ToolStatus};
 use crate::journal::{Action, ActionRecord, Numbers, Outcome};
 use crate::ledger::DurableState;
 use crate::ports::{EngineError, TurnSettings};
@@ -50,6 +50,8 @@ pub enum Effect {
     Recover(RecoveryOrder),
     /// Deliver a nudge or a review.
     Prompt(PromptOrder),
+    /// Compact the session (`POST /summarize` with its own model).
+    Compact(CompactOrder),
     /// The session is gone: stop the actor.
     Stop,
 }
@@ -67,6 +69,14 @@ pub struct RecoveryOrder {
     pub known_turn: Option<TurnSettings>,
     /// A fresh id naming this decision in the prompt's metadata and the log.
     pub decision: String,
+}
+
+/// A compaction to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactOrder {
+    pub session_id: String,
+    pub model: ModelRef,
+    pub reason: String,
 }
 
 /// How the recovery procedure ended.
@@ -155,6 +165,18 @@ pub struct SessionCore {
     /// Background children that failed while this parent was idle: when to continue it.
     orphan_due: HashMap<String, Instant>,
     orphans_handled: HashSet<String>,
+    /// Prompt size of the latest finished model call (what fills the window).
+    context_tokens: Option<u64>,
+    /// The window of the session's model (from the server's provider list, or an
+    /// overflow error's exact numbers).
+    window: Option<u64>,
+    /// The model of the latest assistant message.
+    model: Option<ModelRef>,
+    /// OpenCode is compacting the session (a `compaction` part or summary seen).
+    compacting: bool,
+    /// Shepherd's own `POST /summarize` is under way.
+    compaction_in_flight: bool,
+    last_compaction: Option<Instant>,
 }
 
 /// How much of the last reply's text is kept for the question heuristic.
@@ -192,6 +214,12 @@ impl SessionCore {
             children_failed: HashSet::new(),
             orphan_due: HashMap::new(),
             orphans_handled: HashSet::new(),
+            context_tokens: None,
+            window: None,
+            model: None,
+            compacting: false,
+            compaction_in_flight: false,
+            last_compaction: None,
         }
     }
 
@@ -223,9 +251,118 @@ impl SessionCore {
         self.recovering.is_some()
     }
 
+    /// `(tokens, window)` of the session's context, when known.
+    pub fn context(&self) -> (Option<u64>, Option<u64>) {
+        (self.context_tokens, self.window)
+    }
+
+    /// The share of the window in use, when both numbers are known.
+    pub fn context_share(&self) -> Option<f64> {
+        match (self.context_tokens, self.window) {
+            (Some(t), Some(w)) if w > 0 => Some(t as f64 / w as f64),
+            _ => None,
+        }
+    }
+
+    /// `provider/model` of the session's model, the key of the window table.
+    pub fn model_key(&self) -> Option<String> {
+        self.model.as_ref().map(|m| format!("{}/{}", m.provider_id, m.model_id))
+    }
+
+    /// The window of the session's model, as the server lists it.
+    pub fn set_window(&mut self, window: Option<u64>) {
+        if window.is_some() {
+            self.window = window;
+        }
+    }
+
+    pub fn is_compacting(&self) -> bool {
+        self.compacting || self.compaction_in_flight
+    }
+
     /// Replaces the recovery settings (hot reload); applies to decisions from now on.
     pub fn set_config(&mut self, cfg: Arc<SessionRules>) {
         self.cfg = cfg;
+    }
+
+    /// Exact numbers from a context-length error text (configurable patterns).
+    fn learn_from_overflow(&mut self, err: &ErrorInfo) {
+        let Some(text) = err.data.as_ref().and_then(|d| d.message.as_deref()) else { return };
+        for re in &self.cfg.error_patterns {
+            if let Some(c) = re.captures(text) {
+                let num = |name: &str| c.name(name).and_then(|m| m.as_str().parse::<u64>().ok());
+                if let Some(limit) = num("limit") {
+                    self.window = Some(limit);
+                }
+                if let Some(used) = num("used") {
+                    self.context_tokens = Some(used);
+                }
+                return;
+            }
+        }
+    }
+
+    /// On a busy→idle edge: compact when the last turn overflowed (emergency: OpenCode's
+    /// own compaction is off or failed) or the window is past `proactive`.
+    fn consider_compaction(&mut self, now: Now) -> Vec<Effect> {
+        let cfg = &self.cfg.compaction;
+        if !cfg.enabled || self.pause.is_some() {
+            return Vec::new();
+        }
+        let overflowed = self.last_reply.error.as_deref() == Some(ErrorInfo::CONTEXT_OVERFLOW);
+        let share = self.context_share();
+        let numbers = Numbers {
+            context_tokens: self.context_tokens,
+            context_window: self.window,
+            ..Numbers::default()
+        };
+        let reason = if overflowed {
+            if self.last_reply.error_text.as_deref().is_some_and(|t| t.contains("too large to compact")) {
+                return vec![self.record(
+                    Action::Compact,
+                    Outcome::Declined,
+                    "the session is too large to compact: it needs a hand-off to a fresh session (not built yet)",
+                    numbers,
+                    now,
+                )];
+            }
+            "the last turn overflowed the context window and OpenCode did not compact: emergency compaction"
+        } else if share.is_some_and(|s| s >= cfg.proactive) {
+            "idle past compaction.proactive of the context window"
+        } else {
+            return Vec::new();
+        };
+        if let Some(last) = self.last_compaction {
+            if now.mono.duration_since(last) < cfg.cooldown && !overflowed {
+                return vec![self.record(Action::Compact, Outcome::Declined, "within compaction.cooldown", numbers, now)];
+            }
+        }
+        let Some(model) = self.model.clone() else {
+            return vec![self.record(Action::Compact, Outcome::Declined, "the session's model is not known yet", numbers, now)];
+        };
+        self.compaction_in_flight = true;
+        self.last_compaction = Some(now.mono);
+        vec![Effect::Compact(CompactOrder { session_id: self.id.clone(), model, reason: reason.to_string() })]
+    }
+
+    /// Shepherd's compaction ended (`Ok` when OpenCode answered `true`).
+    pub fn on_compaction_finished(&mut self, order: &CompactOrder, result: Result<(), String>, now: Now) -> Vec<Effect> {
+        self.compaction_in_flight = false;
+        self.compacting = false;
+        let numbers =
+            Numbers { context_tokens: self.context_tokens, context_window: self.window, ..Numbers::default() };
+        let out = vec![match result {
+            Ok(()) => {
+                self.context_tokens = None;
+                self.record(Action::Compact, Outcome::Done, &order.reason, numbers, now)
+            }
+            Err(e) => self.record(Action::Compact, Outcome::Failed, &format!("{}: {e}", order.reason), numbers, now),
+        }];
+        // Follow-ups held back while compacting get their turn now.
+        if self.busy == RunState::Idle {
+            self.followup.on_idle_edge(now.mono, &self.todos, false, &self.cfg.nudge, &self.cfg.review);
+        }
+        out
     }
 
     /// What must survive eviction and restarts (see [`DurableState`]).
@@ -394,6 +531,9 @@ impl SessionCore {
     }
 
     fn stall_deadline(&self) -> Option<Instant> {
+        if self.is_compacting() {
+            return None; // never stall-recover a compacting session
+        }
         if self.busy != RunState::Busy
             || self.recovering.is_some()
             || self.pause.is_some()
@@ -446,7 +586,12 @@ impl SessionCore {
                 self.waiting_on_person.remove(request_id);
                 self.activity(now);
             }
-            Event::SessionCompacted { .. } => self.activity(now),
+            Event::SessionCompacted { .. } => {
+                self.activity(now);
+                self.compacting = false;
+                self.context_tokens = None; // unknown until the next model call reports
+            }
+            Event::SessionError { error, .. } if error.name == ErrorInfo::CONTEXT_OVERFLOW => self.learn_from_overflow(error),
             _ => {}
         }
         out
@@ -470,6 +615,11 @@ impl SessionCore {
             Status::Idle => {
                 if self.busy != RunState::Idle {
                     let ours = self.recovering.is_some();
+                    self.busy = RunState::Idle;
+                    if !ours && !self.compaction_in_flight {
+                        self.compacting = false; // OpenCode's own compaction ends with the turn
+                        out.extend(self.consider_compaction(now));
+                    }
                     self.followup.on_idle_edge(now.mono, &self.todos, ours, &self.cfg.nudge, &self.cfg.review);
                 }
                 self.busy = RunState::Idle;
@@ -496,6 +646,20 @@ impl SessionCore {
                 }
                 self.last_reply.finish.clone_from(&m.finish);
                 self.last_reply.error = m.error.as_ref().map(|e| e.name.clone());
+                self.last_reply.error_text = m.error.as_ref().and_then(|e| e.data.as_ref()).and_then(|d| d.message.clone());
+                if m.model.is_some() && !m.summary {
+                    self.model.clone_from(&m.model);
+                }
+                if let Some(err) = &m.error {
+                    self.learn_from_overflow(err);
+                }
+                if m.summary {
+                    self.compacting = m.time.completed.is_none() && m.error.is_none();
+                } else if m.finish.is_some() && m.error.is_none() {
+                    if let Some(size) = m.tokens.map(|t| t.prompt_size()).filter(|s| *s > 0) {
+                        self.context_tokens = Some(size);
+                    }
+                }
                 self.last_assistant = Some(m.id.clone());
                 if let Some(err) = &m.error {
                     if err.is_abort() {
@@ -536,6 +700,10 @@ impl SessionCore {
                     let start = text.char_indices().rev().nth(REPLY_TAIL_CHARS).map_or(0, |(i, _)| i);
                     self.last_reply.text_tail = text[start..].to_string();
                 }
+            }
+            PartKind::Compaction => {
+                self.activity(now);
+                self.compacting = true;
             }
             PartKind::Tool { status, tool, child_session } => {
                 self.activity(now);
@@ -629,7 +797,7 @@ impl SessionCore {
         let facts = Facts {
             idle: self.busy == RunState::Idle,
             pause: self.pause,
-            busy_with_other_work: self.recovering.is_some(),
+            busy_with_other_work: self.recovering.is_some() || self.is_compacting(),
             waiting_on_person: !self.waiting_on_person.is_empty(),
             last_reply: &self.last_reply,
             todos: &self.todos,
@@ -1484,5 +1652,100 @@ mod tests {
         let due = b.core.deadline().unwrap();
         assert_eq!(due, b.t0 + Duration::from_millis(20 * 60_000 + 2000 + 15_000), "orphan_wait, not the tool grace");
         assert!(recovers(&b.tick_ms(20 * 60_000 + 17_000)));
+    }
+
+    // ---- context and compaction ----
+
+    fn assistant_with_tokens(b: &mut Bench, ms: u64, id: &str, input: u64, cache_read: u64) {
+        b.feed_ms(ms, &format!(r#"{{"type":"message.updated","properties":{{"sessionID":"ses_A","info":{{"id":"{id}","sessionID":"ses_A","role":"assistant","providerID":"fake","modelID":"fake-model","finish":"stop","tokens":{{"input":{input},"output":5,"cache":{{"read":{cache_read},"write":0}}}},"time":{{"created":1,"completed":2}}}}}}}}"#));
+    }
+
+    fn compactions(effects: &[Effect]) -> Vec<String> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Compact(o) => Some(o.reason.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_context_size_is_the_latest_model_calls_prompt_not_the_session_total() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        assistant_with_tokens(&mut b, 10, "msg_1", 50_000, 10_000);
+        assistant_with_tokens(&mut b, 20, "msg_2", 90_000, 30_000);
+        b.core.set_window(Some(200_000));
+        assert_eq!(b.core.context(), (Some(120_000), Some(200_000)));
+        assert_eq!(b.core.model_key().as_deref(), Some("fake/fake-model"));
+        assert!((b.core.context_share().unwrap() - 0.6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_idle_session_past_proactive_is_compacted_once_per_cooldown() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        assistant_with_tokens(&mut b, 10, "msg_1", 150_000, 0);
+        b.core.set_window(Some(200_000));
+        let effects = b.idle_ms(100);
+        assert_eq!(compactions(&effects), vec!["idle past compaction.proactive of the context window".to_string()]);
+        assert!(b.core.is_compacting());
+        let Effect::Compact(order) = effects.iter().find(|e| matches!(e, Effect::Compact(_))).unwrap().clone() else { panic!() };
+        let now = b.at_ms(5_000);
+        let done = b.core.on_compaction_finished(&order, Ok(()), now);
+        assert_eq!(actions(&done), vec![Action::Compact]);
+        assert!(!b.core.is_compacting());
+        // Grown again right away: the cooldown holds it back, and says so.
+        b.busy(6);
+        assistant_with_tokens(&mut b, 6_100, "msg_2", 160_000, 0);
+        let effects = b.idle_ms(6_200);
+        assert!(compactions(&effects).is_empty());
+        assert_eq!(declined(&effects), vec!["within compaction.cooldown".to_string()]);
+    }
+
+    #[test]
+    fn below_proactive_nothing_is_compacted() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        assistant_with_tokens(&mut b, 10, "msg_1", 100_000, 0);
+        b.core.set_window(Some(200_000));
+        assert!(compactions(&b.idle_ms(100)).is_empty());
+    }
+
+    const OVERFLOW: &str = r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_O","sessionID":"ses_A","role":"assistant","providerID":"fake","modelID":"fake-model","finish":"error","error":{"name":"ContextOverflowError","data":{"message":"This model's maximum context length is 200000 tokens. However, your messages resulted in 250123 tokens. Please reduce the length of the messages."}},"time":{"created":1,"completed":2}}}}"#;
+
+    #[test]
+    fn an_overflow_left_idle_gets_one_emergency_compaction_with_exact_numbers() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.feed_ms(10, OVERFLOW);
+        assert_eq!(b.core.context(), (Some(250_123), Some(200_000)), "read from the error text");
+        let effects = b.idle_ms(20);
+        assert!(compactions(&effects)[0].contains("emergency"));
+    }
+
+    #[test]
+    fn an_overflow_while_busy_is_left_to_opencode() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.feed_ms(10, r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"ContextOverflowError","data":{"message":"x"}}}}"#);
+        // OpenCode compacts by itself: a compaction part, a summary, then a normal reply.
+        b.feed_ms(20, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pc","messageID":"msg_C","sessionID":"ses_A","type":"compaction","auto":true,"overflow":true}}}"#);
+        assert!(b.core.is_compacting());
+        assert_eq!(b.core.deadline(), None, "never stall-recover a compacting session");
+        b.feed_ms(30, r#"{"type":"session.compacted","properties":{"sessionID":"ses_A"}}"#);
+        assistant_with_tokens(&mut b, 40, "msg_R", 20_000, 0);
+        assert!(compactions(&b.idle_ms(50)).is_empty());
+    }
+
+    #[test]
+    fn a_session_too_large_to_compact_is_not_compacted_again() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.feed_ms(10, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_S","sessionID":"ses_A","role":"assistant","summary":true,"providerID":"fake","modelID":"fake-model","finish":"error","error":{"name":"ContextOverflowError","data":{"message":"Session too large to compact - context exceeds model limit even after stripping media"}},"time":{"created":1,"completed":2}}}}"#);
+        let effects = b.idle_ms(20);
+        assert!(compactions(&effects).is_empty());
+        assert!(declined(&effects)[0].contains("too large to compact"));
     }
 }

@@ -31,6 +31,8 @@ pub struct LastReply {
     pub message_id: Option<String>,
     pub finish: Option<String>,
     pub error: Option<String>,
+    /// The error's message text (e.g. "Session too large to compact").
+    pub error_text: Option<String>,
     /// The end of its text (the last text part as closed by OpenCode).
     pub text_tail: String,
     /// It called the `question` tool.

@@ -341,6 +341,7 @@ impl Handler<AttachServer> for Supervisor {
             in_flight: self.in_flight.clone(),
             instance: self.instance.clone(),
             ledger: Arc::clone(&self.ledger),
+            windows: Arc::default(),
         };
         self.servers.insert(
             msg.name,
@@ -424,6 +425,19 @@ impl Handler<StreamUp> for Supervisor {
         if let Some(srv) = self.servers.get_mut(&msg.server) {
             srv.connected = true;
             srv.reconciled = false;
+            // Model windows may change with the server's config: re-read on every connect.
+            let (engine, windows, server) =
+                (Arc::clone(&srv.env.engine), Arc::clone(&srv.env.windows), msg.server.clone());
+            actix::spawn(async move {
+                match engine.model_windows().await {
+                    Ok(w) => {
+                        if let Ok(mut table) = windows.write() {
+                            *table = w;
+                        }
+                    }
+                    Err(e) => tracing::warn!(server = %server, error = %e, "could not read the models' context windows"),
+                }
+            });
         }
         self.reconcile(&msg.server, true, ctx);
     }
