@@ -591,7 +591,13 @@ impl SessionCore {
                 self.compacting = false;
                 self.context_tokens = None; // unknown until the next model call reports
             }
-            Event::SessionError { error, .. } if error.name == ErrorInfo::CONTEXT_OVERFLOW => self.learn_from_overflow(error),
+            Event::SessionError { error, .. } if error.name == ErrorInfo::CONTEXT_OVERFLOW => {
+                // The message's own error may arrive after the idle edge; this one does
+                // not. If OpenCode then compacts by itself, its next reply replaces it.
+                self.learn_from_overflow(error);
+                self.last_reply.error = Some(error.name.clone());
+                self.last_reply.error_text = error.data.as_ref().and_then(|d| d.message.clone());
+            }
             _ => {}
         }
         out

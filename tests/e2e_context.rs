@@ -1,0 +1,71 @@
+//! Context tracking and compaction on the real OpenCode server.
+
+mod support;
+
+use std::time::Duration;
+
+use shepherd_actors::journal::{Action, Outcome};
+use support::{Rig, PATIENCE};
+
+#[actix::test]
+async fn an_idle_session_past_the_proactive_threshold_is_compacted_by_opencode() -> anyhow::Result<()> {
+    let mut rig = Rig::start_config(|c| {
+        c.nudge.enabled = false;
+        c.review.enabled = false;
+    })
+    .await?;
+    let id = rig.client.create_session(Some("big")).await?;
+    // 150k of a 200k window = 75%, past proactive (70%), below OpenCode's own 96%.
+    rig.client.prompt_async(&id, "[[fake:bigusage:150000]] read everything", None, None, false).await?;
+    let rec = rig.wait_record(&id, Action::Compact, Outcome::Done, PATIENCE).await?;
+    assert_eq!(rec.numbers.context_tokens, Some(150_000), "{rec:?}");
+    assert_eq!(rec.numbers.context_window, Some(200_000), "the window came from /config/providers");
+    let messages = rig.client.messages(&id).await?;
+    assert!(
+        messages.iter().any(|m| m.role() == "assistant" && m.info["summary"] == true),
+        "OpenCode wrote a compaction summary"
+    );
+    let detail = rig.daemon().fleet().await.sessions.into_iter().find(|s| s.id == id).unwrap();
+    assert!(!detail.compacting);
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn a_session_below_the_threshold_is_left_alone_but_its_fill_is_shown() -> anyhow::Result<()> {
+    let mut rig = Rig::start_config(|c| c.review.enabled = false).await?;
+    let id = rig.client.create_session(Some("small")).await?;
+    rig.client.prompt_async(&id, "[[fake:bigusage:60000]] read a bit", None, None, false).await?;
+    rig.client.wait_busy(&id, PATIENCE).await.ok();
+    rig.client.wait_idle(&id, PATIENCE).await?;
+    let detail = shepherd::testbed::client::wait_until("the fill to be known", PATIENCE, || async {
+        let s = rig.daemon().fleet().await.sessions.into_iter().find(|s| s.id == id);
+        Ok::<_, std::convert::Infallible>(s.filter(|s| s.context_percent.is_some()))
+    })
+    .await?;
+    assert_eq!(detail.context_tokens, Some(60_000));
+    assert_eq!(detail.context_percent, Some(30.0));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rig.count(&id, Action::Compact), 0);
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn an_overflow_left_idle_with_autocompaction_off_gets_one_emergency_compaction() -> anyhow::Result<()> {
+    let mut rig = Rig::start_full(
+        |c| c.review.enabled = false,
+        |o| o.config("compaction", serde_json::json!({"auto": false})),
+        Ok,
+    )
+    .await?;
+    let id = rig.client.create_session(Some("overflow")).await?;
+    rig.client.prompt_async(&id, "[[fake:ctx400]] too much", None, None, false).await?;
+    let rec = rig.wait_record(&id, Action::Compact, Outcome::Done, PATIENCE).await?;
+    assert!(rec.reason.contains("emergency"), "{rec:?}");
+    assert_eq!(rec.numbers.context_window, Some(200_000));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rig.count(&id, Action::Compact), 1, "once");
+    rig.stop().await;
+    Ok(())
+}
