@@ -1,0 +1,779 @@
+//! Many servers, many sessions: Shepherd against a simulated OpenCode server hosting
+//! 1,000 and 10,000 sessions. Run with `cargo bench --bench fleet`; numbers are
+//! printed (a markdown table on stdout, progress on stderr), never asserted.
+//!
+//! Three processes, so that nothing is counted twice:
+//! - this one (the *orchestrator*) starts one *scale run* per fleet size and prints
+//!   the table;
+//! - a scale run (`--fleet-scale N`) is a real Shepherd (`Daemon::start` inside an actix
+//!   `System`) plus a thin harness; its RSS and CPU are Shepherd's;
+//! - the simulated OpenCode server (`--fleet-sim N`, `sim/mod.rs`) is a child of the
+//!   scale run; its memory and CPU are not in Shepherd's numbers.
+//!
+//! A scale run measures, in order:
+//! 1. *simulator capacity*: a bare SSE reader (no Shepherd) drains a burst, so the
+//!    events/s below can be told apart from what the simulator can produce;
+//! 2. *RSS per session*: VmRSS once Shepherd is connected and tracks nothing, then
+//!    after every session has had one turn (each is tracked: one session actor), both
+//!    as the kernel reports it and after `malloc_trim(0)` (what is live, not what the
+//!    allocator keeps from the burst);
+//! 3. *events/s ingested*: a burst of realistic turns from every session; the clock
+//!    stops when Shepherd's pump has counted every frame *and* the supervisor and every
+//!    session actor have handled them (a fleet inspection queued behind them returns);
+//! 4. *abort latency*: every 10th session stalls (busy, a few events, silence) at
+//!    times spread over 2 s while the others keep streaming; the simulator records
+//!    `abort request arrival − (instant its last event left + stall_timeout)`;
+//! 5. *idle CPU*: every session idle, CPU time (`getrusage`) and context switches of
+//!    all threads over 10 s.
+//!
+//! Environment: `FLEET_SIZES` (default `1000,10000`), `FLEET_IDLE_SECS` (default 10).
+
+mod sim;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use serde::{Deserialize, Serialize};
+use shepherd::daemon::Daemon;
+use shepherd::opencode::PumpStats;
+use shepherd_actors::config::{Config, ServerConfig};
+use sim::{RunPlanned, RunSpec, SimConfig, SimReport};
+
+/// Project directories the simulated sessions are spread over.
+const DIRECTORIES: usize = 10;
+/// Shepherd's stall timeout in the benchmark.
+const STALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Every k-th session stalls in the latency phase.
+const STALL_EVERY: u32 = 10;
+/// Stalls start spread over this window.
+const STALL_SPREAD_MS: u64 = 2000;
+/// Pace of the sessions that keep working while others stall (≈ 5 frames/s each,
+/// what a streaming OpenCode session sends on `/global/event`).
+const BACKGROUND_STEP: Duration = Duration::from_millis(250);
+/// Give up waiting for a phase after this long (the numbers then say so).
+const PHASE_LIMIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct ScaleResult {
+    sessions: usize,
+    tracked: usize,
+    rss_connected_kib: u64,
+    rss_connected_live_kib: u64,
+    rss_tracked_kib: u64,
+    rss_tracked_live_kib: u64,
+    rss_end_kib: u64,
+    rss_end_live_kib: u64,
+    rss_peak_kib: u64,
+    sim_capacity_fps: f64,
+    burst_frames: u64,
+    burst_pump_secs: f64,
+    burst_done_secs: f64,
+    stalls: u64,
+    stalls_aborted: u64,
+    stalls_continued: u64,
+    unexpected_aborts: u64,
+    abort_p50_ms: f64,
+    abort_p99_ms: f64,
+    abort_max_ms: f64,
+    background_fps: f64,
+    idle_secs: f64,
+    idle_cpu_ms: f64,
+    idle_ctx_switches: u64,
+    idle_frames: u64,
+    warnings: u64,
+    /// Messages (user + assistant) the simulator created over the whole run.
+    messages: u64,
+    messages_tracked: u64,
+    messages_burst: u64,
+    rss_burst_kib: u64,
+    rss_burst_live_kib: u64,
+    burst_cpu_pct: f64,
+    burst_sim_cpu_pct: f64,
+    stall_cpu_pct: f64,
+    stall_sim_cpu_pct: f64,
+    /// Stall deadline → Shepherd's `stall_detected` record (ms, ±1 ms: records carry ms).
+    detect_p50_ms: f64,
+    detect_p99_ms: f64,
+    /// `stall_detected` record → abort request at the simulator.
+    detect_to_abort_p50_ms: f64,
+    detect_to_abort_p99_ms: f64,
+    stall_runtime_late_p99_ms: f64,
+    stall_thread_late_p99_ms: f64,
+    requests_tracking: String,
+    requests_burst: String,
+    requests_stall: String,
+    load_before: String,
+    load_after: String,
+    notes: Vec<String>,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--fleet-sim") {
+        let n = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(1000);
+        // Exit with the parent: its stdin pipe closes when it goes away.
+        std::thread::spawn(|| {
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            std::process::exit(0);
+        });
+        if let Err(e) = sim::serve(SimConfig { sessions: n, directories: DIRECTORIES }) {
+            eprintln!("simulator: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--fleet-scale") {
+        let n = args.get(i + 1).and_then(|s| s.parse().ok()).unwrap_or(1000);
+        match scale_run(n) {
+            Ok(r) => println!("FLEET_RESULT {}", serde_json::to_string(&r).unwrap_or_default()),
+            Err(e) => {
+                eprintln!("fleet bench, {n} sessions: {e:#}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
+    orchestrate();
+}
+
+fn orchestrate() {
+    let sizes: Vec<usize> = std::env::var("FLEET_SIZES")
+        .unwrap_or_else(|_| "1000,10000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let exe = std::env::current_exe().expect("own executable path");
+    let started = Instant::now();
+    let mut results = Vec::new();
+    for n in sizes {
+        eprintln!("== fleet bench: {n} sessions");
+        let out = Command::new(&exe)
+            .args(["--fleet-scale", &n.to_string()])
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("start a scale run");
+        let text = String::from_utf8_lossy(&out.stdout);
+        match text.lines().find_map(|l| l.strip_prefix("FLEET_RESULT ")) {
+            Some(json) => match serde_json::from_str::<ScaleResult>(json) {
+                Ok(r) => results.push(r),
+                Err(e) => eprintln!("unreadable result for {n}: {e}"),
+            },
+            None => eprintln!("scale run for {n} sessions failed ({})", out.status),
+        }
+    }
+    print_table(&results);
+    eprintln!("(fleet bench took {:.0} s)", started.elapsed().as_secs_f64());
+}
+
+fn print_table(results: &[ScaleResult]) {
+    let per = |a: u64, b: u64, n: usize| (a as f64 - b as f64) / n.max(1) as f64;
+    println!();
+    println!("| sessions | RSS/session, 1 turn each (live) | RSS/session, after all phases (live) | events/s ingested | abort latency p50 / p99 (max) | idle 10 s: CPU / context switches |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        let per_idle = 10.0 / r.idle_secs.max(0.001);
+        println!(
+            "| {} | {:.1} KiB ({:.1} KiB) | {:.1} KiB ({:.1} KiB) | {} | {:.1} / {:.1} ms ({:.1} ms) | {:.1} ms / {:.0} |",
+            fmt_n(r.sessions),
+            per(r.rss_tracked_kib, r.rss_connected_kib, r.sessions),
+            per(r.rss_tracked_live_kib, r.rss_connected_live_kib, r.sessions),
+            per(r.rss_end_kib, r.rss_connected_kib, r.sessions),
+            per(r.rss_end_live_kib, r.rss_connected_live_kib, r.sessions),
+            fmt_n((r.burst_frames as f64 / r.burst_done_secs.max(1e-9)) as usize),
+            r.abort_p50_ms,
+            r.abort_p99_ms,
+            r.abort_max_ms,
+            r.idle_cpu_ms * per_idle,
+            r.idle_ctx_switches as f64 * per_idle,
+        );
+    }
+    println!("| target | ≤ 6 KiB | ≤ 6 KiB | ≥ 100,000 | p99 ≤ 10 ms | no wake-ups for idle sessions |");
+    println!();
+    println!("Details:");
+    for r in results {
+        println!(
+            "- {} sessions (load average {} before, {} after): {} tracked. RSS: connected {} KiB (live {}), one turn each {} KiB (live {}), \
+             after all phases {} KiB (live {}, {} messages created in all), peak {} KiB. Burst: {} frames, read by the pump in {:.2} s, \
+             all handled after {:.2} s; Shepherd used {:.0}% of a core, the simulator {:.0}% (it alone produces {} frames/s). \
+             Stalls: {} planned, {} aborted, {} continued, {} aborts of sessions that were not stalled; background load {} frames/s; \
+             stall deadline → Shepherd's stall_detected record p50 {:.1} / p99 {:.1} ms, record → abort request p50 {:.1} / p99 {:.1} ms; \
+             Shepherd used {:.0}% of a core, the simulator {:.0}%; a 5-ms sleep was late by up to {:.1} ms (p99) on Shepherd's thread, \
+             {:.1} ms on a bare thread. Idle window {:.1} s: {:.1} ms CPU, {} context switches (all threads), \
+             {} frames (heartbeats). {} warnings logged.",
+            fmt_n(r.sessions),
+            r.load_before,
+            r.load_after,
+            r.tracked,
+            r.rss_connected_kib,
+            r.rss_connected_live_kib,
+            r.rss_tracked_kib,
+            r.rss_tracked_live_kib,
+            r.rss_end_kib,
+            r.rss_end_live_kib,
+            r.messages,
+            r.rss_peak_kib,
+            r.burst_frames,
+            r.burst_pump_secs,
+            r.burst_done_secs,
+            r.burst_cpu_pct,
+            r.burst_sim_cpu_pct,
+            fmt_n(r.sim_capacity_fps as usize),
+            r.stalls,
+            r.stalls_aborted,
+            r.stalls_continued,
+            r.unexpected_aborts,
+            fmt_n(r.background_fps as usize),
+            r.detect_p50_ms,
+            r.detect_p99_ms,
+            r.detect_to_abort_p50_ms,
+            r.detect_to_abort_p99_ms,
+            r.stall_cpu_pct,
+            r.stall_sim_cpu_pct,
+            r.stall_runtime_late_p99_ms,
+            r.stall_thread_late_p99_ms,
+            r.idle_secs,
+            r.idle_cpu_ms,
+            r.idle_ctx_switches,
+            r.idle_frames,
+            r.warnings,
+        );
+        let per_msg = (r.rss_burst_live_kib as f64 - r.rss_tracked_live_kib as f64) * 1024.0
+            / (r.messages_burst as f64 - r.messages_tracked as f64).max(1.0);
+        println!(
+            "  - memory per remembered message: the burst added {} messages ({:.1} per session) and {} KiB live RSS = {:.0} bytes per message",
+            r.messages_burst - r.messages_tracked,
+            (r.messages_burst - r.messages_tracked) as f64 / r.sessions.max(1) as f64,
+            r.rss_burst_live_kib as i64 - r.rss_tracked_live_kib as i64,
+            per_msg
+        );
+        println!("  - requests while tracking: {}", r.requests_tracking);
+        println!("  - requests during the burst: {}", r.requests_burst);
+        println!("  - requests during the stall phase: {}", r.requests_stall);
+        for note in &r.notes {
+            println!("  - note: {note}");
+        }
+    }
+}
+
+fn fmt_n(n: usize) -> String {
+    let digits = n.to_string();
+    let groups: Vec<&str> = digits.as_bytes().rchunks(3).rev().map(|g| std::str::from_utf8(g).unwrap_or("?")).collect();
+    groups.join(",")
+}
+
+// ---- one scale run (this process = Shepherd) ----
+
+struct SimProcess {
+    child: Child,
+    url: String,
+}
+
+impl Drop for SimProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_sim(n: usize) -> anyhow::Result<SimProcess> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["--fleet-sim", &n.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no simulator stdout"))?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let addr = line
+        .trim()
+        .strip_prefix("SIM_LISTENING ")
+        .ok_or_else(|| anyhow::anyhow!("simulator did not start: {line:?}"))?
+        .to_string();
+    Ok(SimProcess { child, url: format!("http://{addr}") })
+}
+
+fn scale_run(n: usize) -> anyhow::Result<ScaleResult> {
+    // Shepherd's action log, as in production (JSON lines), to a scratch file.
+    let log_path = std::env::temp_dir().join(format!("shepherd-fleet-bench-{n}.log"));
+    let log_file = std::fs::File::create(&log_path)?;
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_writer(std::sync::Mutex::new(log_file))
+        .init();
+    let sim = start_sim(n)?;
+    let sim_pid = sim.child.id();
+    let mut result = actix::System::new().block_on(scale(n, sim.url.clone(), sim_pid))?;
+    drop(sim);
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    result.warnings = log.lines().filter(|l| l.contains(r#""level":"WARN""#)).count() as u64;
+    if result.warnings > 0 {
+        result.notes.push(format!("warnings are in {}", log_path.display()));
+    }
+    Ok(result)
+}
+
+struct Harness {
+    http: reqwest::Client,
+    sim: String,
+}
+
+impl Harness {
+    async fn run(&self, spec: &RunSpec) -> anyhow::Result<RunPlanned> {
+        Ok(self.http.post(format!("{}/_sim/run", self.sim)).json(spec).send().await?.json().await?)
+    }
+
+    async fn report(&self) -> anyhow::Result<SimReport> {
+        Ok(self.http.get(format!("{}/_sim/report", self.sim)).send().await?.json().await?)
+    }
+}
+
+async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleResult> {
+    let mut r = ScaleResult { sessions: n, load_before: load_average(), ..ScaleResult::default() };
+    let h = Harness { http: reqwest::Client::new(), sim: sim_url.clone() };
+
+    // Bursts: 1k sessions × 6 turns, or 10k × 1 turn, of ~60–70 frames each.
+    let burst = RunSpec { turns: (6_000 / n.max(1)).clamp(1, 50) as u32, deltas: 10, tool: true, ..RunSpec::default() };
+
+    // 1. What the simulator can produce with a bare reader (Shepherd not started).
+    r.sim_capacity_fps = sim_capacity(&h, &burst).await?;
+    eprintln!("   simulator alone: {:.0} frames/s", r.sim_capacity_fps);
+
+    // 2. Shepherd, connected, tracking nothing yet.
+    let mut cfg = Config { servers: vec![ServerConfig::new("sim", sim_url.clone())], ..Config::default() };
+    cfg.control.enabled = false;
+    cfg.nudge.enabled = false;
+    cfg.review.enabled = false;
+    cfg.recovery.stall_timeout = STALL_TIMEOUT;
+    cfg.recovery.wait_after_abort = Duration::from_millis(100);
+    // The daemon's default backend (SQLite on disk), in a scratch file.
+    let ledger = std::env::temp_dir().join(format!("shepherd-fleet-bench-{n}.sqlite3"));
+    remove_ledger(&ledger);
+    cfg.store.path = ledger.display().to_string();
+    cfg.validate().map_err(|e| anyhow::anyhow!("bench config: {e}"))?;
+    let daemon = Daemon::start(&cfg)?;
+    let stats = Arc::clone(&daemon.pump_stats()[0].1);
+    wait_for("stream connected and reconciled", || {
+        let (stats, daemon) = (&stats, &daemon);
+        async move {
+            stats.connects.load(Ordering::Relaxed) >= 1
+                && daemon.fleet().await.servers.first().is_some_and(|s| s.reconciled)
+        }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    (r.rss_connected_kib, r.rss_connected_live_kib) = rss_raw_and_live();
+
+    // 3. Every session has one turn, paced: now each is tracked.
+    let track = RunSpec {
+        turns: 1,
+        deltas: 2,
+        tool: false,
+        step_interval_us: 20_000,
+        start_spread_ms: 2_000 + n as u64 / 5,
+        ..RunSpec::default()
+    };
+    let rep0 = h.report().await?;
+    let t = Instant::now();
+    h.run(&track).await?;
+    settle(&h, &stats).await?;
+    let fleet = daemon.fleet().await;
+    r.tracked = fleet.sessions.len();
+    let rep1 = h.report().await?;
+    r.requests_tracking = requests_between(&rep0, &rep1);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    (r.rss_tracked_kib, r.rss_tracked_live_kib) = rss_raw_and_live();
+    eprintln!(
+        "   tracking: {} sessions tracked in {:.1} s; RSS {} → {} KiB (live {} → {} KiB)",
+        r.tracked,
+        t.elapsed().as_secs_f64(),
+        r.rss_connected_kib,
+        r.rss_tracked_kib,
+        r.rss_connected_live_kib,
+        r.rss_tracked_live_kib
+    );
+
+    // 4. Throughput: a burst as fast as Shepherd reads it.
+    let before = stats.frames.load(Ordering::Relaxed);
+    let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
+    let t = Instant::now();
+    let planned = h.run(&burst).await?;
+    r.burst_frames = planned.frames;
+    let deadline = t + PHASE_LIMIT;
+    while stats.frames.load(Ordering::Relaxed) < before + planned.frames && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    r.burst_pump_secs = t.elapsed().as_secs_f64();
+    // Queued behind every Ingest and every Observe: returns once all are handled.
+    let _ = daemon.fleet().await;
+    r.burst_done_secs = t.elapsed().as_secs_f64();
+    r.burst_cpu_pct = (cpu_time() - cpu0).as_secs_f64() * 100.0 / r.burst_done_secs;
+    r.burst_sim_cpu_pct = (child_cpu_time(sim_pid) - sim0).as_secs_f64() * 100.0 / r.burst_done_secs;
+    if Instant::now() >= deadline {
+        r.notes.push("burst did not finish within the phase limit".into());
+    }
+    eprintln!(
+        "   burst: {} frames, pump {:.2} s, handled {:.2} s = {:.0} events/s",
+        planned.frames,
+        r.burst_pump_secs,
+        r.burst_done_secs,
+        planned.frames as f64 / r.burst_done_secs
+    );
+    settle(&h, &stats).await?;
+    let rep2 = h.report().await?;
+    r.requests_burst = requests_between(&rep1, &rep2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    (r.rss_burst_kib, r.rss_burst_live_kib) = rss_raw_and_live();
+    r.messages_tracked = rep1.messages;
+    r.messages_burst = rep2.messages;
+
+    // 5. Stalls under background load.
+    let background_step = std::env::var("FLEET_BACKGROUND_STEP_MS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(BACKGROUND_STEP, Duration::from_millis);
+    let stall = RunSpec {
+        turns: if background_step.is_zero() { 0 } else { 1 },
+        deltas: 12,
+        tool: false,
+        step_interval_us: background_step.as_micros() as u64,
+        // Turns start spread over 2 s so that sessions are at different steps at any time.
+        start_spread_ms: STALL_SPREAD_MS,
+        stall_every: STALL_EVERY,
+        stall_deltas: 2,
+        stall_spread_ms: STALL_SPREAD_MS,
+        stall_timeout_ms: STALL_TIMEOUT.as_millis() as u64,
+    };
+    let before_report = h.report().await?;
+    let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
+    let probe = LatenessProbe::start();
+    // Shepherd's own `stall_detected` records (wall ms), to split each latency in two.
+    let mut journal = daemon.journal().subscribe();
+    let (stop_detections, mut stopped) = tokio::sync::watch::channel(false);
+    let detections = actix::spawn(async move {
+        let mut seen = std::collections::HashMap::new();
+        loop {
+            tokio::select! {
+                rec = journal.recv() => match rec {
+                    Ok(rec) if rec.action == shepherd_actors::journal::Action::StallDetected => {
+                        seen.entry(rec.session).or_insert(rec.at_ms);
+                    }
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(_) => break,
+                },
+                _ = stopped.changed() => break,
+            }
+        }
+        seen
+    });
+    let t = Instant::now();
+    let planned = h.run(&stall).await?;
+    r.stalls = planned.stalling;
+    let deadline = t + PHASE_LIMIT;
+    let report = loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let rep = h.report().await?;
+        let done = rep.stalling_pending == 0 && rep.stalled_continued >= planned.stalling && rep.busy == 0;
+        if done || Instant::now() > deadline {
+            if !done {
+                r.notes.push(format!(
+                    "stall phase cut at {} s: {} stalls not aborted, {} busy",
+                    PHASE_LIMIT.as_secs(),
+                    rep.stalling_pending,
+                    rep.busy
+                ));
+            }
+            break rep;
+        }
+    };
+    let phase_secs = t.elapsed().as_secs_f64();
+    (r.stall_runtime_late_p99_ms, r.stall_thread_late_p99_ms) = probe.finish().await;
+    let _ = stop_detections.send(true);
+    let detected = detections.await.unwrap_or_default();
+    let (mut fire, mut rest) = (Vec::new(), Vec::new());
+    for (id, deadline_us, abort_us) in &report.stall_times {
+        if let Some(&at_ms) = detected.get(id) {
+            fire.push((at_ms * 1000 - deadline_us) as f64 / 1000.0);
+            rest.push((abort_us - at_ms * 1000) as f64 / 1000.0);
+        }
+    }
+    fire.sort_by(f64::total_cmp);
+    rest.sort_by(f64::total_cmp);
+    r.detect_p50_ms = percentile(&fire, 50.0);
+    r.detect_p99_ms = percentile(&fire, 99.0);
+    r.detect_to_abort_p50_ms = percentile(&rest, 50.0);
+    r.detect_to_abort_p99_ms = percentile(&rest, 99.0);
+    r.requests_stall = requests_between(&before_report, &report);
+    r.stall_cpu_pct = (cpu_time() - cpu0).as_secs_f64() * 100.0 / phase_secs;
+    r.stall_sim_cpu_pct = (child_cpu_time(sim_pid) - sim0).as_secs_f64() * 100.0 / phase_secs;
+    r.background_fps = (report.frames_sent - before_report.frames_sent) as f64 / phase_secs;
+    r.stalls_aborted = report.stalls_aborted;
+    r.stalls_continued = report.stalled_continued;
+    r.unexpected_aborts = report.unexpected_aborts - before_report.unexpected_aborts;
+    let mut lat: Vec<f64> = report.abort_latency_us.iter().map(|&us| us as f64 / 1000.0).collect();
+    lat.sort_by(f64::total_cmp);
+    r.abort_p50_ms = percentile(&lat, 50.0);
+    r.abort_p99_ms = percentile(&lat, 99.0);
+    r.abort_max_ms = lat.last().copied().unwrap_or(f64::NAN);
+    if lat.first().is_some_and(|&l| l < 0.0) {
+        r.notes.push(format!("{} aborts arrived before the stall deadline", lat.iter().filter(|&&l| l < 0.0).count()));
+    }
+    eprintln!(
+        "   stalls: {} planned, {} aborted, {} continued in {:.1} s; abort latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms \
+         (deadline → stall_detected p50 {:.1} / p99 {:.1} ms, → abort request p50 {:.1} / p99 {:.1} ms); {} unexpected aborts",
+        r.stalls,
+        r.stalls_aborted,
+        r.stalls_continued,
+        phase_secs,
+        r.abort_p50_ms,
+        r.abort_p99_ms,
+        r.abort_max_ms,
+        r.detect_p50_ms,
+        r.detect_p99_ms,
+        r.detect_to_abort_p50_ms,
+        r.detect_to_abort_p99_ms,
+        r.unexpected_aborts
+    );
+    settle(&h, &stats).await?;
+
+    // 6. Idle: every session idle, nothing to do but the 10-s heartbeat.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = Duration::from_secs(std::env::var("FLEET_IDLE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10));
+    let (cpu0, ctx0, frames0) = (cpu_time(), context_switches(), stats.frames.load(Ordering::Relaxed));
+    let t = Instant::now();
+    tokio::time::sleep(idle).await;
+    let (cpu1, ctx1, frames1) = (cpu_time(), context_switches(), stats.frames.load(Ordering::Relaxed));
+    r.idle_secs = t.elapsed().as_secs_f64();
+    r.idle_cpu_ms = (cpu1 - cpu0).as_secs_f64() * 1000.0;
+    r.idle_ctx_switches = ctx1.saturating_sub(ctx0);
+    r.idle_frames = frames1 - frames0;
+    eprintln!(
+        "   idle {:.1} s: {:.1} ms CPU, {} context switches, {} frames",
+        r.idle_secs, r.idle_cpu_ms, r.idle_ctx_switches, r.idle_frames
+    );
+
+    (r.rss_end_kib, r.rss_end_live_kib) = rss_raw_and_live();
+    r.rss_peak_kib = proc_status_kib("VmHWM:");
+    r.messages = h.report().await?.messages;
+    r.load_after = load_average();
+    daemon.shutdown().await;
+    remove_ledger(&ledger);
+    Ok(r)
+}
+
+fn remove_ledger(path: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+/// The requests the simulator saw between two reports.
+fn requests_between(a: &SimReport, b: &SimReport) -> String {
+    let mut keys: Vec<&String> = b.requests.keys().collect();
+    keys.sort();
+    let mut parts: Vec<String> = keys
+        .iter()
+        .filter_map(|k| {
+            let d = b.requests[*k] - a.requests.get(*k).copied().unwrap_or(0);
+            (d > 0).then(|| format!("{k} ×{d}"))
+        })
+        .collect();
+    parts.push(format!("{} new TCP connections", b.connections - a.connections));
+    parts.join(", ")
+}
+
+/// Lateness of a 5-ms sleep, sampled until `stop` is set: once on Shepherd's own
+/// (single) runtime thread, once on a bare OS thread of this process. The first says
+/// how long Shepherd's thread was busy or descheduled; the second is the machine's
+/// scheduling noise alone.
+struct LatenessProbe {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    runtime: tokio::task::JoinHandle<Vec<f64>>,
+    thread: std::thread::JoinHandle<Vec<f64>>,
+}
+
+impl LatenessProbe {
+    const PERIOD: Duration = Duration::from_millis(5);
+
+    fn start() -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = Arc::clone(&stop);
+        let runtime = actix::spawn(async move {
+            let mut late = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                tokio::time::sleep(Self::PERIOD).await;
+                late.push((t.elapsed().saturating_sub(Self::PERIOD)).as_secs_f64() * 1000.0);
+            }
+            late
+        });
+        let s = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut late = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                std::thread::sleep(Self::PERIOD);
+                late.push((t.elapsed().saturating_sub(Self::PERIOD)).as_secs_f64() * 1000.0);
+            }
+            late
+        });
+        Self { stop, runtime, thread }
+    }
+
+    /// p99 lateness in ms: (Shepherd's runtime thread, a bare thread).
+    async fn finish(self) -> (f64, f64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut rt = self.runtime.await.unwrap_or_default();
+        let mut th = self.thread.join().unwrap_or_default();
+        rt.sort_by(f64::total_cmp);
+        th.sort_by(f64::total_cmp);
+        (percentile(&rt, 99.0), percentile(&th, 99.0))
+    }
+}
+
+/// Frames per second a bare SSE reader gets from the simulator for this burst.
+async fn sim_capacity(h: &Harness, burst: &RunSpec) -> anyhow::Result<f64> {
+    let resp = h.http.get(format!("{}/global/event", h.sim)).send().await?;
+    let mut body = resp.bytes_stream();
+    // The first chunk is `server.connected`.
+    let _ = body.next().await;
+    let t = Instant::now();
+    let planned = h.run(burst).await?;
+    let mut frames = 0u64;
+    let mut last = 0u8;
+    while frames < planned.frames {
+        let Some(chunk) = body.next().await else { break };
+        let chunk = chunk?;
+        for &b in chunk.iter() {
+            if b == b'\n' && last == b'\n' {
+                frames += 1;
+            }
+            last = b;
+        }
+    }
+    let rate = frames as f64 / t.elapsed().as_secs_f64();
+    drop(body);
+    // Let every session finish that turn before Shepherd starts.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deadline = Instant::now() + PHASE_LIMIT;
+    while h.report().await?.busy > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(rate)
+}
+
+/// Waits until the simulator has nothing busy and Shepherd has read and handled every
+/// frame it was sent.
+async fn settle(h: &Harness, stats: &PumpStats) -> anyhow::Result<()> {
+    let deadline = Instant::now() + PHASE_LIMIT;
+    let mut last = (u64::MAX, u64::MAX);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let rep = h.report().await?;
+        let now = (rep.frames_sent, stats.frames.load(Ordering::Relaxed));
+        if rep.busy == 0 && now == last {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("the fleet did not settle within {} s", PHASE_LIMIT.as_secs());
+        }
+        last = now;
+    }
+}
+
+async fn wait_for<F, Fut>(what: &str, mut cond: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond().await {
+        if Instant::now() > deadline {
+            anyhow::bail!("timed out waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+// ---- process measurements ----
+
+fn proc_status_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// VmRSS as the kernel reports it, then after returning the allocator's free pages.
+fn rss_raw_and_live() -> (u64, u64) {
+    let raw = proc_status_kib("VmRSS:");
+    // SAFETY: glibc's malloc_trim only releases free heap pages; no pointer is touched.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    (raw, proc_status_kib("VmRSS:"))
+}
+
+/// The 1-, 5- and 15-minute load averages (the machine is shared).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// CPU time (user + system) of another process, from `/proc/PID/stat`.
+fn child_cpu_time(pid: u32) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return Duration::ZERO };
+    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else { return Duration::ZERO };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // SAFETY: sysconf only reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let total = ticks(11) + ticks(12);
+    Duration::from_millis(total * 1000 / hz)
+}
+
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage writes into the struct we pass and nothing else.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+    }
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Voluntary + involuntary context switches of every thread of this process.
+fn context_switches() -> u64 {
+    let mut total = 0;
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    for task in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else { continue };
+        for line in status.lines() {
+            if line.starts_with("voluntary_ctxt_switches:") || line.starts_with("nonvoluntary_ctxt_switches:") {
+                total += line.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            }
+        }
+    }
+    total
+}
