@@ -69,6 +69,9 @@ pub struct RecoveryOrder {
     pub known_turn: Option<TurnSettings>,
     /// A fresh id naming this decision in the prompt's metadata and the log.
     pub decision: String,
+    /// Past `handoff.hard`: compact (with this model, waiting at most this long)
+    /// between the abort and the continue.
+    pub compact_first: Option<(ModelRef, Duration)>,
 }
 
 /// A compaction to run.
@@ -91,7 +94,8 @@ pub enum RecoveryReport {
     /// Shutdown began before the abort: nothing was done.
     Cancelled,
     /// Aborted, then continued.
-    Continued { idle_after_ms: Option<u64>, open_todos: u32 },
+    /// Aborted, then continued (`compacted`: the hard gate's compaction, if one ran).
+    Continued { idle_after_ms: Option<u64>, open_todos: u32, compacted: Option<Result<(), String>> },
     /// Aborted, but the continue could not be sent.
     ContinueFailed { idle_after_ms: Option<u64>, error: EngineError },
 }
@@ -177,6 +181,8 @@ pub struct SessionCore {
     /// Shepherd's own `POST /summarize` is under way.
     compaction_in_flight: bool,
     last_compaction: Option<Instant>,
+    /// A follow-up prompt waiting behind the hard gate's compaction.
+    held_prompt: Option<PromptOrder>,
 }
 
 /// How much of the last reply's text is kept for the question heuristic.
@@ -220,6 +226,7 @@ impl SessionCore {
             compacting: false,
             compaction_in_flight: false,
             last_compaction: None,
+            held_prompt: None,
         }
     }
 
@@ -358,8 +365,11 @@ impl SessionCore {
             }
             Err(e) => self.record(Action::Compact, Outcome::Failed, &format!("{}: {e}", order.reason), numbers, now),
         }];
-        // Follow-ups held back while compacting get their turn now.
-        if self.busy == RunState::Idle {
+        let mut out = out;
+        if let Some(held) = self.held_prompt.take() {
+            out.push(Effect::Prompt(held)); // the hard gate's prompt, compacted or not
+        } else if self.busy == RunState::Idle {
+            // Follow-ups held back while compacting get their turn now.
             self.followup.on_idle_edge(now.mono, &self.todos, false, &self.cfg.nudge, &self.cfg.review);
         }
         out
@@ -815,8 +825,30 @@ impl SessionCore {
         out
     }
 
-    /// Turns a follow-up decision into a prompt order or a record.
-    fn decision_effects(&self, d: Decision, now: Now) -> Vec<Effect> {
+    /// Past `handoff.hard` (the hard gate: compact before any follow-up prompt).
+    fn past_hard(&self) -> bool {
+        self.cfg.compaction.enabled && self.context_share().is_some_and(|s| s >= self.cfg.handoff.hard)
+    }
+
+    /// Turns a follow-up decision into a prompt order or a record; past the hard
+    /// threshold the prompt waits behind a compaction (and is sent whatever its outcome,
+    /// so the session is never stranded).
+    fn decision_effects(&mut self, d: Decision, now: Now) -> Vec<Effect> {
+        let effects = self.decision_effects_ungated(d, now);
+        let gated = self.past_hard() && !self.compaction_in_flight;
+        match (gated, self.model.clone(), effects.as_slice()) {
+            (true, Some(model), [Effect::Prompt(order)]) => {
+                self.held_prompt = Some(order.clone());
+                self.compaction_in_flight = true;
+                self.last_compaction = Some(now.mono);
+                let reason = format!("past handoff.hard: compacting before the {}", order.kind.as_str());
+                vec![Effect::Compact(CompactOrder { session_id: self.id.clone(), model, reason })]
+            }
+            _ => effects,
+        }
+    }
+
+    fn decision_effects_ungated(&self, d: Decision, now: Now) -> Vec<Effect> {
         match d {
             Decision::Send { kind, round } => {
                 let template = match kind {
@@ -1017,6 +1049,10 @@ impl SessionCore {
                 known_todos: self.todos.clone(),
                 known_turn: self.turn.clone(),
                 decision: format!("{}-{}", self.id, now.wall_ms),
+                compact_first: self
+                    .past_hard()
+                    .then(|| self.model.clone().map(|m| (m, self.cfg.compaction.max_wait)))
+                    .flatten(),
             }),
         ]
     }
@@ -1050,7 +1086,7 @@ impl SessionCore {
                 };
                 out.push(self.record(Action::Recover, outcome, &reason, numbers, now));
             }
-            RecoveryReport::Continued { idle_after_ms, open_todos } => {
+            RecoveryReport::Continued { idle_after_ms, open_todos, compacted } => {
                 self.recovery_ended = Some((now.mono, aborted));
                 self.activity(now);
                 let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
@@ -1059,6 +1095,19 @@ impl SessionCore {
                     None => "stalled session aborted; still busy after abort_poll_max, continuing anyway",
                 };
                 out.push(self.record(Action::Abort, Outcome::Done, abort_reason, abort_numbers, now));
+                if let Some(result) = compacted {
+                    let n = Numbers { context_tokens: self.context_tokens, context_window: self.window, ..Numbers::default() };
+                    out.push(match result {
+                        Ok(()) => {
+                            self.context_tokens = None;
+                            self.record(Action::Compact, Outcome::Done, "past handoff.hard: compacted before the continue", n, now)
+                        }
+                        Err(e) => {
+                            let reason = format!("past handoff.hard: compaction before the continue failed ({e}); continuing anyway");
+                            self.record(Action::Compact, Outcome::Failed, &reason, n, now)
+                        }
+                    });
+                }
                 let numbers = Numbers { open_todos: Some(*open_todos), ..numbers };
                 out.push(self.record(Action::Continue, Outcome::Done, "continue sent after the abort", numbers, now));
             }
@@ -1162,7 +1211,10 @@ mod tests {
         }
         fn recovered(&mut self, secs: u64) -> Vec<Effect> {
             let now = self.at(secs);
-            self.core.on_recovery_finished(&RecoveryReport::Continued { idle_after_ms: Some(20), open_todos: 0 }, now)
+            self.core.on_recovery_finished(
+                &RecoveryReport::Continued { idle_after_ms: Some(20), open_todos: 0, compacted: None },
+                now,
+            )
         }
     }
 
@@ -1753,5 +1805,43 @@ mod tests {
         let effects = b.idle_ms(20);
         assert!(compactions(&effects).is_empty());
         assert!(declined(&effects)[0].contains("too large to compact"));
+    }
+
+    #[test]
+    fn past_the_hard_threshold_a_nudge_waits_behind_a_compaction_and_is_sent_whatever_it_gives() {
+        let mut r = rules();
+        r.compaction.cooldown = Duration::from_secs(3600); // the idle-edge compaction is held back
+        let mut b = bench_with_rules(r);
+        b.todos_ms(0, &["pending"]);
+        b.busy(0);
+        assistant_with_tokens(&mut b, 10, "msg_1", 100_000, 0);
+        b.core.set_window(Some(200_000));
+        let first = b.idle_ms(20); // 50%: no compaction; then the cooldown starts below
+        assert!(compactions(&first).is_empty());
+        b.core.last_compaction = Some(b.at_ms(30).mono);
+        b.busy(1);
+        assistant_with_tokens(&mut b, 1_100, "msg_2", 180_000, 0); // 90% > hard (88%)
+        b.idle_ms(1_200);
+        let effects = b.tick_ms(1_700);
+        assert_eq!(compactions(&effects), vec!["past handoff.hard: compacting before the nudge".to_string()]);
+        assert!(prompts(&effects).is_empty(), "the nudge waits");
+        let Effect::Compact(order) = effects.iter().find(|e| matches!(e, Effect::Compact(_))).unwrap().clone() else { panic!() };
+        let after = b.core.on_compaction_finished(&order, Err("timed out".into()), b.at_ms(9_000));
+        assert_eq!(prompts(&after), vec![PromptKind::Nudge], "never stranded");
+    }
+
+    #[test]
+    fn past_the_hard_threshold_a_stall_recovery_compacts_between_abort_and_continue() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        assistant_with_tokens(&mut b, 0, "msg_1", 190_000, 0);
+        b.core.set_window(Some(200_000));
+        b.busy(0);
+        let effects = b.tick(180);
+        let order = effects.iter().find_map(|e| match e {
+            Effect::Recover(o) => Some(o.clone()),
+            _ => None,
+        });
+        assert!(order.expect("recovers").compact_first.is_some());
     }
 }

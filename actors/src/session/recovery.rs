@@ -63,6 +63,17 @@ pub async fn recover(
     };
     tokio::time::sleep(cfg.wait_after_abort).await;
 
+    // The hard gate: past `handoff.hard`, compact before continuing (bounded), and
+    // continue whatever the outcome so the session is never stranded.
+    let compacted = match &order.compact_first {
+        Some((model, max_wait)) => Some(match tokio::time::timeout(*max_wait, engine.summarize(&order.session_id, model)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("not finished after {max_wait:?}")),
+        }),
+        None => None,
+    };
+
     let continue_order = PromptOrder {
         session_id: order.session_id.clone(),
         directory: Some(directory),
@@ -78,7 +89,7 @@ pub async fn recover(
     };
     match deliver(engine, &continue_order, instance).await {
         Delivery::Sent { todos, .. } => {
-            RecoveryReport::Continued { idle_after_ms, open_todos: TodoCounts::of(&todos).open as u32 }
+            RecoveryReport::Continued { idle_after_ms, open_todos: TodoCounts::of(&todos).open as u32, compacted }
         }
         Delivery::Skipped { reason, .. } => RecoveryReport::ContinueFailed {
             idle_after_ms,
