@@ -43,16 +43,15 @@ impl Daemon {
         let recovery = cfg.recovery.clone();
         // Before any actor starts: every session actor loads its state from here.
         let ledger = crate::store::open_ledger(&cfg.store).map_err(|e| anyhow::anyhow!("store: {e}"))?;
-        let supervisor =
-            Supervisor::new(
-                Arc::new(cfg.session_rules()),
-                cfg.supervisor.clone(),
-                ledger,
-                Arc::new(SystemClock),
-                journal.clone(),
-                instance.clone(),
-            )
-            .start();
+        let supervisor = Supervisor::new(
+            Arc::new(cfg.session_rules()),
+            cfg.supervisor.clone(),
+            ledger,
+            Arc::new(SystemClock),
+            journal.clone(),
+            instance.clone(),
+        )
+        .start();
         // Before the pumps: a control port already taken fails start-up with nothing running.
         let control =
             if cfg.control.enabled { Some(ControlServer::start(&cfg.control, supervisor.clone())?) } else { None };

@@ -67,8 +67,7 @@ pub async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
     let started = Instant::now();
     say(started, "starting the fake model and a real OpenCode server (installing the pinned version on first use)…");
     let fake = FakeModel::start().context("starting the fake model")?;
-    let mut opencode =
-        OpenCodeServer::start(OpenCodeOptions::for_fake(&fake)).await.context("starting OpenCode")?;
+    let mut opencode = OpenCodeServer::start(OpenCodeOptions::for_fake(&fake)).await.context("starting OpenCode")?;
     let client = opencode.client();
     say(started, &format!("OpenCode {} at {}", client.health().await?.version, opencode.url()));
 

@@ -176,7 +176,10 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
             actix::System::new().block_on(run(cfg))
         }
         Command::Demo(args) => {
-            shepherd::logging::init(args.log_format.map(Into::into).unwrap_or(LogFormat::Pretty), "warn,shepherd=info,shepherd_actors=info");
+            shepherd::logging::init(
+                args.log_format.map(Into::into).unwrap_or(LogFormat::Pretty),
+                "warn,shepherd=info,shepherd_actors=info",
+            );
             let stall = humantime::parse_duration(&args.stall_timeout)
                 .with_context(|| format!("--stall-timeout {:?}", args.stall_timeout))?;
             actix::System::new().block_on(shepherd::demo::run(stall))

@@ -22,13 +22,21 @@ async fn stalled_session_is_aborted_and_continued_with_its_todos_then_finishes()
     let recovery = RecoveryConfig {
         // The fake model reads markers from the last user message: the continue
         // prompt itself tells it to finish the todos.
-        continue_with_todos_message: "[[fake:todo:done]] Continue, attempt {attempts}/{maxAttempts}. Open {pending} of {total}:\n{todoList}".into(),
+        continue_with_todos_message:
+            "[[fake:todo:done]] Continue, attempt {attempts}/{maxAttempts}. Open {pending} of {total}:\n{todoList}"
+                .into(),
         ..fast_recovery()
     };
     let mut rig = Rig::start(recovery).await?;
     let id = rig.client.create_session(Some("stall")).await?;
     rig.client
-        .prompt_async(&id, "[[fake:todo:create]][[fake:stall]] build it", Some("plan"), Some(("fake", "fake-model-2")), false)
+        .prompt_async(
+            &id,
+            "[[fake:todo:create]][[fake:stall]] build it",
+            Some("plan"),
+            Some(("fake", "fake-model-2")),
+            false,
+        )
         .await?;
 
     let stall = rig.wait_record(&id, Action::StallDetected, Outcome::Done, PATIENCE).await?;
@@ -163,12 +171,16 @@ async fn shepherds_own_continue_is_not_progress_so_it_gives_up_after_max_auto_su
 async fn malformed_and_unknown_events_disturb_nothing() -> anyhow::Result<()> {
     use std::sync::atomic::Ordering;
     let mut proxy = None;
-    let mut rig = Rig::start_via(fast_recovery(), |o| o, |url| {
-        let p = support::faulty_proxy::FaultyProxy::start(url)?;
-        let via = p.url.clone();
-        proxy = Some(p);
-        Ok(via)
-    })
+    let mut rig = Rig::start_via(
+        fast_recovery(),
+        |o| o,
+        |url| {
+            let p = support::faulty_proxy::FaultyProxy::start(url)?;
+            let via = p.url.clone();
+            proxy = Some(p);
+            Ok(via)
+        },
+    )
     .await?;
     let id = rig.client.create_session(Some("noisy stream")).await?;
     rig.client.prompt_async(&id, "[[fake:todo:create]][[fake:stall]] work", None, None, false).await?;
@@ -193,12 +205,16 @@ async fn malformed_and_unknown_events_disturb_nothing() -> anyhow::Result<()> {
 async fn after_the_stream_comes_back_a_session_that_stalled_unseen_is_found_and_recovered() -> anyhow::Result<()> {
     use std::sync::atomic::Ordering;
     let mut proxy = None;
-    let mut rig = Rig::start_via(fast_recovery(), |o| o, |url| {
-        let p = support::faulty_proxy::FaultyProxy::start_clean(url)?;
-        let via = p.url.clone();
-        proxy = Some(p);
-        Ok(via)
-    })
+    let mut rig = Rig::start_via(
+        fast_recovery(),
+        |o| o,
+        |url| {
+            let p = support::faulty_proxy::FaultyProxy::start_clean(url)?;
+            let via = p.url.clone();
+            proxy = Some(p);
+            Ok(via)
+        },
+    )
     .await?;
     let faults = std::sync::Arc::clone(&proxy.as_ref().unwrap().faults);
 

@@ -44,7 +44,9 @@ async fn a_parent_whose_background_subagent_was_aborted_is_prompted_once() -> an
         .messages(&parent)
         .await?
         .iter()
-        .filter(|m| m.parts.iter().any(|p| p.pointer("/metadata/shepherd/kind").and_then(Value::as_str) == Some("continue")))
+        .filter(|m| {
+            m.parts.iter().any(|p| p.pointer("/metadata/shepherd/kind").and_then(Value::as_str) == Some("continue"))
+        })
         .count();
     assert_eq!(continues, 1, "prompted once");
     rig.stop().await;

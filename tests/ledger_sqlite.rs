@@ -288,7 +288,10 @@ async fn shepherd_history_prints_the_newest_entries_of_one_session_oldest_first(
 
     let out = shepherd(dir.path(), &["history", "ses_cli", "--json", "--set", &set]);
     let records: Vec<ActionRecord> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(records.iter().map(|r| r.action).collect::<Vec<_>>(), [Action::StallDetected, Action::Abort, Action::Continue]);
+    assert_eq!(
+        records.iter().map(|r| r.action).collect::<Vec<_>>(),
+        [Action::StallDetected, Action::Abort, Action::Continue]
+    );
 }
 
 #[test]

@@ -20,15 +20,9 @@ struct Bed {
 
 async fn bed_with(opts: impl FnOnce(OpenCodeOptions) -> OpenCodeOptions) -> Bed {
     let fake = FakeModel::start().expect("fake model starts");
-    let server = OpenCodeServer::start(opts(OpenCodeOptions::for_fake(&fake)))
-        .await
-        .expect("opencode starts");
+    let server = OpenCodeServer::start(opts(OpenCodeOptions::for_fake(&fake))).await.expect("opencode starts");
     let client = server.client();
-    Bed {
-        fake,
-        server,
-        client,
-    }
+    Bed { fake, server, client }
 }
 
 async fn bed() -> Bed {
@@ -39,10 +33,7 @@ impl Bed {
     /// A titled session (no title-generation call) prompted with `text`.
     async fn prompted(&self, text: &str) -> String {
         let id = self.client.create_session(Some("smoke")).await.unwrap();
-        self.client
-            .prompt_async(&id, text, None, None, false)
-            .await
-            .unwrap();
+        self.client.prompt_async(&id, text, None, None, false).await.unwrap();
         id
     }
 }
@@ -52,10 +43,7 @@ async fn ok_turn_goes_busy_then_idle_with_the_fake_text() {
     let bed = bed().await;
     let id = bed.client.create_session(Some("smoke")).await.unwrap();
     let mut events = Box::pin(bed.client.events(None).await.unwrap());
-    bed.client
-        .prompt_async(&id, "hi [[fake:ok]]", None, None, false)
-        .await
-        .unwrap();
+    bed.client.prompt_async(&id, "hi [[fake:ok]]", None, None, false).await.unwrap();
 
     let mut statuses = Vec::new();
     tokio::time::timeout(TURN, async {
@@ -90,48 +78,22 @@ async fn ok_turn_goes_busy_then_idle_with_the_fake_text() {
 async fn todo_create_then_done_updates_the_todo_list() {
     let bed = bed().await;
     let id = bed.client.create_session(Some("smoke")).await.unwrap();
-    let last = bed
-        .client
-        .prompt_and_wait(&id, "plan it [[fake:todo:create]]", TURN)
-        .await
-        .unwrap();
-    assert_eq!(
-        last.text(),
-        "Done.",
-        "the script ran out after the tool step"
-    );
+    let last = bed.client.prompt_and_wait(&id, "plan it [[fake:todo:create]]", TURN).await.unwrap();
+    assert_eq!(last.text(), "Done.", "the script ran out after the tool step");
     let todos = bed.client.todos(&id).await.unwrap();
     let statuses: Vec<&str> = todos.iter().map(|t| t.status.as_str()).collect();
     assert_eq!(statuses, ["in_progress", "pending", "pending"]);
     assert_eq!(todos[0].content, "Write the parser");
     let msgs = bed.client.messages(&id).await.unwrap();
     let finishes: Vec<_> = msgs.iter().filter_map(|m| m.finish()).collect();
-    assert_eq!(
-        finishes,
-        ["tool-calls", "stop"],
-        "tool step, then the final `Done.`"
-    );
+    assert_eq!(finishes, ["tool-calls", "stop"], "tool step, then the final `Done.`");
 
-    bed.client
-        .prompt_and_wait(&id, "finish [[fake:todo:done]]", TURN)
-        .await
-        .unwrap();
+    bed.client.prompt_and_wait(&id, "finish [[fake:todo:done]]", TURN).await.unwrap();
     let todos = bed.client.todos(&id).await.unwrap();
     assert_eq!(todos.len(), 3);
     assert!(todos.iter().all(|t| t.status == "completed"), "{todos:?}");
-    let todo_calls: Vec<_> = bed
-        .fake
-        .turn_requests()
-        .into_iter()
-        .filter_map(|r| r.behaviour().cloned())
-        .collect();
-    assert_eq!(
-        todo_calls,
-        [
-            Behaviour::Todo(TodoStage::Create),
-            Behaviour::Todo(TodoStage::Done)
-        ]
-    );
+    let todo_calls: Vec<_> = bed.fake.turn_requests().into_iter().filter_map(|r| r.behaviour().cloned()).collect();
+    assert_eq!(todo_calls, [Behaviour::Todo(TodoStage::Create), Behaviour::Todo(TodoStage::Done)]);
 }
 
 #[tokio::test]
@@ -139,28 +101,16 @@ async fn stalled_turn_stays_busy_until_aborted() {
     let bed = bed().await;
     let id = bed.prompted("work [[fake:stall]]").await;
     assert!(
-        bed.fake
-            .wait_for_requests(TURN, |log| log.iter().any(|r| r.marker() == "stall"))
-            .await,
+        bed.fake.wait_for_requests(TURN, |log| log.iter().any(|r| r.marker() == "stall")).await,
         "the model was called"
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        bed.client.status(None).await.unwrap().get(&id),
-        Some(&SessionStatus::Busy)
-    );
+    assert_eq!(bed.client.status(None).await.unwrap().get(&id), Some(&SessionStatus::Busy));
     let stalled = bed.fake.turn_requests();
-    assert_eq!(
-        stalled.last().map(|r| r.ended),
-        Some(None),
-        "stream still open"
-    );
+    assert_eq!(stalled.last().map(|r| r.ended), Some(None), "stream still open");
 
     assert!(bed.client.abort(&id).await.unwrap());
-    bed.client
-        .wait_idle(&id, Duration::from_secs(5))
-        .await
-        .unwrap();
+    bed.client.wait_idle(&id, Duration::from_secs(5)).await.unwrap();
     let last = bed.client.last_assistant(&id).await.unwrap().unwrap();
     assert_eq!(last.error_name(), Some("MessageAbortedError"));
     assert!(
@@ -184,16 +134,10 @@ async fn question_turn_shows_a_pending_question() {
     .await
     .unwrap();
     assert_eq!(question["questions"][0]["question"], "Pick one?");
-    assert!(
-        bed.client.is_busy(&id).await.unwrap(),
-        "busy while waiting for the answer"
-    );
+    assert!(bed.client.is_busy(&id).await.unwrap(), "busy while waiting for the answer");
 
     let qid = question["id"].as_str().unwrap();
-    bed.client
-        .reply_question(qid, &[vec!["A".to_string()]])
-        .await
-        .unwrap();
+    bed.client.reply_question(qid, &[vec!["A".to_string()]]).await.unwrap();
     let last = bed.client.wait_turn_after(&id, 0, TURN).await.unwrap();
     assert_eq!(last.text(), "Done.");
     assert!(bed.client.questions(None).await.unwrap().is_empty());
@@ -205,21 +149,14 @@ async fn long_bash_tool_shows_a_running_tool_part() {
     let id = bed.prompted("run [[fake:bash:sleep 3]]").await;
     wait_for("a running bash part", TURN, || async {
         let msgs = bed.client.messages(&id).await?;
-        Ok::<_, anyhow::Error>(msgs.iter().any(|m| {
-            m.tools()
-                .contains(&("bash".to_string(), "running".to_string()))
-        }))
+        Ok::<_, anyhow::Error>(msgs.iter().any(|m| m.tools().contains(&("bash".to_string(), "running".to_string()))))
     })
     .await
     .unwrap();
     assert!(bed.client.is_busy(&id).await.unwrap());
     bed.client.wait_turn_after(&id, 0, TURN).await.unwrap();
     let msgs = bed.client.messages(&id).await.unwrap();
-    let bash = msgs
-        .iter()
-        .flat_map(|m| m.tool_parts())
-        .find(|p| p["tool"] == "bash")
-        .unwrap();
+    let bash = msgs.iter().flat_map(|m| m.tool_parts()).find(|p| p["tool"] == "bash").unwrap();
     assert_eq!(bash["state"]["status"], "completed");
     assert_eq!(bash["state"]["input"]["command"], "sleep 3");
 }
@@ -230,10 +167,7 @@ async fn two_step_script_sets_todos_then_stalls() {
     let id = bed.prompted("go [[fake:todo:create]][[fake:stall]]").await;
     wait_for("the stalled second step", TURN, || async {
         Ok::<_, anyhow::Error>(
-            bed.fake
-                .turn_requests()
-                .iter()
-                .any(|r| r.step == 1 && r.behaviour() == Some(&Behaviour::Stall(None))),
+            bed.fake.turn_requests().iter().any(|r| r.step == 1 && r.behaviour() == Some(&Behaviour::Stall(None))),
         )
     })
     .await
@@ -244,10 +178,7 @@ async fn two_step_script_sets_todos_then_stalls() {
     assert_eq!(todos.len(), 3);
     assert!(todos.iter().any(|t| t.status == "in_progress"));
     bed.client.abort(&id).await.unwrap();
-    bed.client
-        .wait_idle(&id, Duration::from_secs(5))
-        .await
-        .unwrap();
+    bed.client.wait_idle(&id, Duration::from_secs(5)).await.unwrap();
 }
 
 #[tokio::test]
@@ -261,10 +192,7 @@ async fn password_protects_the_server_and_restart_keeps_sessions() {
     assert!(authorised.health().await.unwrap().healthy);
 
     let id = bed.client.create_session(Some("smoke")).await.unwrap();
-    bed.client
-        .prompt_and_wait(&id, "hi [[fake:ok]]", TURN)
-        .await
-        .unwrap();
+    bed.client.prompt_and_wait(&id, "hi [[fake:ok]]", TURN).await.unwrap();
     let port = bed.server.port();
     bed.server.restart().await.unwrap();
     assert_eq!(bed.server.port(), port);
@@ -279,29 +207,14 @@ async fn scripted_behaviours_reach_opencode_as_documented() {
     let bed = bed().await;
     let c = &bed.client;
     let mut ids = std::collections::BTreeMap::new();
-    for marker in [
-        "xmltool",
-        "reasoning",
-        "length",
-        "badtool",
-        "cut",
-        "err429:1",
-        "ctx400",
-        "bigusage:196000",
-    ] {
-        ids.insert(
-            marker,
-            bed.prompted(&format!("try [[fake:{marker}]]")).await,
-        );
+    for marker in ["xmltool", "reasoning", "length", "badtool", "cut", "err429:1", "ctx400", "bigusage:196000"] {
+        ids.insert(marker, bed.prompted(&format!("try [[fake:{marker}]]")).await);
     }
 
     // A retrying session shows `retry` in /session/status.
     wait_for("err429 retry status", TURN, || async {
         let st = c.status(None).await?;
-        Ok::<_, anyhow::Error>(matches!(
-            st.get(&ids["err429:1"]),
-            Some(SessionStatus::Retry { .. })
-        ))
+        Ok::<_, anyhow::Error>(matches!(st.get(&ids["err429:1"]), Some(SessionStatus::Retry { .. })))
     })
     .await
     .unwrap();
@@ -309,12 +222,7 @@ async fn scripted_behaviours_reach_opencode_as_documented() {
     // A stream cut without finish reason makes OpenCode call the model again and again.
     wait_for("a runaway loop of finish=unknown", TURN, || async {
         let msgs = c.messages(&ids["cut"]).await?;
-        Ok::<_, anyhow::Error>(
-            msgs.iter()
-                .filter(|m| m.finish() == Some("unknown"))
-                .count()
-                >= 5,
-        )
+        Ok::<_, anyhow::Error>(msgs.iter().filter(|m| m.finish() == Some("unknown")).count() >= 5)
     })
     .await
     .unwrap();
@@ -330,23 +238,15 @@ async fn scripted_behaviours_reach_opencode_as_documented() {
     assert!(reasoning.parts.iter().any(|p| p["type"] == "reasoning"));
     assert_eq!(last("length").await.finish(), Some("length"));
     let msgs = c.messages(&ids["badtool"]).await.unwrap();
-    assert!(msgs
-        .iter()
-        .any(|m| m.tools() == [("invalid".to_string(), "completed".to_string())]));
+    assert!(msgs.iter().any(|m| m.tools() == [("invalid".to_string(), "completed".to_string())]));
 
     // Context overflow and a step over the threshold both end in an auto-compaction.
     for marker in ["ctx400", "bigusage:196000"] {
         last(marker).await;
         let msgs = c.messages(&ids[marker]).await.unwrap();
-        assert!(
-            msgs.iter().any(|m| m.info["summary"] == true),
-            "{marker}: a compaction summary"
-        );
+        assert!(msgs.iter().any(|m| m.info["summary"] == true), "{marker}: a compaction summary");
     }
-    let err429 = c
-        .wait_turn_after(&ids["err429:1"], 0, Duration::from_secs(30))
-        .await
-        .unwrap();
+    let err429 = c.wait_turn_after(&ids["err429:1"], 0, Duration::from_secs(30)).await.unwrap();
     assert_eq!(err429.error_name(), Some("APIError"));
 }
 

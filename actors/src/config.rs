@@ -425,7 +425,6 @@ pub struct SessionRules {
     pub error_patterns: Vec<regex::Regex>,
 }
 
-
 impl Config {
     pub fn session_rules(&self) -> SessionRules {
         SessionRules {
@@ -572,9 +571,7 @@ pub mod duration_str {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
         humantime::parse_duration(text.trim()).map_err(|e| {
-            serde::de::Error::custom(format!(
-                "invalid duration {text:?} ({e}); write e.g. \"3m\", \"500ms\", \"2h\""
-            ))
+            serde::de::Error::custom(format!("invalid duration {text:?} ({e}); write e.g. \"3m\", \"500ms\", \"2h\""))
         })
     }
 }

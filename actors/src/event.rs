@@ -29,24 +29,67 @@ pub enum Event {
     SessionCreated(SessionInfo),
     SessionUpdated(SessionInfo),
     SessionDeleted(SessionInfo),
-    SessionStatus { session_id: String, status: Status },
-    SessionIdle { session_id: String },
-    SessionError { session_id: Option<String>, error: ErrorInfo },
-    SessionCompacted { session_id: String },
-    SessionDiff { session_id: String },
+    SessionStatus {
+        session_id: String,
+        status: Status,
+    },
+    SessionIdle {
+        session_id: String,
+    },
+    SessionError {
+        session_id: Option<String>,
+        error: ErrorInfo,
+    },
+    SessionCompacted {
+        session_id: String,
+    },
+    SessionDiff {
+        session_id: String,
+    },
     MessageUpdated(MessageInfo),
-    MessageRemoved { session_id: String, message_id: String },
+    MessageRemoved {
+        session_id: String,
+        message_id: String,
+    },
     PartUpdated(Part),
-    PartDelta { session_id: String, message_id: String, part_id: String },
-    PartRemoved { session_id: String, message_id: String, part_id: String },
-    TodoUpdated { session_id: String, todos: Vec<Todo> },
-    PermissionAsked { id: String, session_id: String },
-    PermissionReplied { request_id: String, session_id: String },
-    QuestionAsked { id: String, session_id: String },
-    QuestionReplied { request_id: String, session_id: String },
-    QuestionRejected { request_id: String, session_id: String },
+    PartDelta {
+        session_id: String,
+        message_id: String,
+        part_id: String,
+    },
+    PartRemoved {
+        session_id: String,
+        message_id: String,
+        part_id: String,
+    },
+    TodoUpdated {
+        session_id: String,
+        todos: Vec<Todo>,
+    },
+    PermissionAsked {
+        id: String,
+        session_id: String,
+    },
+    PermissionReplied {
+        request_id: String,
+        session_id: String,
+    },
+    QuestionAsked {
+        id: String,
+        session_id: String,
+    },
+    QuestionReplied {
+        request_id: String,
+        session_id: String,
+    },
+    QuestionRejected {
+        request_id: String,
+        session_id: String,
+    },
     /// A type Shepherd does not act on (counted, then ignored).
-    Unknown { kind: String },
+    Unknown {
+        kind: String,
+    },
 }
 
 impl Event {
@@ -305,9 +348,18 @@ pub struct Part {
 pub enum PartKind {
     /// `text` is the part's full text (OpenCode sends it when the part closes; while
     /// streaming it is empty and the deltas carry the words).
-    Text { text: String, synthetic: bool, ignored: bool, shepherd: Option<ShepherdTag> },
+    Text {
+        text: String,
+        synthetic: bool,
+        ignored: bool,
+        shepherd: Option<ShepherdTag>,
+    },
     Reasoning,
-    Tool { tool: String, status: ToolStatus, child_session: Option<String> },
+    Tool {
+        tool: String,
+        status: ToolStatus,
+        child_session: Option<String>,
+    },
     StepStart,
     StepFinish,
     Compaction,
@@ -378,11 +430,7 @@ impl TryFrom<RawPart> for Part {
                     .and_then(|m| m.get("sessionId"))
                     .and_then(Value::as_str)
                     .map(str::to_string);
-                PartKind::Tool {
-                    tool: r.tool.unwrap_or_default(),
-                    status: state.status,
-                    child_session,
-                }
+                PartKind::Tool { tool: r.tool.unwrap_or_default(), status: state.status, child_session }
             }
             "step-start" => PartKind::StepStart,
             "step-finish" => PartKind::StepFinish,
@@ -439,8 +487,7 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
     };
     let kind = payload.get("type").and_then(Value::as_str).ok_or(DecodeError::NoType)?.to_string();
     let props = payload.get("properties").cloned().unwrap_or(Value::Null);
-    let event = decode_event(&kind, props)
-        .map_err(|reason| DecodeError::BadShape { kind: kind.clone(), reason })?;
+    let event = decode_event(&kind, props).map_err(|reason| DecodeError::BadShape { kind: kind.clone(), reason })?;
     Ok(Envelope { directory, event })
 }
 
@@ -457,9 +504,7 @@ fn decode_event(kind: &str, props: Value) -> Result<Event, String> {
         "session.created" => Event::SessionCreated(field(&props, "info")?),
         "session.updated" => Event::SessionUpdated(field(&props, "info")?),
         "session.deleted" => Event::SessionDeleted(field(&props, "info")?),
-        "session.status" => {
-            Event::SessionStatus { session_id: sid(&props)?, status: field(&props, "status")? }
-        }
+        "session.status" => Event::SessionStatus { session_id: sid(&props)?, status: field(&props, "status")? },
         "session.idle" => Event::SessionIdle { session_id: sid(&props)? },
         "session.error" => Event::SessionError {
             session_id: props.get("sessionID").and_then(Value::as_str).map(str::to_string),
@@ -468,10 +513,9 @@ fn decode_event(kind: &str, props: Value) -> Result<Event, String> {
         "session.compacted" => Event::SessionCompacted { session_id: sid(&props)? },
         "session.diff" => Event::SessionDiff { session_id: sid(&props)? },
         "message.updated" => Event::MessageUpdated(field::<RawMessageInfo>(&props, "info")?.into()),
-        "message.removed" => Event::MessageRemoved {
-            session_id: sid(&props)?,
-            message_id: field(&props, "messageID")?,
-        },
+        "message.removed" => {
+            Event::MessageRemoved { session_id: sid(&props)?, message_id: field(&props, "messageID")? }
+        }
         "message.part.updated" => Event::PartUpdated(field::<RawPart>(&props, "part")?.try_into()?),
         "message.part.delta" => Event::PartDelta {
             session_id: sid(&props)?,
@@ -485,19 +529,16 @@ fn decode_event(kind: &str, props: Value) -> Result<Event, String> {
         },
         "todo.updated" => Event::TodoUpdated { session_id: sid(&props)?, todos: field(&props, "todos")? },
         "permission.asked" => Event::PermissionAsked { id: field(&props, "id")?, session_id: sid(&props)? },
-        "permission.replied" => Event::PermissionReplied {
-            request_id: field(&props, "requestID")?,
-            session_id: sid(&props)?,
-        },
+        "permission.replied" => {
+            Event::PermissionReplied { request_id: field(&props, "requestID")?, session_id: sid(&props)? }
+        }
         "question.asked" => Event::QuestionAsked { id: field(&props, "id")?, session_id: sid(&props)? },
-        "question.replied" => Event::QuestionReplied {
-            request_id: field(&props, "requestID")?,
-            session_id: sid(&props)?,
-        },
-        "question.rejected" => Event::QuestionRejected {
-            request_id: field(&props, "requestID")?,
-            session_id: sid(&props)?,
-        },
+        "question.replied" => {
+            Event::QuestionReplied { request_id: field(&props, "requestID")?, session_id: sid(&props)? }
+        }
+        "question.rejected" => {
+            Event::QuestionRejected { request_id: field(&props, "requestID")?, session_id: sid(&props)? }
+        }
         other => Event::Unknown { kind: other.to_string() },
     })
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use async_trait::async_trait;
 use shepherd_actors::config::{RecoveryConfig, SupervisorConfig};
-use shepherd_actors::ledger::{Ledger, MemoryLedger};
 use shepherd_actors::event::{decode, ModelRef, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
+use shepherd_actors::ledger::{Ledger, MemoryLedger};
 use shepherd_actors::ports::{Clock, Engine, EngineError, LastTurn, Prompt, TurnSettings};
 use shepherd_actors::supervisor::{AttachServer, Ingest, InspectFleet, Shutdown, StreamUp, Supervisor};
 
@@ -41,7 +41,13 @@ impl Engine for FakeEngine {
         Ok(vec![])
     }
     async fn session(&self, id: &str) -> Result<SessionInfo, EngineError> {
-        Ok(SessionInfo { id: id.into(), parent_id: None, directory: Some("/p".into()), title: None, time: Default::default() })
+        Ok(SessionInfo {
+            id: id.into(),
+            parent_id: None,
+            directory: Some("/p".into()),
+            title: None,
+            time: Default::default(),
+        })
     }
     async fn abort(&self, id: &str) -> Result<(), EngineError> {
         self.log(format!("abort {id}"));
@@ -109,7 +115,8 @@ fn world_with_ledger(
     clock: Arc<PausedClock>,
 ) -> World {
     let supervisor =
-        Supervisor::new(Arc::new(cfg.into()), SupervisorConfig::default(), ledger, clock, journal, "test".into()).start();
+        Supervisor::new(Arc::new(cfg.into()), SupervisorConfig::default(), ledger, clock, journal, "test".into())
+            .start();
     supervisor.do_send(AttachServer { name: "srv".into(), engine: engine.clone(), list_limit: 10 });
     World { engine, supervisor, records }
 }
@@ -263,7 +270,11 @@ async fn a_completion_seen_before_a_restart_is_reviewed_exactly_once_after_it() 
     let ledger = Arc::new(MemoryLedger::default());
     let todos_open = r#"{"directory":"/p","payload":{"type":"todo.updated","properties":{"sessionID":"ses_R","todos":[{"content":"a","status":"in_progress"}]}}}"#;
     let todos_done = r#"{"directory":"/p","payload":{"type":"todo.updated","properties":{"sessionID":"ses_R","todos":[{"content":"a","status":"completed"}]}}}"#;
-    let reply = |id: &str| format!(r#"{{"directory":"/p","payload":{{"type":"message.updated","properties":{{"sessionID":"ses_R","info":{{"id":"{id}","sessionID":"ses_R","role":"assistant","finish":"stop","time":{{"created":1}}}}}}}}}}"#);
+    let reply = |id: &str| {
+        format!(
+            r#"{{"directory":"/p","payload":{{"type":"message.updated","properties":{{"sessionID":"ses_R","info":{{"id":"{id}","sessionID":"ses_R","role":"assistant","finish":"stop","time":{{"created":1}}}}}}}}}}"#
+        )
+    };
     let idle = r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_R","status":{"type":"idle"}}}}"#;
     let reviews = |w: &World| w.engine.prompts.lock().unwrap().iter().filter(|(_, p)| p.tag.kind == "review").count();
     let start = |ledger: Arc<MemoryLedger>| {

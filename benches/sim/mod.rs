@@ -6,7 +6,8 @@
 //! frames plus the `sync` duplicates of durable changes, a heartbeat every 10 s),
 //! `GET /session/status?directory=`, `GET /experimental/session?limit=`,
 //! `GET /session/{id}`, `POST /session/{id}/abort`, `GET /session/{id}/todo`,
-//! `GET /session/{id}/message?limit=` and `POST /session/{id}/prompt_async`.
+//! `GET /session/{id}/message?limit=`, `POST /session/{id}/prompt_async`, and
+//! `GET /config/providers` (one fake model, 200k context) with `POST /summarize`.
 //!
 //! It hosts N sessions spread over a few project directories. A *run* (control
 //! endpoint `POST /_sim/run`) gives every session a plan: turns of realistic events
@@ -925,6 +926,21 @@ async fn prompt_async(data: Data, path: web::Path<String>, body: web::Json<Promp
     HttpResponse::NoContent().finish()
 }
 
+async fn providers(data: Data) -> HttpResponse {
+    data.lock().count("GET /config/providers");
+    HttpResponse::Ok().json(json!({
+        "providers": [{"id": "fake", "source": "config", "name": "Fake", "options": {},
+                       "models": {"fake-model": {"id": "fake-model", "name": "Fake",
+                                                 "limit": {"context": 200000, "output": 8000}}}}],
+        "default": {"fake": "fake-model"},
+    }))
+}
+
+async fn summarize(data: Data) -> HttpResponse {
+    data.lock().count("POST /session/{id}/summarize");
+    HttpResponse::Ok().content_type("application/json").body("true")
+}
+
 async fn run(data: Data, spec: web::Json<RunSpec>) -> HttpResponse {
     let planned = data.lock().run(&spec);
     data.wake.notify_one();
@@ -979,6 +995,8 @@ pub fn serve(cfg: SimConfig) -> std::io::Result<()> {
                 .route("/session/{id}/todo", web::get().to(todos))
                 .route("/session/{id}/message", web::get().to(messages))
                 .route("/session/{id}/prompt_async", web::post().to(prompt_async))
+                .route("/config/providers", web::get().to(providers))
+                .route("/session/{id}/summarize", web::post().to(summarize))
                 .route("/_sim/run", web::post().to(run))
                 .route("/_sim/report", web::get().to(report))
         })

@@ -42,9 +42,7 @@ impl KeyPath {
         }
         let mut segments = Vec::new();
         for part in text.split('.') {
-            let (name, mut indices) = part
-                .split_once('[')
-                .map_or((part, ""), |(n, rest)| (n, rest));
+            let (name, mut indices) = part.split_once('[').map_or((part, ""), |(n, rest)| (n, rest));
             if name.is_empty() {
                 return Err(format!("{text:?} has an empty key between dots"));
             }
@@ -55,9 +53,8 @@ impl KeyPath {
                     let Some((number, rest)) = indices.split_once(']') else {
                         return Err(format!("{text:?} has an unclosed `[`"));
                     };
-                    let index = number
-                        .parse::<usize>()
-                        .map_err(|_| format!("{text:?}: `[{number}]` is not a list index"))?;
+                    let index =
+                        number.parse::<usize>().map_err(|_| format!("{text:?}: `[{number}]` is not a list index"))?;
                     segments.push(Segment::Index(index));
                     match rest.strip_prefix('[') {
                         Some(more) => indices = more,
@@ -81,9 +78,7 @@ impl KeyPath {
         let mut segments = Vec::new();
         for part in rest.split(ENV_SEPARATOR) {
             if part.is_empty() {
-                return Some(Err(format!(
-                    "{name} has an empty key between `{ENV_SEPARATOR}`"
-                )));
+                return Some(Err(format!("{name} has an empty key between `{ENV_SEPARATOR}`")));
             }
             segments.push(segment_from(&part.to_ascii_lowercase()));
         }
@@ -159,13 +154,9 @@ mod tests {
     fn only_prefixed_names_with_a_double_underscore_are_configuration() {
         assert_eq!(KeyPath::from_env_name("SHEPHERD_OPENCODE_BIN"), None);
         assert_eq!(KeyPath::from_env_name("PATH"), None);
-        let path = KeyPath::from_env_name("SHEPHERD_RECOVERY__STALL_TIMEOUT")
-            .unwrap()
-            .unwrap();
+        let path = KeyPath::from_env_name("SHEPHERD_RECOVERY__STALL_TIMEOUT").unwrap().unwrap();
         assert_eq!(path.to_string(), "recovery.stall_timeout");
-        let path = KeyPath::from_env_name("SHEPHERD_SERVERS__0__URL")
-            .unwrap()
-            .unwrap();
+        let path = KeyPath::from_env_name("SHEPHERD_SERVERS__0__URL").unwrap().unwrap();
         assert_eq!(path.to_string(), "servers[0].url");
     }
 
@@ -174,10 +165,7 @@ mod tests {
         assert!(is_within("servers[1].url", "servers[1]"));
         assert!(is_within("servers[1]", "servers[1]"));
         assert!(!is_within("servers[10]", "servers[1]"));
-        assert!(!is_within(
-            "recovery.stall_timeout_x",
-            "recovery.stall_timeout"
-        ));
+        assert!(!is_within("recovery.stall_timeout_x", "recovery.stall_timeout"));
         assert!(is_within("log", ""));
     }
 }

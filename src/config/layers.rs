@@ -55,10 +55,7 @@ pub(crate) struct Layers {
 
 impl Default for Layers {
     fn default() -> Self {
-        Self {
-            tree: Value::Table(Table::new()),
-            origins: BTreeMap::new(),
-        }
+        Self { tree: Value::Table(Table::new()), origins: BTreeMap::new() }
     }
 }
 
@@ -70,9 +67,7 @@ impl Layers {
 
     /// Merges a whole table (a file) over what is there.
     pub(crate) fn merge(&mut self, table: Table, origin: &Origin) {
-        let Value::Table(root) = &mut self.tree else {
-            unreachable!("the root is always a table")
-        };
+        let Value::Table(root) = &mut self.tree else { unreachable!("the root is always a table") };
         let mut written = Vec::new();
         merge_into(root, "", table, &mut written);
         for (path, value) in written {
@@ -82,26 +77,12 @@ impl Layers {
 
     /// Writes one value at `path`, creating the tables and list entries on the way (a
     /// list grows only by one entry at its end).
-    pub(crate) fn set(
-        &mut self,
-        path: &KeyPath,
-        value: Value,
-        origin: &Origin,
-    ) -> Result<(), SetError> {
+    pub(crate) fn set(&mut self, path: &KeyPath, value: Value, origin: &Origin) -> Result<(), SetError> {
         if path.segments().is_empty() {
-            return Err(SetError {
-                key: String::new(),
-                reason: "the key is empty".to_owned(),
-            });
+            return Err(SetError { key: String::new(), reason: "the key is empty".to_owned() });
         }
         let mut created = Vec::new();
-        set_in(
-            &mut self.tree,
-            "",
-            path.segments(),
-            value.clone(),
-            &mut created,
-        )?;
+        set_in(&mut self.tree, "", path.segments(), value.clone(), &mut created)?;
         for key in created {
             self.origins.insert(key, origin.clone());
         }
@@ -133,19 +114,10 @@ impl Layers {
         while let Some((path, value)) = stack.pop() {
             match value {
                 Value::Table(table) => {
-                    stack.extend(
-                        table
-                            .iter()
-                            .map(|(key, child)| (join_key(&path, key), child)),
-                    );
+                    stack.extend(table.iter().map(|(key, child)| (join_key(&path, key), child)));
                 }
                 Value::Array(items) => {
-                    stack.extend(
-                        items
-                            .iter()
-                            .enumerate()
-                            .map(|(i, child)| (join_index(&path, i), child)),
-                    );
+                    stack.extend(items.iter().enumerate().map(|(i, child)| (join_index(&path, i), child)));
                 }
                 _ => {}
             }
@@ -159,9 +131,7 @@ fn merge_into(into: &mut Table, at: &str, from: Table, written: &mut Vec<(String
     for (key, value) in from {
         let path = join_key(at, &key);
         match (into.get_mut(&key), value) {
-            (Some(Value::Table(existing)), Value::Table(table)) => {
-                merge_into(existing, &path, table, written)
-            }
+            (Some(Value::Table(existing)), Value::Table(table)) => merge_into(existing, &path, table, written),
             (_, value) => {
                 written.push((path, value.clone()));
                 into.insert(key, value);
@@ -186,10 +156,7 @@ fn set_in(
         Segment::Key(key) => {
             let here = join_key(at, key);
             let Value::Table(table) = node else {
-                return Err(SetError {
-                    key: at.to_owned(),
-                    reason: format!("is a {kind}, so it has no key `{key}`"),
-                });
+                return Err(SetError { key: at.to_owned(), reason: format!("is a {kind}, so it has no key `{key}`") });
             };
             let child = table.entry(key.clone()).or_insert_with(|| {
                 created.push(here.clone());
@@ -200,10 +167,7 @@ fn set_in(
         Segment::Index(index) => {
             let here = join_index(at, *index);
             let Value::Array(items) = node else {
-                return Err(SetError {
-                    key: at.to_owned(),
-                    reason: format!("is a {kind}, not a list"),
-                });
+                return Err(SetError { key: at.to_owned(), reason: format!("is a {kind}, not a list") });
             };
             if *index == items.len() {
                 items.push(empty_for(after));
@@ -213,10 +177,7 @@ fn set_in(
             let Some(child) = items.get_mut(*index) else {
                 return Err(SetError {
                     key: here,
-                    reason: format!(
-                        "no such entry: {at} has {len}, so the next new one is {}",
-                        join_index(at, len)
-                    ),
+                    reason: format!("no such entry: {at} has {len}, so the next new one is {}", join_index(at, len)),
                 });
             };
             set_in(child, &here, after, value, created)
@@ -245,13 +206,8 @@ mod tests {
         let file = Origin::File("a.toml".into());
         let env = Origin::Env("SHEPHERD_LOG__LEVEL".into());
         let mut layers = Layers::default();
-        layers.merge(
-            toml::from_str("[log]\nformat = 'json'\nlevel = 'info'").unwrap(),
-            &file,
-        );
-        layers
-            .set(&path("log.level"), Value::String("debug".into()), &env)
-            .unwrap();
+        layers.merge(toml::from_str("[log]\nformat = 'json'\nlevel = 'info'").unwrap(), &file);
+        layers.set(&path("log.level"), Value::String("debug".into()), &env).unwrap();
         assert_eq!(layers.tree()["log"]["format"].as_str(), Some("json"));
         assert_eq!(layers.tree()["log"]["level"].as_str(), Some("debug"));
         assert_eq!(layers.origin_of("log.format"), file);
@@ -263,27 +219,9 @@ mod tests {
     fn a_list_grows_by_one_entry_at_its_end_only() {
         let flag = Origin::Flag("--set".into());
         let mut layers = Layers::default();
-        layers
-            .set(
-                &path("servers[0].url"),
-                Value::String("http://a".into()),
-                &flag,
-            )
-            .unwrap();
-        layers
-            .set(
-                &path("servers[1].url"),
-                Value::String("http://b".into()),
-                &flag,
-            )
-            .unwrap();
-        let err = layers
-            .set(
-                &path("servers[5].url"),
-                Value::String("http://c".into()),
-                &flag,
-            )
-            .unwrap_err();
+        layers.set(&path("servers[0].url"), Value::String("http://a".into()), &flag).unwrap();
+        layers.set(&path("servers[1].url"), Value::String("http://b".into()), &flag).unwrap();
+        let err = layers.set(&path("servers[5].url"), Value::String("http://c".into()), &flag).unwrap_err();
         assert_eq!(err.key, "servers[5]");
         assert_eq!(layers.origin_of("servers[1]"), flag);
     }
@@ -292,12 +230,8 @@ mod tests {
     fn a_key_below_a_plain_value_is_refused_at_that_value() {
         let flag = Origin::Flag("--set".into());
         let mut layers = Layers::default();
-        layers
-            .set(&path("log.level"), Value::String("info".into()), &flag)
-            .unwrap();
-        let err = layers
-            .set(&path("log.level.x"), Value::String("1".into()), &flag)
-            .unwrap_err();
+        layers.set(&path("log.level"), Value::String("info".into()), &flag).unwrap();
+        let err = layers.set(&path("log.level.x"), Value::String("1".into()), &flag).unwrap_err();
         assert_eq!(err.key, "log.level");
     }
 }

@@ -88,10 +88,7 @@ pub enum ConfigError {
     #[error("config file {}: not found", path.display())]
     FileNotFound { path: PathBuf },
     #[error("config file {}: cannot be read: {source}", path.display())]
-    FileUnreadable {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    FileUnreadable { path: PathBuf, source: std::io::Error },
     #[error("config file {}: {message}", path.display())]
     FileSyntax { path: PathBuf, message: String },
     /// A `--set` flag or a configuration variable's name that is not a key assignment.
@@ -99,20 +96,12 @@ pub enum ConfigError {
     Malformed { origin: Origin, reason: String },
     /// A key that does not exist, or a value that is wrong for its key.
     #[error("{key}: {reason} (from {origin})")]
-    Invalid {
-        key: String,
-        reason: String,
-        origin: Origin,
-    },
+    Invalid { key: String, reason: String, origin: Origin },
     #[error("environment variable {var}: the value is not valid UTF-8")]
     NotUnicode { var: String },
     /// `servers[].password_env` names a variable that holds no usable password.
     #[error("server {server:?}: password_env names {var}, which {state}")]
-    PasswordUnavailable {
-        server: String,
-        var: String,
-        state: String,
-    },
+    PasswordUnavailable { server: String, var: String, state: String },
 }
 
 /// Loads the configuration from `sources`, the default file if no file is named, and
@@ -125,10 +114,7 @@ pub fn load(sources: &ConfigSources) -> Result<Config, ConfigError> {
 /// Loads the configuration from `sources` and the given environment (name, value pairs;
 /// variables that are not configuration are ignored), then validates it. Reads the file
 /// `sources.file` if any, and nothing else: no process environment, no default file.
-pub fn load_with_env(
-    sources: &ConfigSources,
-    env: &[(String, String)],
-) -> Result<Config, ConfigError> {
+pub fn load_with_env(sources: &ConfigSources, env: &[(String, String)]) -> Result<Config, ConfigError> {
     let mut layers = Layers::default();
 
     if let Some(path) = &sources.file {
@@ -141,10 +127,7 @@ pub fn load_with_env(
             continue;
         };
         let origin = Origin::Env(name.clone());
-        let path = path.map_err(|reason| ConfigError::Malformed {
-            origin: origin.clone(),
-            reason,
-        })?;
+        let path = path.map_err(|reason| ConfigError::Malformed { origin: origin.clone(), reason })?;
         from_env.push((path, value, origin));
     }
     // Sorted by key, so `SERVERS__0__…` is written before `SERVERS__1__…`.
@@ -155,18 +138,10 @@ pub fn load_with_env(
 
     if let Some(url) = &sources.server_url {
         let mut server = toml::Table::new();
-        server.insert(
-            "name".to_owned(),
-            Value::String(SERVER_FLAG_NAME.to_owned()),
-        );
+        server.insert("name".to_owned(), Value::String(SERVER_FLAG_NAME.to_owned()));
         server.insert("url".to_owned(), Value::String(url.clone()));
         let servers = Value::Array(vec![Value::Table(server)]);
-        set(
-            &mut layers,
-            &KeyPath::key("servers"),
-            servers,
-            Origin::Flag("--server".to_owned()),
-        )?;
+        set(&mut layers, &KeyPath::key("servers"), servers, Origin::Flag("--server".to_owned()))?;
     }
 
     for assignment in &sources.overrides {
@@ -177,10 +152,8 @@ pub fn load_with_env(
             });
         };
         let origin = Origin::Flag(format!("--set {}", key.trim()));
-        let path = KeyPath::parse_dotted(key).map_err(|reason| ConfigError::Malformed {
-            origin: origin.clone(),
-            reason,
-        })?;
+        let path =
+            KeyPath::parse_dotted(key).map_err(|reason| ConfigError::Malformed { origin: origin.clone(), reason })?;
         set(&mut layers, &path, Value::String(value.to_owned()), origin)?;
     }
 
@@ -188,55 +161,27 @@ pub fn load_with_env(
         let key = e.path.unwrap_or_default();
         invalid(&layers, key, e.reason)
     })?;
-    config
-        .validate()
-        .map_err(|InvalidValue { key, reason }| invalid(&layers, key, reason))?;
+    config.validate().map_err(|InvalidValue { key, reason }| invalid(&layers, key, reason))?;
     Ok(config)
 }
 
-fn set(
-    layers: &mut Layers,
-    path: &KeyPath,
-    value: Value,
-    origin: Origin,
-) -> Result<(), ConfigError> {
-    layers
-        .set(path, value, &origin)
-        .map_err(|SetError { key, reason }| ConfigError::Invalid {
-            key,
-            reason,
-            origin,
-        })
+fn set(layers: &mut Layers, path: &KeyPath, value: Value, origin: Origin) -> Result<(), ConfigError> {
+    layers.set(path, value, &origin).map_err(|SetError { key, reason }| ConfigError::Invalid { key, reason, origin })
 }
 
 fn invalid(layers: &Layers, key: String, reason: String) -> ConfigError {
     let origin = layers.origin_of(&key);
-    let key = if key.is_empty() {
-        "(top level)".to_owned()
-    } else {
-        key
-    };
-    ConfigError::Invalid {
-        key,
-        reason,
-        origin,
-    }
+    let key = if key.is_empty() { "(top level)".to_owned() } else { key };
+    ConfigError::Invalid { key, reason, origin }
 }
 
 fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => ConfigError::FileNotFound {
-            path: path.to_owned(),
-        },
-        _ => ConfigError::FileUnreadable {
-            path: path.to_owned(),
-            source,
-        },
+        std::io::ErrorKind::NotFound => ConfigError::FileNotFound { path: path.to_owned() },
+        _ => ConfigError::FileUnreadable { path: path.to_owned(), source },
     })?;
-    toml::from_str(&text).map_err(|e| ConfigError::FileSyntax {
-        path: path.to_owned(),
-        message: e.to_string().trim_end().to_owned(),
-    })
+    toml::from_str(&text)
+        .map_err(|e| ConfigError::FileSyntax { path: path.to_owned(), message: e.to_string().trim_end().to_owned() })
 }
 
 /// The process's configuration variables (see [`KeyPath::from_env_name`]); other
@@ -248,9 +193,7 @@ fn config_vars_of_process() -> Result<Vec<(String, String)>, ConfigError> {
         if KeyPath::from_env_name(name).is_none() {
             continue;
         }
-        let value = value.into_string().map_err(|_| ConfigError::NotUnicode {
-            var: name.to_owned(),
-        })?;
+        let value = value.into_string().map_err(|_| ConfigError::NotUnicode { var: name.to_owned() })?;
         vars.push((name.to_owned(), value));
     }
     Ok(vars)
@@ -266,10 +209,7 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     fn toml_file(text: &str) -> tempfile::NamedTempFile {
@@ -279,17 +219,11 @@ mod tests {
     }
 
     fn with_file(file: &tempfile::NamedTempFile) -> ConfigSources {
-        ConfigSources {
-            file: Some(file.path().to_owned()),
-            ..ConfigSources::default()
-        }
+        ConfigSources { file: Some(file.path().to_owned()), ..ConfigSources::default() }
     }
 
     fn with_overrides(overrides: &[&str]) -> ConfigSources {
-        ConfigSources {
-            overrides: overrides.iter().map(|s| s.to_string()).collect(),
-            ..ConfigSources::default()
-        }
+        ConfigSources { overrides: overrides.iter().map(|s| s.to_string()).collect(), ..ConfigSources::default() }
     }
 
     fn error_text(result: Result<Config, ConfigError>) -> String {
@@ -308,19 +242,13 @@ mod tests {
         let config = load_with_env(&with_file(&file), &[]).unwrap();
         assert_eq!(config.recovery.stall_timeout, Duration::from_secs(120));
         assert_eq!(config.log.format, LogFormat::Json);
-        assert_eq!(
-            config.recovery.cooldown,
-            Config::default().recovery.cooldown
-        );
+        assert_eq!(config.recovery.cooldown, Config::default().recovery.cooldown);
     }
 
     #[test]
     fn the_environment_overrides_the_file() {
         let file = toml_file("[recovery]\nstall_timeout = \"2m\"\n");
-        let vars = env(&[
-            ("SHEPHERD_RECOVERY__STALL_TIMEOUT", "30s"),
-            ("SHEPHERD_LOG__FORMAT", "json"),
-        ]);
+        let vars = env(&[("SHEPHERD_RECOVERY__STALL_TIMEOUT", "30s"), ("SHEPHERD_LOG__FORMAT", "json")]);
         let config = load_with_env(&with_file(&file), &vars).unwrap();
         assert_eq!(config.recovery.stall_timeout, Duration::from_secs(30));
         assert_eq!(config.log.format, LogFormat::Json);
@@ -336,19 +264,17 @@ mod tests {
     #[test]
     fn numbers_from_the_environment_and_flags_are_parsed_from_their_strings() {
         let vars = env(&[("SHEPHERD_RECOVERY__MAX_RECOVERIES", "5")]);
-        let config =
-            load_with_env(&with_overrides(&["recovery.tool_grace_factor=2.5"]), &vars).unwrap();
+        let config = load_with_env(&with_overrides(&["recovery.tool_grace_factor=2.5"]), &vars).unwrap();
         assert_eq!(config.recovery.max_recoveries, 5);
         assert_eq!(config.recovery.tool_grace_factor, 2.5);
     }
 
     #[test]
     fn the_server_flag_replaces_the_server_list_with_one_server_named_default() {
-        let file = toml_file("[[servers]]\nname = \"a\"\nurl = \"http://a:1\"\n[[servers]]\nname = \"b\"\nurl = \"http://b:1\"\n");
-        let sources = ConfigSources {
-            server_url: Some("http://127.0.0.1:4096".into()),
-            ..with_file(&file)
-        };
+        let file = toml_file(
+            "[[servers]]\nname = \"a\"\nurl = \"http://a:1\"\n[[servers]]\nname = \"b\"\nurl = \"http://b:1\"\n",
+        );
+        let sources = ConfigSources { server_url: Some("http://127.0.0.1:4096".into()), ..with_file(&file) };
         let config = load_with_env(&sources, &[]).unwrap();
         assert_eq!(config.servers.len(), 1);
         assert_eq!(config.servers[0].name, SERVER_FLAG_NAME);
@@ -362,10 +288,7 @@ mod tests {
             ..with_overrides(&["servers[0].password_env=OPENCODE_PW"])
         };
         let config = load_with_env(&sources, &[]).unwrap();
-        assert_eq!(
-            config.servers[0].password_env.as_deref(),
-            Some("OPENCODE_PW")
-        );
+        assert_eq!(config.servers[0].password_env.as_deref(), Some("OPENCODE_PW"));
     }
 
     #[test]
@@ -382,56 +305,35 @@ mod tests {
 
     #[test]
     fn an_explicitly_named_missing_file_is_an_error() {
-        let sources = ConfigSources {
-            file: Some("/nonexistent/shepherd.toml".into()),
-            ..ConfigSources::default()
-        };
+        let sources = ConfigSources { file: Some("/nonexistent/shepherd.toml".into()), ..ConfigSources::default() };
         let err = load_with_env(&sources, &[]).unwrap_err();
         assert!(matches!(err, ConfigError::FileNotFound { .. }), "{err}");
-        assert!(
-            err.to_string().contains("/nonexistent/shepherd.toml"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("/nonexistent/shepherd.toml"), "{err}");
     }
 
     #[test]
     fn the_default_file_is_read_only_when_it_is_there() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(
-            ConfigSources::default().or_default_file_in(dir.path()).file,
-            None
-        );
+        assert_eq!(ConfigSources::default().or_default_file_in(dir.path()).file, None);
         std::fs::write(dir.path().join(DEFAULT_FILE_NAME), "").unwrap();
         let found = ConfigSources::default().or_default_file_in(dir.path()).file;
         assert_eq!(found, Some(dir.path().join(DEFAULT_FILE_NAME)));
-        let named = ConfigSources {
-            file: Some("other.toml".into()),
-            ..ConfigSources::default()
-        };
-        assert_eq!(
-            named.or_default_file_in(dir.path()).file,
-            Some("other.toml".into())
-        );
+        let named = ConfigSources { file: Some("other.toml".into()), ..ConfigSources::default() };
+        assert_eq!(named.or_default_file_in(dir.path()).file, Some("other.toml".into()));
     }
 
     #[test]
     fn a_toml_syntax_error_names_the_file_and_the_line() {
         let file = toml_file("[recovery\n");
         let text = error_text(load_with_env(&with_file(&file), &[]));
-        assert!(
-            text.contains(&file.path().display().to_string()) && text.contains("line 1"),
-            "{text}"
-        );
+        assert!(text.contains(&file.path().display().to_string()) && text.contains("line 1"), "{text}");
     }
 
     #[test]
     fn an_unknown_key_in_the_file_fails_with_its_path_and_the_file() {
         let file = toml_file("[recovery]\nstall_timout = \"3m\"\n");
         let text = error_text(load_with_env(&with_file(&file), &[]));
-        assert!(
-            text.starts_with("recovery.stall_timout: unknown key"),
-            "{text}"
-        );
+        assert!(text.starts_with("recovery.stall_timout: unknown key"), "{text}");
         assert!(text.contains("did you mean `stall_timeout`"), "{text}");
         assert!(text.contains(&file.path().display().to_string()), "{text}");
     }
@@ -441,10 +343,7 @@ mod tests {
         let vars = env(&[("SHEPHERD_RECOVERY__NOPE", "1")]);
         let text = error_text(load_with_env(&ConfigSources::default(), &vars));
         assert!(text.starts_with("recovery.nope: unknown key"), "{text}");
-        assert!(
-            text.contains("environment variable SHEPHERD_RECOVERY__NOPE"),
-            "{text}"
-        );
+        assert!(text.contains("environment variable SHEPHERD_RECOVERY__NOPE"), "{text}");
     }
 
     #[test]
@@ -471,40 +370,22 @@ mod tests {
     fn a_bad_duration_fails_naming_the_key_the_reason_and_the_variable() {
         let vars = env(&[("SHEPHERD_RECOVERY__STALL_TIMEOUT", "3 parsecs")]);
         let text = error_text(load_with_env(&ConfigSources::default(), &vars));
-        assert!(
-            text.starts_with("recovery.stall_timeout: invalid duration \"3 parsecs\""),
-            "{text}"
-        );
-        assert!(
-            text.ends_with("(from environment variable SHEPHERD_RECOVERY__STALL_TIMEOUT)"),
-            "{text}"
-        );
+        assert!(text.starts_with("recovery.stall_timeout: invalid duration \"3 parsecs\""), "{text}");
+        assert!(text.ends_with("(from environment variable SHEPHERD_RECOVERY__STALL_TIMEOUT)"), "{text}");
     }
 
     #[test]
     fn a_number_that_is_not_one_fails_naming_the_key_and_the_flag() {
-        let text = error_text(load_with_env(
-            &with_overrides(&["recovery.max_recoveries=many"]),
-            &[],
-        ));
-        assert!(
-            text.starts_with("recovery.max_recoveries: invalid type: string \"many\""),
-            "{text}"
-        );
-        assert!(
-            text.contains("flag --set recovery.max_recoveries"),
-            "{text}"
-        );
+        let text = error_text(load_with_env(&with_overrides(&["recovery.max_recoveries=many"]), &[]));
+        assert!(text.starts_with("recovery.max_recoveries: invalid type: string \"many\""), "{text}");
+        assert!(text.contains("flag --set recovery.max_recoveries"), "{text}");
     }
 
     #[test]
     fn a_bad_url_fails_naming_servers_0_url() {
         let file = toml_file("[[servers]]\nname = \"local\"\nurl = \"127.0.0.1:4096\"\n");
         let text = error_text(load_with_env(&with_file(&file), &[]));
-        assert!(
-            text.starts_with("servers[0].url: must start with http://"),
-            "{text}"
-        );
+        assert!(text.starts_with("servers[0].url: must start with http://"), "{text}");
         assert!(text.contains(&file.path().display().to_string()), "{text}");
     }
 
@@ -512,10 +393,7 @@ mod tests {
     fn a_server_without_a_url_fails_naming_the_server_entry() {
         let vars = env(&[("SHEPHERD_SERVERS__0__NAME", "local")]);
         let text = error_text(load_with_env(&ConfigSources::default(), &vars));
-        assert!(
-            text.starts_with("servers[0]: missing required key `url`"),
-            "{text}"
-        );
+        assert!(text.starts_with("servers[0]: missing required key `url`"), "{text}");
         assert!(text.contains("SHEPHERD_SERVERS__0__NAME"), "{text}");
     }
 
@@ -532,14 +410,8 @@ mod tests {
 
     #[test]
     fn a_set_flag_without_an_equals_sign_is_refused_naming_the_flag() {
-        let text = error_text(load_with_env(
-            &with_overrides(&["recovery.stall_timeout"]),
-            &[],
-        ));
-        assert!(
-            text.starts_with("flag --set recovery.stall_timeout: expected KEY=VALUE"),
-            "{text}"
-        );
+        let text = error_text(load_with_env(&with_overrides(&["recovery.stall_timeout"]), &[]));
+        assert!(text.starts_with("flag --set recovery.stall_timeout: expected KEY=VALUE"), "{text}");
     }
 
     #[test]
@@ -548,9 +420,7 @@ mod tests {
             "[[servers]]\nname = \"local\"\nurl = \"http://127.0.0.1:4096\"\npassword_env = \"OPENCODE_PW\"\n",
         );
         let config = load_with_env(&with_file(&file), &[]).unwrap();
-        let text = render::render_with(&config, |name| {
-            (name == "OPENCODE_PW").then(|| "hunter2".into())
-        });
+        let text = render::render_with(&config, |name| (name == "OPENCODE_PW").then(|| "hunter2".into()));
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("OPENCODE_PW is set"), "{text}");
     }
@@ -558,11 +428,8 @@ mod tests {
     #[test]
     fn the_rendered_config_loads_back_unchanged() {
         let vars = env(&[("SHEPHERD_RECOVERY__WAIT_AFTER_ABORT", "2500ms")]);
-        let config = load_with_env(
-            &with_overrides(&["servers[0].name=a", "servers[0].url=http://a:1"]),
-            &vars,
-        )
-        .unwrap();
+        let config =
+            load_with_env(&with_overrides(&["servers[0].name=a", "servers[0].url=http://a:1"]), &vars).unwrap();
         let file = toml_file(&render::render_with(&config, |_| None));
         assert_eq!(load_with_env(&with_file(&file), &[]).unwrap(), config);
     }

@@ -86,22 +86,16 @@ mod tests {
     #[test]
     fn the_password_is_read_from_the_named_variable() {
         let server = server_with_password_env(Some("OPENCODE_PW"));
-        let password = resolve_password_with(&server, |name| {
-            (name == "OPENCODE_PW").then(|| OsString::from("hunter2"))
-        });
+        let password =
+            resolve_password_with(&server, |name| (name == "OPENCODE_PW").then(|| OsString::from("hunter2")));
         assert_eq!(password.unwrap().as_deref(), Some("hunter2"));
     }
 
     #[test]
     fn an_unset_variable_is_an_error_naming_the_variable_and_the_server() {
         let server = server_with_password_env(Some("OPENCODE_PW"));
-        let err = resolve_password_with(&server, |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("OPENCODE_PW") && err.contains("local") && err.contains("not set"),
-            "{err}"
-        );
+        let err = resolve_password_with(&server, |_| None).unwrap_err().to_string();
+        assert!(err.contains("OPENCODE_PW") && err.contains("local") && err.contains("not set"), "{err}");
     }
 
     #[test]

@@ -71,9 +71,7 @@ fn mask_secrets(value: &mut Value) {
 fn mask_every_string(value: &mut Value) {
     match value {
         Value::String(text) => *text = MASK.to_owned(),
-        Value::Table(table) => table
-            .iter_mut()
-            .for_each(|(_, child)| mask_every_string(child)),
+        Value::Table(table) => table.iter_mut().for_each(|(_, child)| mask_every_string(child)),
         Value::Array(items) => items.iter_mut().for_each(mask_every_string),
         _ => {}
     }
@@ -81,10 +79,7 @@ fn mask_every_string(value: &mut Value) {
 
 /// Appends `# VAR is set` (or `is not set`, …) to every `password_env` line.
 fn note_password_vars(doc: &mut DocumentMut, lookup: &impl Fn(&str) -> Option<OsString>) {
-    let Some(servers) = doc
-        .get_mut("servers")
-        .and_then(Item::as_array_of_tables_mut)
-    else {
+    let Some(servers) = doc.get_mut("servers").and_then(Item::as_array_of_tables_mut) else {
         return;
     };
     for server in servers.iter_mut() {
@@ -141,18 +136,10 @@ mod tests {
         other.password_env = Some("OTHER_PW".into());
         cfg.servers.push(other);
 
-        let text = render_with(&cfg, |name| {
-            (name == "OPENCODE_PW").then(|| "hunter2".into())
-        });
+        let text = render_with(&cfg, |name| (name == "OPENCODE_PW").then(|| "hunter2".into()));
         assert!(!text.contains("hunter2"), "{text}");
-        assert!(
-            text.contains("password_env = \"OPENCODE_PW\" # OPENCODE_PW is set"),
-            "{text}"
-        );
-        assert!(
-            text.contains("password_env = \"OTHER_PW\" # OTHER_PW is not set"),
-            "{text}"
-        );
+        assert!(text.contains("password_env = \"OPENCODE_PW\" # OPENCODE_PW is set"), "{text}");
+        assert!(text.contains("password_env = \"OTHER_PW\" # OTHER_PW is not set"), "{text}");
     }
 
     #[test]

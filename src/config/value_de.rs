@@ -48,10 +48,7 @@ impl std::error::Error for DeError {}
 
 impl de::Error for DeError {
     fn custom<T: fmt::Display>(msg: T) -> Self {
-        Self {
-            path: None,
-            reason: msg.to_string(),
-        }
+        Self { path: None, reason: msg.to_string() }
     }
 
     fn unknown_field(field: &str, expected: &'static [&'static str]) -> Self {
@@ -64,19 +61,13 @@ impl de::Error for DeError {
     }
 
     fn missing_field(field: &'static str) -> Self {
-        Self {
-            path: None,
-            reason: format!("missing required key `{field}`"),
-        }
+        Self { path: None, reason: format!("missing required key `{field}`") }
     }
 }
 
 /// Deserializes `T` from a tree of TOML values.
 pub(crate) fn from_tree<T: DeserializeOwned>(tree: Value) -> Result<T, DeError> {
-    T::deserialize(ValueDe {
-        value: tree,
-        path: String::new(),
-    })
+    T::deserialize(ValueDe { value: tree, path: String::new() })
 }
 
 struct ValueDe {
@@ -141,16 +132,10 @@ impl<'de> de::Deserializer<'de> for ValueDe {
             Value::Float(number) => visitor.visit_f64(number),
             Value::Boolean(flag) => visitor.visit_bool(flag),
             Value::Datetime(when) => visitor.visit_string(when.to_string()),
-            Value::Array(items) => visitor.visit_seq(SeqDe {
-                items: items.into_iter(),
-                path: self.path,
-                index: 0,
-            }),
-            Value::Table(table) => visitor.visit_map(MapDe {
-                entries: table.into_iter(),
-                path: self.path,
-                pending: None,
-            }),
+            Value::Array(items) => visitor.visit_seq(SeqDe { items: items.into_iter(), path: self.path, index: 0 }),
+            Value::Table(table) => {
+                visitor.visit_map(MapDe { entries: table.into_iter(), path: self.path, pending: None })
+            }
         }
     }
 
@@ -164,11 +149,7 @@ impl<'de> de::Deserializer<'de> for ValueDe {
         visitor.visit_some(self)
     }
 
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, DeError> {
+    fn deserialize_newtype_struct<V: Visitor<'de>>(self, _name: &'static str, visitor: V) -> Result<V::Value, DeError> {
         visitor.visit_newtype_struct(self)
     }
 
@@ -179,9 +160,7 @@ impl<'de> de::Deserializer<'de> for ValueDe {
         visitor: V,
     ) -> Result<V::Value, DeError> {
         match self.value {
-            Value::String(text) => {
-                visitor.visit_enum(IntoDeserializer::<DeError>::into_deserializer(text))
-            }
+            Value::String(text) => visitor.visit_enum(IntoDeserializer::<DeError>::into_deserializer(text)),
             _ => self.deserialize_any(visitor),
         }
     }
@@ -202,17 +181,12 @@ struct MapDe {
 impl<'de> de::MapAccess<'de> for MapDe {
     type Error = DeError;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, DeError> {
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, DeError> {
         let Some((key, value)) = self.entries.next() else {
             return Ok(None);
         };
         let path = join_key(&self.path, &key);
-        let key = seed
-            .deserialize(IntoDeserializer::<DeError>::into_deserializer(key))
-            .map_err(|e| e.at(&path))?;
+        let key = seed.deserialize(IntoDeserializer::<DeError>::into_deserializer(key)).map_err(|e| e.at(&path))?;
         self.pending = Some((path, value));
         Ok(Some(key))
     }
@@ -223,11 +197,7 @@ impl<'de> de::MapAccess<'de> for MapDe {
         };
         // Attached here, not only inside: adapters such as `duration_str` fail after the
         // inner deserializer has already returned.
-        seed.deserialize(ValueDe {
-            value,
-            path: path.clone(),
-        })
-        .map_err(|e| e.at(&path))
+        seed.deserialize(ValueDe { value, path: path.clone() }).map_err(|e| e.at(&path))
     }
 }
 
@@ -240,21 +210,13 @@ struct SeqDe {
 impl<'de> de::SeqAccess<'de> for SeqDe {
     type Error = DeError;
 
-    fn next_element_seed<T: DeserializeSeed<'de>>(
-        &mut self,
-        seed: T,
-    ) -> Result<Option<T::Value>, DeError> {
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, DeError> {
         let Some(value) = self.items.next() else {
             return Ok(None);
         };
         let path = join_index(&self.path, self.index);
         self.index += 1;
-        seed.deserialize(ValueDe {
-            value,
-            path: path.clone(),
-        })
-        .map(Some)
-        .map_err(|e| e.at(&path))
+        seed.deserialize(ValueDe { value, path: path.clone() }).map(Some).map_err(|e| e.at(&path))
     }
 }
 
@@ -314,19 +276,8 @@ mod tests {
 
     #[test]
     fn strings_become_numbers_and_booleans_where_the_schema_asks_for_them() {
-        let parsed: Outer = from_tree(tree(
-            r#"items = [{ count = "5", factor = "2.5", on = "true" }]"#,
-        ))
-        .unwrap();
-        assert_eq!(
-            parsed.items[0],
-            Inner {
-                count: 5,
-                factor: 2.5,
-                on: true,
-                wait: Duration::ZERO
-            }
-        );
+        let parsed: Outer = from_tree(tree(r#"items = [{ count = "5", factor = "2.5", on = "true" }]"#)).unwrap();
+        assert_eq!(parsed.items[0], Inner { count: 5, factor: 2.5, on: true, wait: Duration::ZERO });
     }
 
     #[test]
@@ -340,25 +291,16 @@ mod tests {
 
     #[test]
     fn an_adapter_failing_after_reading_its_string_is_still_located() {
-        let err = from_tree::<Outer>(tree(
-            r#"items = [{ count = 1, factor = 1.0, on = true, wait = "3 parsecs" }]"#,
-        ))
-        .unwrap_err();
+        let err = from_tree::<Outer>(tree(r#"items = [{ count = 1, factor = 1.0, on = true, wait = "3 parsecs" }]"#))
+            .unwrap_err();
         assert_eq!(err.path.as_deref(), Some("items[0].wait"));
-        assert!(
-            err.reason.contains("invalid duration \"3 parsecs\""),
-            "{err}"
-        );
+        assert!(err.reason.contains("invalid duration \"3 parsecs\""), "{err}");
     }
 
     #[test]
     fn unknown_keys_are_named_with_a_suggestion_and_missing_keys_at_their_table() {
-        let err = from_tree::<Outer>(tree(r#"items = [{ count = 1, factr = 1.0, on = true }]"#))
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "items[0].factr: unknown key (did you mean `factor`?)"
-        );
+        let err = from_tree::<Outer>(tree(r#"items = [{ count = 1, factr = 1.0, on = true }]"#)).unwrap_err();
+        assert_eq!(err.to_string(), "items[0].factr: unknown key (did you mean `factor`?)");
         let err = from_tree::<Outer>(tree(r#"items = [{ count = 1, on = true }]"#)).unwrap_err();
         assert_eq!(err.to_string(), "items[0]: missing required key `factor`");
     }

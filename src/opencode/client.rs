@@ -93,7 +93,10 @@ impl OpenCodeClient {
             return Err(EngineError::NotFound(format!("{what}: {body}")));
         }
         if status == StatusCode::UNAUTHORIZED {
-            return Err(EngineError::Http { status: 401, body: format!("{what}: unauthorized (check the server password)") });
+            return Err(EngineError::Http {
+                status: 401,
+                body: format!("{what}: unauthorized (check the server password)"),
+            });
         }
         Err(EngineError::Http { status: status.as_u16(), body: format!("{what}: {body}") })
     }
@@ -203,7 +206,9 @@ impl Engine for OpenCodeClient {
                 continue;
             }
             let running_task = m.parts.iter().any(|p| {
-                p["type"] == "tool" && p["tool"] == "task" && p.pointer("/state/status").and_then(|v| v.as_str()) == Some("running")
+                p["type"] == "tool"
+                    && p["tool"] == "task"
+                    && p.pointer("/state/status").and_then(|v| v.as_str()) == Some("running")
             });
             return Ok(Some(LastTurn {
                 message_id: info.id,

@@ -78,8 +78,12 @@ impl EventPump {
                 delay = self.server.reconnect_initial;
             }
             match result {
-                Ok(()) => tracing::warn!(server = %name, retry_in_ms = delay.as_millis() as u64, "event stream ended; reconnecting"),
-                Err(e) => tracing::warn!(server = %name, retry_in_ms = delay.as_millis() as u64, error = %e, "event stream failed; reconnecting"),
+                Ok(()) => {
+                    tracing::warn!(server = %name, retry_in_ms = delay.as_millis() as u64, "event stream ended; reconnecting")
+                }
+                Err(e) => {
+                    tracing::warn!(server = %name, retry_in_ms = delay.as_millis() as u64, error = %e, "event stream failed; reconnecting")
+                }
             }
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}

@@ -108,9 +108,7 @@ pub fn render_history(records: &[ActionRecord], now_ms: i64) -> String {
 /// (read through serde, so a number added to the schema shows up without a change here).
 fn numbers_text(r: &ActionRecord) -> String {
     match serde_json::to_value(&r.numbers) {
-        Ok(serde_json::Value::Object(map)) => {
-            map.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
-        }
+        Ok(serde_json::Value::Object(map)) => map.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
         _ => String::new(),
     }
 }
@@ -165,7 +163,15 @@ mod tests {
     use super::*;
 
     fn record(action: Action, outcome: Outcome, reason: &str, at_ms: i64, numbers: Numbers) -> ActionRecord {
-        ActionRecord { server: "local".into(), session: "ses_1".into(), action, outcome, reason: reason.into(), numbers, at_ms }
+        ActionRecord {
+            server: "local".into(),
+            session: "ses_1".into(),
+            action,
+            outcome,
+            reason: reason.into(),
+            numbers,
+            at_ms,
+        }
     }
 
     #[test]

@@ -261,9 +261,8 @@ fn load(conn: &Connection, server: &str, session: &str) -> Result<Option<Durable
         .and_then(|mut st| st.query_row(params![server, session], |r| r.get(0)).optional())
         .map_err(|e| storage_error(&format!("loading {server}/{session}"), e))?;
     json.map(|json| {
-        serde_json::from_str(&json).map_err(|e| {
-            LedgerError::Corrupt(format!("session_state of server {server:?} session {session:?}: {e}"))
-        })
+        serde_json::from_str(&json)
+            .map_err(|e| LedgerError::Corrupt(format!("session_state of server {server:?} session {session:?}: {e}")))
     })
     .transpose()
 }

@@ -73,12 +73,7 @@ impl ClientError {
             detail.push_str(&c.to_string());
             cause = c.source();
         }
-        ClientError::Transport {
-            method,
-            url: url.to_string(),
-            detail,
-            source,
-        }
+        ClientError::Transport { method, url: url.to_string(), detail, source }
     }
 
     /// The HTTP status, if the server answered.
@@ -174,20 +169,13 @@ impl Message {
     }
     /// The `tool` parts.
     pub fn tool_parts(&self) -> impl Iterator<Item = &Value> {
-        self.parts
-            .iter()
-            .filter(|p| p.get("type").and_then(Value::as_str) == Some("tool"))
+        self.parts.iter().filter(|p| p.get("type").and_then(Value::as_str) == Some("tool"))
     }
     /// `(tool, state.status)` of every tool part.
     pub fn tools(&self) -> Vec<(String, String)> {
         self.tool_parts()
             .map(|p| {
-                let s = |ptr: &str| {
-                    p.pointer(ptr)
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string()
-                };
+                let s = |ptr: &str| p.pointer(ptr).and_then(Value::as_str).unwrap_or("").to_string();
                 (s("/tool"), s("/state/status"))
             })
             .collect()
@@ -250,16 +238,8 @@ pub struct OpenCodeClient {
 impl OpenCodeClient {
     /// A client for `base_url` (`http://127.0.0.1:PORT`, no trailing slash needed).
     pub fn new(base_url: impl Into<String>) -> OpenCodeClient {
-        let http = reqwest::Client::builder()
-            .timeout(API_TIMEOUT)
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
-        OpenCodeClient {
-            base: base_url.into().trim_end_matches('/').to_string(),
-            http,
-            auth: None,
-            directory: None,
-        }
+        let http = reqwest::Client::builder().timeout(API_TIMEOUT).build().unwrap_or_else(|_| reqwest::Client::new());
+        OpenCodeClient { base: base_url.into().trim_end_matches('/').to_string(), http, auth: None, directory: None }
     }
 
     /// Sends HTTP Basic credentials with every call.
@@ -280,12 +260,7 @@ impl OpenCodeClient {
         &self.base
     }
 
-    fn request(
-        &self,
-        method: Method,
-        path: &str,
-        directory: Option<&str>,
-    ) -> (reqwest::RequestBuilder, String) {
+    fn request(&self, method: Method, path: &str, directory: Option<&str>) -> (reqwest::RequestBuilder, String) {
         let url = format!("{}{}", self.base, path);
         let mut rb = self.http.request(method, &url);
         if let Some((u, p)) = &self.auth {
@@ -314,12 +289,7 @@ impl OpenCodeClient {
         let status = resp.status();
         let text = resp.text().await.map_err(transport)?;
         if !status.is_success() {
-            return Err(ClientError::Status {
-                method,
-                url,
-                status: status.as_u16(),
-                body: text,
-            });
+            return Err(ClientError::Status { method, url, status: status.as_u16(), body: text });
         }
         Ok(text)
     }
@@ -332,11 +302,7 @@ impl OpenCodeClient {
         body: Option<&Value>,
     ) -> Result<T, ClientError> {
         let text = self.send(method.clone(), path, directory, body).await?;
-        let text = if text.is_empty() {
-            "null".to_string()
-        } else {
-            text
-        };
+        let text = if text.is_empty() { "null".to_string() } else { text };
         serde_json::from_str(&text).map_err(|source| ClientError::Decode {
             method,
             url: format!("{}{}", self.base, path),
@@ -369,12 +335,7 @@ impl OpenCodeClient {
         let status = resp.status();
         let text = resp.text().await.map_err(transport)?;
         if !status.is_success() {
-            return Err(ClientError::Status {
-                method: Method::GET,
-                url,
-                status: status.as_u16(),
-                body: text,
-            });
+            return Err(ClientError::Status { method: Method::GET, url, status: status.as_u16(), body: text });
         }
         serde_json::from_str(&text).map_err(|source| ClientError::Decode {
             method: Method::GET,
@@ -392,11 +353,7 @@ impl OpenCodeClient {
             None => json!({}),
         };
         let session = self.create_session_with(&body).await?;
-        Ok(session
-            .get("id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string())
+        Ok(session.get("id").and_then(Value::as_str).unwrap_or_default().to_string())
     }
 
     /// `POST /session` with any body (`title`, `parentID`, `permission`, …); returns the
@@ -407,20 +364,17 @@ impl OpenCodeClient {
 
     /// `GET /session/{id}`.
     pub async fn session(&self, id: &str) -> Result<Value, ClientError> {
-        self.call(Method::GET, &format!("/session/{id}"), None, None)
-            .await
+        self.call(Method::GET, &format!("/session/{id}"), None, None).await
     }
 
     /// `GET /session/{id}/children`.
     pub async fn children(&self, id: &str) -> Result<Vec<Value>, ClientError> {
-        self.call(Method::GET, &format!("/session/{id}/children"), None, None)
-            .await
+        self.call(Method::GET, &format!("/session/{id}/children"), None, None).await
     }
 
     /// `DELETE /session/{id}`.
     pub async fn delete_session(&self, id: &str) -> Result<bool, ClientError> {
-        self.call(Method::DELETE, &format!("/session/{id}"), None, None)
-            .await
+        self.call(Method::DELETE, &format!("/session/{id}"), None, None).await
     }
 
     /// `POST /session/{id}/prompt_async` with one text part. Returns once OpenCode has
@@ -444,86 +398,49 @@ impl OpenCodeClient {
 
     /// `POST /session/{id}/prompt_async` with a full body (see [`PromptOptions::body`]).
     pub async fn prompt_async_body(&self, id: &str, body: &Value) -> Result<(), ClientError> {
-        self.send(
-            Method::POST,
-            &format!("/session/{id}/prompt_async"),
-            None,
-            Some(body),
-        )
-        .await
-        .map(drop)
+        self.send(Method::POST, &format!("/session/{id}/prompt_async"), None, Some(body)).await.map(drop)
     }
 
     /// `POST /session/{id}/abort`.
     pub async fn abort(&self, id: &str) -> Result<bool, ClientError> {
-        self.call(Method::POST, &format!("/session/{id}/abort"), None, None)
-            .await
+        self.call(Method::POST, &format!("/session/{id}/abort"), None, None).await
     }
 
     /// `POST /session/{id}/summarize` (blocks until the compaction is done).
-    pub async fn summarize(
-        &self,
-        id: &str,
-        provider: &str,
-        model: &str,
-    ) -> Result<bool, ClientError> {
+    pub async fn summarize(&self, id: &str, provider: &str, model: &str) -> Result<bool, ClientError> {
         let body = json!({"providerID": provider, "modelID": model});
-        self.call(
-            Method::POST,
-            &format!("/session/{id}/summarize"),
-            None,
-            Some(&body),
-        )
-        .await
+        self.call(Method::POST, &format!("/session/{id}/summarize"), None, Some(&body)).await
     }
 
     /// `GET /session/status`: the non-idle sessions of `directory` (default: the client's
     /// directory, else the server's).
-    pub async fn status(
-        &self,
-        directory: Option<&str>,
-    ) -> Result<BTreeMap<String, SessionStatus>, ClientError> {
-        self.call(Method::GET, "/session/status", directory, None)
-            .await
+    pub async fn status(&self, directory: Option<&str>) -> Result<BTreeMap<String, SessionStatus>, ClientError> {
+        self.call(Method::GET, "/session/status", directory, None).await
     }
 
     /// The status of one session (`Idle` when absent from `/session/status`).
     pub async fn session_status(&self, id: &str) -> Result<SessionStatus, ClientError> {
-        Ok(self
-            .status(None)
-            .await?
-            .remove(id)
-            .unwrap_or(SessionStatus::Idle))
+        Ok(self.status(None).await?.remove(id).unwrap_or(SessionStatus::Idle))
     }
 
     /// Whether `/session/status` lists the session as busy (or retrying).
     pub async fn is_busy(&self, id: &str) -> Result<bool, ClientError> {
-        Ok(!matches!(
-            self.session_status(id).await?,
-            SessionStatus::Idle
-        ))
+        Ok(!matches!(self.session_status(id).await?, SessionStatus::Idle))
     }
 
     /// `GET /session/{id}/message`: every message, oldest first.
     pub async fn messages(&self, id: &str) -> Result<Vec<Message>, ClientError> {
-        self.call(Method::GET, &format!("/session/{id}/message"), None, None)
-            .await
+        self.call(Method::GET, &format!("/session/{id}/message"), None, None).await
     }
 
     /// The last assistant message, if any.
     pub async fn last_assistant(&self, id: &str) -> Result<Option<Message>, ClientError> {
-        Ok(self
-            .messages(id)
-            .await?
-            .into_iter()
-            .rev()
-            .find(|m| m.role() == "assistant"))
+        Ok(self.messages(id).await?.into_iter().rev().find(|m| m.role() == "assistant"))
     }
 
     /// `GET /session/{id}/todo`.
     pub async fn todos(&self, id: &str) -> Result<Vec<Todo>, ClientError> {
-        self.call(Method::GET, &format!("/session/{id}/todo"), None, None)
-            .await
+        self.call(Method::GET, &format!("/session/{id}/todo"), None, None).await
     }
 
     /// `GET /question`: pending questions of `directory`.
@@ -532,20 +449,9 @@ impl OpenCodeClient {
     }
 
     /// `POST /question/{id}/reply` with `answers` (one list of labels per question).
-    pub async fn reply_question(
-        &self,
-        id: &str,
-        answers: &[Vec<String>],
-    ) -> Result<(), ClientError> {
+    pub async fn reply_question(&self, id: &str, answers: &[Vec<String>]) -> Result<(), ClientError> {
         let body = json!({ "answers": answers });
-        self.send(
-            Method::POST,
-            &format!("/question/{id}/reply"),
-            None,
-            Some(&body),
-        )
-        .await
-        .map(drop)
+        self.send(Method::POST, &format!("/question/{id}/reply"), None, Some(&body)).await.map(drop)
     }
 
     /// `GET /permission`: pending permission requests of `directory`.
@@ -554,24 +460,12 @@ impl OpenCodeClient {
     }
 
     /// `POST /permission/{id}/reply` (`once | always | reject`, optional message).
-    pub async fn reply_permission(
-        &self,
-        id: &str,
-        reply: &str,
-        message: Option<&str>,
-    ) -> Result<(), ClientError> {
+    pub async fn reply_permission(&self, id: &str, reply: &str, message: Option<&str>) -> Result<(), ClientError> {
         let mut body = json!({ "reply": reply });
         if let Some(m) = message {
             body["message"] = json!(m);
         }
-        self.send(
-            Method::POST,
-            &format!("/permission/{id}/reply"),
-            None,
-            Some(&body),
-        )
-        .await
-        .map(drop)
+        self.send(Method::POST, &format!("/permission/{id}/reply"), None, Some(&body)).await.map(drop)
     }
 
     /// Follows `GET /event` (one directory) and yields each event's JSON
@@ -585,9 +479,7 @@ impl OpenCodeClient {
     }
 
     /// Follows `GET /global/event` (every directory; frames wrap the event in `payload`).
-    pub async fn global_events(
-        &self,
-    ) -> Result<impl Stream<Item = Result<Value, ClientError>>, ClientError> {
+    pub async fn global_events(&self) -> Result<impl Stream<Item = Result<Value, ClientError>>, ClientError> {
         self.sse("/global/event", None).await
     }
 
@@ -623,54 +515,41 @@ impl OpenCodeClient {
         }
         let bytes = resp.bytes_stream();
         let state = (bytes, String::new(), url);
-        Ok(futures::stream::unfold(
-            state,
-            |(mut bytes, mut buf, url)| async move {
-                loop {
-                    if let Some(end) = buf.find("\n\n") {
-                        let frame: String = buf.drain(..end + 2).collect();
-                        let data: Vec<&str> = frame
-                            .lines()
-                            .filter_map(|l| l.strip_prefix("data:"))
-                            .map(str::trim_start)
-                            .collect();
-                        if data.is_empty() {
-                            continue;
-                        }
-                        let joined = data.join("\n");
-                        let item =
-                            serde_json::from_str(&joined).map_err(|source| ClientError::Decode {
-                                method: Method::GET,
-                                url: url.clone(),
-                                source,
-                                body: joined.chars().take(500).collect(),
-                            });
-                        return Some((item, (bytes, buf, url)));
+        Ok(futures::stream::unfold(state, |(mut bytes, mut buf, url)| async move {
+            loop {
+                if let Some(end) = buf.find("\n\n") {
+                    let frame: String = buf.drain(..end + 2).collect();
+                    let data: Vec<&str> =
+                        frame.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
+                    if data.is_empty() {
+                        continue;
                     }
-                    match bytes.next().await {
-                        Some(Ok(chunk)) => {
-                            buf.push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n"))
-                        }
-                        Some(Err(source)) => {
-                            let err = ClientError::transport(Method::GET, &url, source);
-                            return Some((Err(err), (bytes, String::new(), url)));
-                        }
-                        None => return None,
-                    }
+                    let joined = data.join("\n");
+                    let item = serde_json::from_str(&joined).map_err(|source| ClientError::Decode {
+                        method: Method::GET,
+                        url: url.clone(),
+                        source,
+                        body: joined.chars().take(500).collect(),
+                    });
+                    return Some((item, (bytes, buf, url)));
                 }
-            },
-        ))
+                match bytes.next().await {
+                    Some(Ok(chunk)) => buf.push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n")),
+                    Some(Err(source)) => {
+                        let err = ClientError::transport(Method::GET, &url, source);
+                        return Some((Err(err), (bytes, String::new(), url)));
+                    }
+                    None => return None,
+                }
+            }
+        }))
     }
 }
 
 /// Polls `check` every 100 ms until it returns `Ok(Some(value))`, and returns the value.
 /// `Ok(None)` and errors mean "not yet" (a server that is restarting answers with
 /// errors); after `timeout` the result is an error naming `what` and the last error seen.
-pub async fn wait_until<T, E, F, Fut>(
-    what: &str,
-    timeout: Duration,
-    mut check: F,
-) -> anyhow::Result<T>
+pub async fn wait_until<T, E, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>, E>>,
@@ -713,10 +592,8 @@ where
 impl OpenCodeClient {
     /// Waits until the session is absent from `/session/status` (idle).
     pub async fn wait_idle(&self, id: &str, timeout: Duration) -> anyhow::Result<()> {
-        wait_for(&format!("session {id} to be idle"), timeout, || async {
-            self.is_busy(id).await.map(|busy| !busy)
-        })
-        .await
+        wait_for(&format!("session {id} to be idle"), timeout, || async { self.is_busy(id).await.map(|busy| !busy) })
+            .await
     }
 
     /// Prompts `text` and waits until that turn is over: the user message is stored, the
@@ -725,12 +602,7 @@ impl OpenCodeClient {
     /// session turns busy a moment later (seconds, on a freshly started server).
     ///
     /// A turn that ends without an assistant message (unknown model) times out.
-    pub async fn prompt_and_wait(
-        &self,
-        id: &str,
-        text: &str,
-        timeout: Duration,
-    ) -> anyhow::Result<Message> {
+    pub async fn prompt_and_wait(&self, id: &str, text: &str, timeout: Duration) -> anyhow::Result<Message> {
         let users_before = self.user_message_count(id).await?;
         self.prompt_async(id, text, None, None, false).await?;
         self.wait_turn_after(id, users_before, timeout).await
@@ -738,46 +610,26 @@ impl OpenCodeClient {
 
     /// Number of user messages in the session.
     pub async fn user_message_count(&self, id: &str) -> Result<usize, ClientError> {
-        Ok(self
-            .messages(id)
-            .await?
-            .iter()
-            .filter(|m| m.role() == "user")
-            .count())
+        Ok(self.messages(id).await?.iter().filter(|m| m.role() == "user").count())
     }
 
     /// Waits until the session has more than `users_before` user messages, is idle, and
     /// ends with a completed assistant message; returns that message.
-    pub async fn wait_turn_after(
-        &self,
-        id: &str,
-        users_before: usize,
-        timeout: Duration,
-    ) -> anyhow::Result<Message> {
-        wait_until(
-            &format!("the turn of session {id} to finish"),
-            timeout,
-            || async {
-                if self.is_busy(id).await? {
-                    return Ok::<_, ClientError>(None);
-                }
-                let msgs = self.messages(id).await?;
-                let users = msgs.iter().filter(|m| m.role() == "user").count();
-                Ok(msgs
-                    .last()
-                    .filter(|m| users > users_before && m.role() == "assistant" && m.is_completed())
-                    .cloned())
-            },
-        )
+    pub async fn wait_turn_after(&self, id: &str, users_before: usize, timeout: Duration) -> anyhow::Result<Message> {
+        wait_until(&format!("the turn of session {id} to finish"), timeout, || async {
+            if self.is_busy(id).await? {
+                return Ok::<_, ClientError>(None);
+            }
+            let msgs = self.messages(id).await?;
+            let users = msgs.iter().filter(|m| m.role() == "user").count();
+            Ok(msgs.last().filter(|m| users > users_before && m.role() == "assistant" && m.is_completed()).cloned())
+        })
         .await
     }
 
     /// Waits until `/session/status` lists the session as busy (or retrying).
     pub async fn wait_busy(&self, id: &str, timeout: Duration) -> anyhow::Result<()> {
-        wait_for(&format!("session {id} to be busy"), timeout, || {
-            self.is_busy(id)
-        })
-        .await
+        wait_for(&format!("session {id} to be busy"), timeout, || self.is_busy(id)).await
     }
 }
 
@@ -796,10 +648,7 @@ mod tests {
         };
         let body = opts.body("go [[fake:ok]]");
         assert_eq!(body.pointer("/parts/0/synthetic"), Some(&json!(true)));
-        assert_eq!(
-            body.pointer("/parts/0/metadata/shepherd/kind"),
-            Some(&json!("continue"))
-        );
+        assert_eq!(body.pointer("/parts/0/metadata/shepherd/kind"), Some(&json!("continue")));
         assert_eq!(body.pointer("/model/modelID"), Some(&json!("fake-model-2")));
         assert_eq!(body.pointer("/agent"), Some(&json!("plan")));
         assert_eq!(body.get("noReply"), None);
@@ -814,19 +663,14 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(v["ses_A"], SessionStatus::Busy);
-        assert!(matches!(
-            v["ses_B"],
-            SessionStatus::Retry { attempt: 2, .. }
-        ));
+        assert!(matches!(v["ses_B"], SessionStatus::Retry { attempt: 2, .. }));
         assert_eq!(v["ses_C"], SessionStatus::Other);
     }
 
     #[tokio::test]
     async fn wait_until_times_out_with_the_last_error() {
-        let r: anyhow::Result<()> = wait_until("nothing", Duration::from_millis(250), || async {
-            Err::<Option<()>, _>("boom")
-        })
-        .await;
+        let r: anyhow::Result<()> =
+            wait_until("nothing", Duration::from_millis(250), || async { Err::<Option<()>, _>("boom") }).await;
         let msg = format!("{:#}", r.unwrap_err());
         assert!(msg.contains("nothing") && msg.contains("boom"), "{msg}");
     }

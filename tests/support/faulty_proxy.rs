@@ -99,7 +99,8 @@ async fn forward(
         Ok(r) => r,
         Err(e) => return HttpResponse::BadGateway().body(e.to_string()),
     };
-    let status = actix_web::http::StatusCode::from_u16(resp.status().as_u16()).unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
+    let status = actix_web::http::StatusCode::from_u16(resp.status().as_u16())
+        .unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
     if req.path() != "/global/event" {
         let ct = resp.headers().get("content-type").map(|v| v.as_bytes().to_vec());
         let bytes = resp.bytes().await.unwrap_or_default();
@@ -134,9 +135,9 @@ async fn forward(
     let merged = futures::stream::select(real, bad)
         .take_while(move |_| futures::future::ready(!cut.cut_events.load(Ordering::SeqCst)))
         .flat_map(|frames| {
-        futures::stream::iter(
-            frames.into_iter().map(|f| Ok::<_, actix_web::Error>(web::Bytes::from(format!("data: {f}\n\n")))),
-        )
-    });
+            futures::stream::iter(
+                frames.into_iter().map(|f| Ok::<_, actix_web::Error>(web::Bytes::from(format!("data: {f}\n\n")))),
+            )
+        });
     HttpResponse::build(status).content_type("text/event-stream").streaming(merged)
 }

@@ -135,7 +135,9 @@ impl Rig {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             self.pull();
-            if let Some(r) = self.seen.iter().find(|r| r.session == session && r.action == action && r.outcome == outcome) {
+            if let Some(r) =
+                self.seen.iter().find(|r| r.session == session && r.action == action && r.outcome == outcome)
+            {
                 return Ok(r.clone());
             }
             if tokio::time::Instant::now() >= deadline {

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use crate::config::SessionRules;
+use crate::control::SessionDetail;
 use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
 use crate::event::{Event, SessionInfo};
-use crate::control::SessionDetail;
 use crate::journal::{ActionRecord, Journal};
 use crate::ledger::{DurableState, Ledger};
 use crate::ports::{Clock, Engine};
@@ -336,7 +336,8 @@ impl Handler<DeliverCustom> for SessionActor {
         let base = match (&req.custom_prompt, &req.message) {
             (Some(t), _) | (None, Some(t)) if !t.trim().is_empty() => t.clone(),
             _ => {
-                let err = ControlError::BadRequest { field: "message".into(), reason: "required (or custom_prompt)".into() };
+                let err =
+                    ControlError::BadRequest { field: "message".into(), reason: "required (or custom_prompt)".into() };
                 return Box::pin(actix::fut::ready(Err(err)));
             }
         };

@@ -25,7 +25,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::SessionRules;
-use crate::event::{ErrorInfo, Event, MessageInfo, ModelRef, Part, PartKind, Role, SessionInfo, Status, Todo, ToolStatus};
+use crate::event::{
+    ErrorInfo, Event, MessageInfo, ModelRef, Part, PartKind, Role, SessionInfo, Status, Todo, ToolStatus,
+};
 use crate::journal::{Action, ActionRecord, Numbers, Outcome};
 use crate::ledger::DurableState;
 use crate::ports::{EngineError, TurnSettings};
@@ -318,11 +320,8 @@ impl SessionCore {
         }
         let overflowed = self.last_reply.error.as_deref() == Some(ErrorInfo::CONTEXT_OVERFLOW);
         let share = self.context_share();
-        let numbers = Numbers {
-            context_tokens: self.context_tokens,
-            context_window: self.window,
-            ..Numbers::default()
-        };
+        let numbers =
+            Numbers { context_tokens: self.context_tokens, context_window: self.window, ..Numbers::default() };
         let reason = if overflowed {
             if self.last_reply.error_text.as_deref().is_some_and(|t| t.contains("too large to compact")) {
                 return vec![self.record(
@@ -341,11 +340,23 @@ impl SessionCore {
         };
         if let Some(last) = self.last_compaction {
             if now.mono.duration_since(last) < cfg.cooldown && !overflowed {
-                return vec![self.record(Action::Compact, Outcome::Declined, "within compaction.cooldown", numbers, now)];
+                return vec![self.record(
+                    Action::Compact,
+                    Outcome::Declined,
+                    "within compaction.cooldown",
+                    numbers,
+                    now,
+                )];
             }
         }
         let Some(model) = self.model.clone() else {
-            return vec![self.record(Action::Compact, Outcome::Declined, "the session's model is not known yet", numbers, now)];
+            return vec![self.record(
+                Action::Compact,
+                Outcome::Declined,
+                "the session's model is not known yet",
+                numbers,
+                now,
+            )];
         };
         self.compaction_in_flight = true;
         self.last_compaction = Some(now.mono);
@@ -353,7 +364,12 @@ impl SessionCore {
     }
 
     /// Shepherd's compaction ended (`Ok` when OpenCode answered `true`).
-    pub fn on_compaction_finished(&mut self, order: &CompactOrder, result: Result<(), String>, now: Now) -> Vec<Effect> {
+    pub fn on_compaction_finished(
+        &mut self,
+        order: &CompactOrder,
+        result: Result<(), String>,
+        now: Now,
+    ) -> Vec<Effect> {
         self.compaction_in_flight = false;
         self.compacting = false;
         let numbers =
@@ -384,9 +400,9 @@ impl SessionCore {
             paused: self.pause.map(|p| p.as_str().to_string()),
             todos: self.todos.clone(),
             nudges_without_progress: f.nudges_without_progress,
-            nudge_snapshot: f.nudge_snapshot.map(|snap| {
-                snap.into_iter().map(|(c, st)| (c, status_name(st).to_string())).collect()
-            }),
+            nudge_snapshot: f
+                .nudge_snapshot
+                .map(|snap| snap.into_iter().map(|(c, st)| (c, status_name(st).to_string())).collect()),
             last_nudge_ms: f.since_last_nudge.map(|d| now.wall_ms - ms(d) as i64),
             review_armed: f.review_armed,
             review_rounds: f.review_rounds,
@@ -412,9 +428,10 @@ impl SessionCore {
         self.followup.restore(
             followup::FollowUpMemory {
                 nudges_without_progress: d.nudges_without_progress,
-                nudge_snapshot: d.nudge_snapshot.as_ref().map(|snap| {
-                    snap.iter().filter_map(|(c, st)| Some((c.clone(), status_from_name(st)?))).collect()
-                }),
+                nudge_snapshot: d
+                    .nudge_snapshot
+                    .as_ref()
+                    .map(|snap| snap.iter().filter_map(|(c, st)| Some((c.clone(), status_from_name(st)?))).collect()),
                 since_last_nudge,
                 review_armed: d.review_armed,
                 review_rounds: d.review_rounds,
@@ -662,7 +679,8 @@ impl SessionCore {
                 }
                 self.last_reply.finish.clone_from(&m.finish);
                 self.last_reply.error = m.error.as_ref().map(|e| e.name.clone());
-                self.last_reply.error_text = m.error.as_ref().and_then(|e| e.data.as_ref()).and_then(|d| d.message.clone());
+                self.last_reply.error_text =
+                    m.error.as_ref().and_then(|e| e.data.as_ref()).and_then(|d| d.message.clone());
                 if m.model.is_some() && !m.summary {
                     self.model.clone_from(&m.model);
                 }
@@ -700,9 +718,7 @@ impl SessionCore {
                 // Ours (this instance or another): neither activity nor the person.
                 self.own_messages.insert(p.message_id.clone());
             }
-            PartKind::Text { synthetic, ignored, text, .. }
-                if self.roles.get(&p.message_id) == Some(&Role::User) =>
-            {
+            PartKind::Text { synthetic, ignored, text, .. } if self.roles.get(&p.message_id) == Some(&Role::User) => {
                 self.activity(now);
                 // OpenCode's notice that a background child ended: not an orphan.
                 self.orphan_due.retain(|child, _| !text.contains(&format!("<task id=\"{child}\"")));
@@ -861,7 +877,11 @@ impl SessionCore {
                     kind,
                     template,
                     template_without_open_todos: None,
-                    facts: PromptFacts { attempts: round, max_attempts: self.max_rounds(kind), context_summary: String::new() },
+                    facts: PromptFacts {
+                        attempts: round,
+                        max_attempts: self.max_rounds(kind),
+                        context_summary: String::new(),
+                    },
                     known_todos: self.todos.clone(),
                     known_turn: self.turn.clone(),
                     require_idle: true,
@@ -870,11 +890,7 @@ impl SessionCore {
                 })]
             }
             Decision::Decline { kind, reason, round } => {
-                let numbers = Numbers {
-                    round: Some(round),
-                    open_todos: Some(self.open_todos()),
-                    ..Numbers::default()
-                };
+                let numbers = Numbers { round: Some(round), open_todos: Some(self.open_todos()), ..Numbers::default() };
                 vec![self.record(action_of(kind), Outcome::Declined, &reason, numbers, now)]
             }
         }
@@ -1067,7 +1083,9 @@ impl SessionCore {
         };
         let mut out = Vec::new();
         match report {
-            RecoveryReport::NotBusy | RecoveryReport::StatusUnavailable(_) | RecoveryReport::AbortFailed(_)
+            RecoveryReport::NotBusy
+            | RecoveryReport::StatusUnavailable(_)
+            | RecoveryReport::AbortFailed(_)
             | RecoveryReport::Cancelled => {
                 // Nothing reached the session: the attempt does not count.
                 self.attempts = self.attempts.saturating_sub(1);
@@ -1096,14 +1114,26 @@ impl SessionCore {
                 };
                 out.push(self.record(Action::Abort, Outcome::Done, abort_reason, abort_numbers, now));
                 if let Some(result) = compacted {
-                    let n = Numbers { context_tokens: self.context_tokens, context_window: self.window, ..Numbers::default() };
+                    let n = Numbers {
+                        context_tokens: self.context_tokens,
+                        context_window: self.window,
+                        ..Numbers::default()
+                    };
                     out.push(match result {
                         Ok(()) => {
                             self.context_tokens = None;
-                            self.record(Action::Compact, Outcome::Done, "past handoff.hard: compacted before the continue", n, now)
+                            self.record(
+                                Action::Compact,
+                                Outcome::Done,
+                                "past handoff.hard: compacted before the continue",
+                                n,
+                                now,
+                            )
                         }
                         Err(e) => {
-                            let reason = format!("past handoff.hard: compaction before the continue failed ({e}); continuing anyway");
+                            let reason = format!(
+                                "past handoff.hard: compaction before the continue failed ({e}); continuing anyway"
+                            );
                             self.record(Action::Compact, Outcome::Failed, &reason, n, now)
                         }
                     });
@@ -1184,7 +1214,8 @@ mod tests {
         }
         fn with(cfg: RecoveryConfig) -> Self {
             let t0 = Instant::now();
-            let mut core = SessionCore::new("srv", "ses_A", Arc::new(cfg.into()), Now { mono: t0, wall_ms: CREATED_MS });
+            let mut core =
+                SessionCore::new("srv", "ses_A", Arc::new(cfg.into()), Now { mono: t0, wall_ms: CREATED_MS });
             core.hydrate(&SessionInfo {
                 id: "ses_A".into(),
                 parent_id: None,
@@ -1279,7 +1310,10 @@ mod tests {
         b.feed(1, r#"{"type":"question.asked","properties":{"id":"que_1","sessionID":"ses_A","questions":[]}}"#);
         assert_eq!(b.core.deadline(), None);
         assert!(b.tick(10_000).is_empty());
-        b.feed(20_000, r#"{"type":"question.replied","properties":{"sessionID":"ses_A","requestID":"que_1","answers":[["A"]]}}"#);
+        b.feed(
+            20_000,
+            r#"{"type":"question.replied","properties":{"sessionID":"ses_A","requestID":"que_1","answers":[["A"]]}}"#,
+        );
         assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(20_180)));
     }
 
@@ -1311,7 +1345,10 @@ mod tests {
     fn a_user_abort_pauses_until_a_real_user_message() {
         let mut b = Bench::new();
         b.busy(0);
-        let effects = b.feed(5, r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#);
+        let effects = b.feed(
+            5,
+            r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#,
+        );
         assert_eq!(actions(&effects), vec![Action::Pause]);
         b.feed(6, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}"#);
         // A synthetic prompt from some tool does not un-pause…
@@ -1343,7 +1380,8 @@ mod tests {
 
     #[test]
     fn after_max_auto_submits_without_progress_shepherd_gives_up() {
-        let mut b = Bench::with(RecoveryConfig { max_recoveries: 10, max_auto_submits: 2, ..RecoveryConfig::default() });
+        let mut b =
+            Bench::with(RecoveryConfig { max_recoveries: 10, max_auto_submits: 2, ..RecoveryConfig::default() });
         b.busy(0);
         let mut t = 0;
         for _ in 0..2 {
@@ -1359,7 +1397,8 @@ mod tests {
 
     #[test]
     fn after_max_recoveries_the_next_recovery_backs_off_exponentially() {
-        let mut b = Bench::with(RecoveryConfig { max_recoveries: 1, max_auto_submits: 10, ..RecoveryConfig::default() });
+        let mut b =
+            Bench::with(RecoveryConfig { max_recoveries: 1, max_auto_submits: 10, ..RecoveryConfig::default() });
         b.busy(0);
         assert!(recovers(&b.tick(180)));
         b.recovered(180);
@@ -1447,11 +1486,20 @@ mod tests {
                 .enumerate()
                 .map(|(i, st)| format!(r#"{{"content":"t{i}","status":"{st}","priority":"high"}}"#))
                 .collect();
-            self.feed_ms(ms, &format!(r#"{{"type":"todo.updated","properties":{{"sessionID":"ses_A","todos":[{}]}}}}"#, items.join(",")))
+            self.feed_ms(
+                ms,
+                &format!(
+                    r#"{{"type":"todo.updated","properties":{{"sessionID":"ses_A","todos":[{}]}}}}"#,
+                    items.join(",")
+                ),
+            )
         }
         /// One turn: busy, an assistant reply with `text` finishing `finish`, idle.
         fn turn_ms(&mut self, ms: u64, msg: &str, text: &str, finish: &str) -> Vec<Effect> {
-            let mut out = self.feed_ms(ms, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
+            let mut out = self.feed_ms(
+                ms,
+                r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#,
+            );
             out.extend(self.feed_ms(ms, &format!(r#"{{"type":"message.updated","properties":{{"sessionID":"ses_A","info":{{"id":"{msg}","sessionID":"ses_A","role":"assistant","finish":"{finish}","time":{{"created":1}}}}}}}}"#)));
             let text = serde_json::to_string(text).unwrap();
             out.extend(self.feed_ms(ms, &format!(r#"{{"type":"message.part.updated","properties":{{"sessionID":"ses_A","part":{{"id":"p_{msg}","messageID":"{msg}","sessionID":"ses_A","type":"text","text":{text}}}}}}}"#)));
@@ -1459,7 +1507,10 @@ mod tests {
             out
         }
         fn idle_ms(&mut self, ms: u64) -> Vec<Effect> {
-            let mut out = self.feed_ms(ms, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}"#);
+            let mut out = self.feed_ms(
+                ms,
+                r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}"#,
+            );
             out.extend(self.feed_ms(ms, r#"{"type":"session.idle","properties":{"sessionID":"ses_A"}}"#));
             out
         }
@@ -1515,7 +1566,8 @@ mod tests {
         let mut b = bench_with_rules(rules());
         b.todos_ms(0, &["pending"]);
         b.turn_ms(100, "msg_1", "Next step.", "stop");
-        let effects = b.feed_ms(300, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
+        let effects =
+            b.feed_ms(300, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
         assert_eq!(declined(&effects), vec!["the session went busy again".to_string()]);
         assert!(prompts(&b.tick_ms(600)).is_empty());
     }
@@ -1534,7 +1586,10 @@ mod tests {
     fn no_nudge_after_a_user_abort_until_the_person_writes() {
         let mut b = bench_with_rules(rules());
         b.todos_ms(0, &["pending"]);
-        b.feed_ms(50, r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#);
+        b.feed_ms(
+            50,
+            r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#,
+        );
         b.turn_ms(100, "msg_1", "Stopped.", "stop");
         let effects = b.tick_ms(600);
         assert!(prompts(&effects).is_empty());
@@ -1654,7 +1709,8 @@ mod tests {
 
     const CHILD_BUSY: &str = r#"{"type":"session.status","properties":{"sessionID":"ses_C","status":{"type":"busy"}}}"#;
     const CHILD_IDLE: &str = r#"{"type":"session.status","properties":{"sessionID":"ses_C","status":{"type":"idle"}}}"#;
-    const CHILD_ABORTED: &str = r#"{"type":"session.error","properties":{"sessionID":"ses_C","error":{"name":"MessageAbortedError"}}}"#;
+    const CHILD_ABORTED: &str =
+        r#"{"type":"session.error","properties":{"sessionID":"ses_C","error":{"name":"MessageAbortedError"}}}"#;
 
     #[test]
     fn an_idle_parent_whose_background_child_failed_unnoticed_is_continued_once() {
@@ -1703,7 +1759,12 @@ mod tests {
         child_event(&mut b, 100, "ses_C", CHILD_BUSY);
         // While the child works, its events keep the parent alive past any timeout.
         for s in 1..=20u64 {
-            child_event(&mut b, s * 60_000, "ses_C", r#"{"type":"message.part.delta","properties":{"sessionID":"ses_C","messageID":"m","partID":"p","field":"text","delta":"x"}}"#);
+            child_event(
+                &mut b,
+                s * 60_000,
+                "ses_C",
+                r#"{"type":"message.part.delta","properties":{"sessionID":"ses_C","messageID":"m","partID":"p","field":"text","delta":"x"}}"#,
+            );
         }
         assert!(!recovers(&b.tick_ms(20 * 60_000 + 1000)), "a working child is not a stalled parent");
         child_event(&mut b, 20 * 60_000 + 2000, "ses_C", CHILD_IDLE);
@@ -1749,7 +1810,9 @@ mod tests {
         let effects = b.idle_ms(100);
         assert_eq!(compactions(&effects), vec!["idle past compaction.proactive of the context window".to_string()]);
         assert!(b.core.is_compacting());
-        let Effect::Compact(order) = effects.iter().find(|e| matches!(e, Effect::Compact(_))).unwrap().clone() else { panic!() };
+        let Effect::Compact(order) = effects.iter().find(|e| matches!(e, Effect::Compact(_))).unwrap().clone() else {
+            panic!()
+        };
         let now = b.at_ms(5_000);
         let done = b.core.on_compaction_finished(&order, Ok(()), now);
         assert_eq!(actions(&done), vec![Action::Compact]);
@@ -1825,7 +1888,9 @@ mod tests {
         let effects = b.tick_ms(1_700);
         assert_eq!(compactions(&effects), vec!["past handoff.hard: compacting before the nudge".to_string()]);
         assert!(prompts(&effects).is_empty(), "the nudge waits");
-        let Effect::Compact(order) = effects.iter().find(|e| matches!(e, Effect::Compact(_))).unwrap().clone() else { panic!() };
+        let Effect::Compact(order) = effects.iter().find(|e| matches!(e, Effect::Compact(_))).unwrap().clone() else {
+            panic!()
+        };
         let after = b.core.on_compaction_finished(&order, Err("timed out".into()), b.at_ms(9_000));
         assert_eq!(prompts(&after), vec![PromptKind::Nudge], "never stranded");
     }

@@ -57,10 +57,18 @@ pub struct PromptOrder {
 /// How the delivery ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Delivery {
-    Sent { text: String, todos: Vec<Todo> },
+    Sent {
+        text: String,
+        todos: Vec<Todo>,
+    },
     /// Not sent, for this reason (fresh facts contradicted the decision).
-    Skipped { reason: &'static str, todos: Vec<Todo> },
-    Failed { error: EngineError },
+    Skipped {
+        reason: &'static str,
+        todos: Vec<Todo>,
+    },
+    Failed {
+        error: EngineError,
+    },
 }
 
 /// Delivers one prompt. Never panics; every outcome is a [`Delivery`].

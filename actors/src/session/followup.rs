@@ -140,7 +140,14 @@ impl FollowUp {
     }
 
     /// busy→idle. `quiet` is true when the edge is Shepherd's own doing (its abort).
-    pub fn on_idle_edge(&mut self, now: Instant, todos: &[Todo], quiet: bool, nudge: &NudgeConfig, review: &ReviewConfig) {
+    pub fn on_idle_edge(
+        &mut self,
+        now: Instant,
+        todos: &[Todo],
+        quiet: bool,
+        nudge: &NudgeConfig,
+        review: &ReviewConfig,
+    ) {
         if quiet {
             return;
         }
@@ -187,7 +194,13 @@ impl FollowUp {
     }
 
     /// Decides whatever is due at `now`.
-    pub fn on_deadline(&mut self, now: Instant, f: &Facts, nudge: &NudgeConfig, review: &ReviewConfig) -> Vec<Decision> {
+    pub fn on_deadline(
+        &mut self,
+        now: Instant,
+        f: &Facts,
+        nudge: &NudgeConfig,
+        review: &ReviewConfig,
+    ) -> Vec<Decision> {
         let mut out = Vec::new();
         if self.nudge_due.is_some_and(|d| d <= now) {
             self.nudge_due = None;

@@ -40,7 +40,8 @@ pub struct PromptFacts {
 
 /// The continue prompt after a stall recovery: the todo template when todos are open.
 pub fn render_continue(cfg: &RecoveryConfig, todos: &[Todo], attempt: u32) -> String {
-    let template = if TodoCounts::of(todos).open > 0 { &cfg.continue_with_todos_message } else { &cfg.continue_message };
+    let template =
+        if TodoCounts::of(todos).open > 0 { &cfg.continue_with_todos_message } else { &cfg.continue_message };
     render(
         template,
         todos,
@@ -120,7 +121,8 @@ mod tests {
     #[test]
     fn open_todos_are_rendered_into_the_todo_template() {
         let cfg = RecoveryConfig {
-            continue_with_todos_message: "{pending}/{total} open, {completed} done, try {attempts}/{maxAttempts}:\n{todoList}".into(),
+            continue_with_todos_message:
+                "{pending}/{total} open, {completed} done, try {attempts}/{maxAttempts}:\n{todoList}".into(),
             ..RecoveryConfig::default()
         };
         let todos = [

@@ -66,7 +66,9 @@ mod tests {
     #[test]
     fn a_question_answered_further_on_does_not() {
         assert!(!asks_the_person("Why did it fail? The path was wrong.\n\nFixed it and reran the tests."));
-        assert!(!asks_the_person("Let me know... actually, I will just do it.\n\nAll three todos are in progress now."));
+        assert!(!asks_the_person(
+            "Let me know... actually, I will just do it.\n\nAll three todos are in progress now."
+        ));
     }
 
     #[test]

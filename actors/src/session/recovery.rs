@@ -66,11 +66,13 @@ pub async fn recover(
     // The hard gate: past `handoff.hard`, compact before continuing (bounded), and
     // continue whatever the outcome so the session is never stranded.
     let compacted = match &order.compact_first {
-        Some((model, max_wait)) => Some(match tokio::time::timeout(*max_wait, engine.summarize(&order.session_id, model)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("not finished after {max_wait:?}")),
-        }),
+        Some((model, max_wait)) => {
+            Some(match tokio::time::timeout(*max_wait, engine.summarize(&order.session_id, model)).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("not finished after {max_wait:?}")),
+            })
+        }
         None => None,
     };
 
@@ -80,7 +82,11 @@ pub async fn recover(
         kind: PromptKind::Continue,
         template: cfg.continue_with_todos_message.clone(),
         template_without_open_todos: Some(cfg.continue_message.clone()),
-        facts: PromptFacts { attempts: order.attempt, max_attempts: cfg.max_auto_submits, context_summary: String::new() },
+        facts: PromptFacts {
+            attempts: order.attempt,
+            max_attempts: cfg.max_auto_submits,
+            context_summary: String::new(),
+        },
         known_todos: order.known_todos.clone(),
         known_turn: order.known_turn.clone(),
         require_idle: false,

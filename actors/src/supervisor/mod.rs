@@ -14,12 +14,14 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::config::{SessionRules, SupervisorConfig};
-use crate::ledger::Ledger;
+use crate::control::{ControlError, CustomPromptReply, GetSession, ListSessions, SendCustomPrompt, SessionDetail};
 use crate::event::{Envelope, Event, SessionInfo, Status};
 use crate::journal::Journal;
+use crate::ledger::Ledger;
 use crate::ports::{Clock, Engine, EngineError};
-use crate::control::{ControlError, CustomPromptReply, GetSession, ListSessions, SendCustomPrompt, SessionDetail};
-use crate::session::actor::{CheckInterrupted, ChildObserve, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos, StopSession};
+use crate::session::actor::{
+    CheckInterrupted, ChildObserve, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos, StopSession,
+};
 use crate::session::recovery::InFlight;
 use crate::session::{Observe, SessionActor, SessionEnv};
 
@@ -251,12 +253,8 @@ impl Supervisor {
     /// ones beyond `max_sessions_in_memory`. Busy or recovering sessions refuse.
     fn clean_up(&mut self, ctx: &mut Context<Self>) {
         let now = self.clock.now();
-        let mut quiet: Vec<_> = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| s.evicting.is_none())
-            .map(|(k, s)| (s.last_seen, k.clone()))
-            .collect();
+        let mut quiet: Vec<_> =
+            self.sessions.iter().filter(|(_, s)| s.evicting.is_none()).map(|(k, s)| (s.last_seen, k.clone())).collect();
         quiet.sort();
         let over = self.sessions.len().saturating_sub(self.fleet.max_sessions_in_memory);
         let chosen: Vec<_> = quiet
@@ -269,7 +267,9 @@ impl Supervisor {
             let Some(slot) = self.sessions.get_mut(&key) else { continue };
             slot.evicting = Some(Vec::new());
             let ask = slot.addr.send(Evict);
-            ctx.spawn(ask.into_actor(self).map(move |evicted, act, ctx| act.evicted(key, evicted.unwrap_or(false), ctx)));
+            ctx.spawn(
+                ask.into_actor(self).map(move |evicted, act, ctx| act.evicted(key, evicted.unwrap_or(false), ctx)),
+            );
         }
     }
 
@@ -435,7 +435,9 @@ impl Handler<StreamUp> for Supervisor {
                             *table = w;
                         }
                     }
-                    Err(e) => tracing::warn!(server = %server, error = %e, "could not read the models' context windows"),
+                    Err(e) => {
+                        tracing::warn!(server = %server, error = %e, "could not read the models' context windows")
+                    }
                 }
             });
         }
@@ -541,7 +543,10 @@ impl Handler<Shutdown> for Supervisor {
             .into_actor(self)
             .map(|left, act, _| {
                 if left > 0 {
-                    tracing::warn!(recoveries = left, "shutdown: recoveries still under way; their continue may not be sent");
+                    tracing::warn!(
+                        recoveries = left,
+                        "shutdown: recoveries still under way; their continue may not be sent"
+                    );
                 }
                 for slot in act.sessions.values() {
                     slot.addr.do_send(StopSession);
@@ -584,13 +589,10 @@ impl Handler<SendCustomPrompt> for Supervisor {
         }
         if let Some(slot) = self.find(&msg.session) {
             let ask = slot.addr.send(DeliverCustom(msg.request));
-            return Box::pin(
-                async move { ask.await.unwrap_or(Err(ControlError::ShuttingDown)) }.into_actor(self),
-            );
+            return Box::pin(async move { ask.await.unwrap_or(Err(ControlError::ShuttingDown)) }.into_actor(self));
         }
         // Not tracked yet: ask each server whether it knows the session.
-        let engines: Vec<_> =
-            self.servers.iter().map(|(name, s)| (name.clone(), Arc::clone(&s.env.engine))).collect();
+        let engines: Vec<_> = self.servers.iter().map(|(name, s)| (name.clone(), Arc::clone(&s.env.engine))).collect();
         let id = msg.session.clone();
         let lookup = async move {
             for (server, engine) in engines {
@@ -607,7 +609,9 @@ impl Handler<SendCustomPrompt> for Supervisor {
             });
             async move {
                 match addr {
-                    Some(addr) => addr.send(DeliverCustom(msg.request)).await.unwrap_or(Err(ControlError::ShuttingDown)),
+                    Some(addr) => {
+                        addr.send(DeliverCustom(msg.request)).await.unwrap_or(Err(ControlError::ShuttingDown))
+                    }
                     None => Err(ControlError::UnknownSession(msg.session)),
                 }
             }

@@ -185,17 +185,11 @@ impl Behaviour {
             "ctx400" => Behaviour::Ctx400,
             "err500" => Behaviour::Err500,
             "err429" => Behaviour::Err429(match arg {
-                Some(a) => a
-                    .trim()
-                    .parse()
-                    .map_err(|_| bad("expected whole seconds"))?,
+                Some(a) => a.trim().parse().map_err(|_| bad("expected whole seconds"))?,
                 None => DEFAULT_RETRY_AFTER_SECS,
             }),
             "bigusage" => Behaviour::BigUsage(match arg {
-                Some(a) => a
-                    .trim()
-                    .parse()
-                    .map_err(|_| bad("expected a token count"))?,
+                Some(a) => a.trim().parse().map_err(|_| bad("expected a token count"))?,
                 None => DEFAULT_BIG_USAGE_TOKENS,
             }),
             "task" | "bgtask" => Behaviour::Task {
@@ -203,11 +197,7 @@ impl Behaviour {
                 background: name == "bgtask",
             },
             "question" => Behaviour::Question,
-            "bash" => Behaviour::Bash(
-                arg.filter(|a| !a.trim().is_empty())
-                    .unwrap_or(DEFAULT_BASH_COMMAND)
-                    .to_string(),
-            ),
+            "bash" => Behaviour::Bash(arg.filter(|a| !a.trim().is_empty()).unwrap_or(DEFAULT_BASH_COMMAND).to_string()),
             "badtool" => Behaviour::BadTool,
             "reasoning" => Behaviour::Reasoning,
             "length" => Behaviour::Length,
@@ -317,12 +307,8 @@ impl Script {
     /// invalid step.
     pub fn parse(text: &str) -> Script {
         match marker_specs(text) {
-            Ok(specs) => Script {
-                steps: specs.into_iter().map(Behaviour::parse).collect(),
-            },
-            Err(e) => Script {
-                steps: vec![Err(e)],
-            },
+            Ok(specs) => Script { steps: specs.into_iter().map(Behaviour::parse).collect() },
+            Err(e) => Script { steps: vec![Err(e)] },
         }
     }
 
@@ -366,21 +352,10 @@ mod tests {
 
     #[test]
     fn nested_markers_stay_inside_their_parent_arg() {
-        let specs =
-            marker_specs("x [[fake:task:child [[fake:todo:create]][[fake:ok]]]] y [[fake:ok]]")
-                .unwrap();
-        assert_eq!(
-            specs,
-            vec!["task:child [[fake:todo:create]][[fake:ok]]", "ok"]
-        );
+        let specs = marker_specs("x [[fake:task:child [[fake:todo:create]][[fake:ok]]]] y [[fake:ok]]").unwrap();
+        assert_eq!(specs, vec!["task:child [[fake:todo:create]][[fake:ok]]", "ok"]);
         let b = Behaviour::parse(specs[0]).unwrap();
-        assert_eq!(
-            b,
-            Behaviour::Task {
-                prompt: "child [[fake:todo:create]][[fake:ok]]".into(),
-                background: false
-            }
-        );
+        assert_eq!(b, Behaviour::Task { prompt: "child [[fake:todo:create]][[fake:ok]]".into(), background: false });
     }
 
     #[test]
@@ -391,32 +366,17 @@ mod tests {
 
     #[test]
     fn unterminated_marker_is_an_error() {
-        assert_eq!(
-            marker_specs("a [[fake:ok"),
-            Err(MarkerError::Unterminated(2))
-        );
+        assert_eq!(marker_specs("a [[fake:ok"), Err(MarkerError::Unterminated(2)));
     }
 
     #[test]
     fn args_are_split_at_the_first_colon() {
-        assert_eq!(
-            Behaviour::parse("bash:sleep 6; echo a:b").unwrap(),
-            Behaviour::Bash("sleep 6; echo a:b".into())
-        );
-        assert_eq!(
-            Behaviour::parse("slow:1.5").unwrap(),
-            Behaviour::Slow(Duration::from_millis(1500))
-        );
+        assert_eq!(Behaviour::parse("bash:sleep 6; echo a:b").unwrap(), Behaviour::Bash("sleep 6; echo a:b".into()));
+        assert_eq!(Behaviour::parse("slow:1.5").unwrap(), Behaviour::Slow(Duration::from_millis(1500)));
         assert_eq!(Behaviour::parse("stall").unwrap(), Behaviour::Stall(None));
         assert_eq!(Behaviour::parse("err429").unwrap(), Behaviour::Err429(3));
-        assert!(matches!(
-            Behaviour::parse("slow:x"),
-            Err(MarkerError::BadArg { .. })
-        ));
-        assert!(matches!(
-            Behaviour::parse("nope"),
-            Err(MarkerError::UnknownName(_))
-        ));
+        assert!(matches!(Behaviour::parse("slow:x"), Err(MarkerError::BadArg { .. })));
+        assert!(matches!(Behaviour::parse("nope"), Err(MarkerError::UnknownName(_))));
     }
 
     #[test]
@@ -426,10 +386,7 @@ mod tests {
         assert_eq!(child_prompt("write a poem"), "write a poem");
         assert_eq!(
             Behaviour::parse("bgtask").unwrap(),
-            Behaviour::Task {
-                prompt: "Do the child work. [[fake:ok]]".into(),
-                background: true
-            }
+            Behaviour::Task { prompt: "Do the child work. [[fake:ok]]".into(), background: true }
         );
     }
 
@@ -456,10 +413,7 @@ mod tests {
     #[test]
     fn steps_follow_markers_then_finish() {
         let s = Script::parse("[[fake:todo:create]][[fake:stall]]");
-        assert_eq!(
-            s.choose(0),
-            StepChoice::Scripted(Behaviour::Todo(TodoStage::Create))
-        );
+        assert_eq!(s.choose(0), StepChoice::Scripted(Behaviour::Todo(TodoStage::Create)));
         assert_eq!(s.choose(1), StepChoice::Scripted(Behaviour::Stall(None)));
         assert_eq!(s.choose(2), StepChoice::Finished);
         assert_eq!(Script::parse("hello").choose(0), StepChoice::Unscripted);

@@ -33,34 +33,17 @@ impl RequestView {
     /// Reads a request body. Missing or odd fields give defaults: the fake never refuses
     /// a request for its shape.
     pub fn from_body(body: &Value) -> RequestView {
-        let messages = body
-            .get("messages")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let role = |m: &Value| {
-            m.get("role")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
+        let messages = body.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let role = |m: &Value| m.get("role").and_then(Value::as_str).unwrap_or("").to_string();
         let last_user = messages.iter().rposition(|m| role(m) == "user");
         let (last_user_text, step) = match last_user {
-            Some(i) => (
-                content_text(&messages[i]),
-                messages[i + 1..]
-                    .iter()
-                    .filter(|m| role(m) == "assistant")
-                    .count(),
-            ),
+            Some(i) => {
+                (content_text(&messages[i]), messages[i + 1..].iter().filter(|m| role(m) == "assistant").count())
+            }
             None => (String::new(), 0),
         };
-        let system_text = messages
-            .iter()
-            .filter(|m| role(m) == "system")
-            .map(content_text)
-            .collect::<Vec<_>>()
-            .join("\n");
+        let system_text =
+            messages.iter().filter(|m| role(m) == "system").map(content_text).collect::<Vec<_>>().join("\n");
         let tool_names = body
             .get("tools")
             .and_then(Value::as_array)
@@ -73,16 +56,9 @@ impl RequestView {
             })
             .unwrap_or_default();
         RequestView {
-            model: body
-                .get("model")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
+            model: body.get("model").and_then(Value::as_str).unwrap_or("").to_string(),
             stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
-            include_usage: body
-                .pointer("/stream_options/include_usage")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
+            include_usage: body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false),
             tool_names,
             last_user_text,
             step,
@@ -101,11 +77,9 @@ impl RequestView {
 fn content_text(message: &Value) -> String {
     match message.get("content") {
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
+        Some(Value::Array(parts)) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
+        }
         _ => String::new(),
     }
 }
@@ -169,11 +143,8 @@ pub const KEEPALIVE_EVERY: Duration = Duration::from_secs(1);
 
 /// The same three todos at every stage, so a `create` → `partial` → `done` script
 /// describes one list.
-pub const TODO_CONTENTS: [(&str, &str); 3] = [
-    ("Write the parser", "high"),
-    ("Add tests", "medium"),
-    ("Update docs", "medium"),
-];
+pub const TODO_CONTENTS: [(&str, &str); 3] =
+    [("Write the parser", "high"), ("Add tests", "medium"), ("Update docs", "medium")];
 
 /// Text of the final answer once the script is exhausted.
 pub const FINISHED_TEXT: &str = "Done.";
@@ -218,11 +189,7 @@ impl Chunks<'_> {
         self.chunk(json!({"role": "assistant", "content": t}), None, None)
     }
     fn reasoning(&self, t: &str) -> Frame {
-        self.chunk(
-            json!({"role": "assistant", "content": null, "reasoning_content": t}),
-            None,
-            None,
-        )
+        self.chunk(json!({"role": "assistant", "content": null, "reasoning_content": t}), None, None)
     }
     fn tool_call(&self, name: &str, args: &Value) -> Frame {
         self.chunk(
@@ -237,11 +204,7 @@ impl Chunks<'_> {
         )
     }
     fn finish(&self, reason: &str, prompt_tokens: u64, completion_tokens: u64) -> Frame {
-        self.chunk(
-            json!({}),
-            Some(reason),
-            Some(usage(prompt_tokens, completion_tokens)),
-        )
+        self.chunk(json!({}), Some(reason), Some(usage(prompt_tokens, completion_tokens)))
     }
 }
 
@@ -266,18 +229,11 @@ fn text_reply(c: &Chunks<'_>, text: &str, finish: &str) -> Vec<Frame> {
 }
 
 fn tool_reply(c: &Chunks<'_>, name: &str, args: Value) -> Vec<Frame> {
-    vec![
-        c.tool_call(name, &args),
-        c.finish("tool_calls", PROMPT_TOKENS, COMPLETION_TOKENS),
-        Frame::Done,
-    ]
+    vec![c.tool_call(name, &args), c.finish("tool_calls", PROMPT_TOKENS, COMPLETION_TOKENS), Frame::Done]
 }
 
 fn ok(frames: Vec<Frame>) -> Reply {
-    Reply::Ok {
-        before_headers: None,
-        frames,
-    }
+    Reply::Ok { before_headers: None, frames }
 }
 
 /// An OpenAI-style error body.
@@ -300,9 +256,7 @@ pub fn todo_input(stage: TodoStage) -> Value {
     let todos: Vec<Value> = TODO_CONTENTS
         .iter()
         .zip(statuses)
-        .map(|((content, priority), status)| {
-            json!({"content": content, "status": status, "priority": priority})
-        })
+        .map(|((content, priority), status)| json!({"content": content, "status": status, "priority": priority}))
         .collect();
     json!({ "todos": todos })
 }
@@ -327,20 +281,14 @@ pub fn plan(behaviour: &Behaviour, ctx: &ReplyContext) -> Reply {
         }
         Behaviour::Stall(d) | Behaviour::StallKeepAlive(d) => {
             let silence = match behaviour {
-                Behaviour::StallKeepAlive(_) => Frame::KeepAlive {
-                    total: (*d).into(),
-                    every: KEEPALIVE_EVERY,
-                },
+                Behaviour::StallKeepAlive(_) => Frame::KeepAlive { total: (*d).into(), every: KEEPALIVE_EVERY },
                 _ => Frame::Pause((*d).into()),
             };
             let mut f = vec![c.text("Starting "), c.text("work..."), silence];
             f.extend(text_reply(&c, " resumed.", "stop"));
             ok(f)
         }
-        Behaviour::Hang(d) => Reply::Ok {
-            before_headers: Some((*d).into()),
-            frames: text_reply(&c, OK_TEXT, "stop"),
-        },
+        Behaviour::Hang(d) => Reply::Ok { before_headers: Some((*d).into()), frames: text_reply(&c, OK_TEXT, "stop") },
         Behaviour::Todo(stage) => ok(tool_reply(&c, "todowrite", todo_input(*stage))),
         Behaviour::XmlTool => ok(text_reply(
             &c,
@@ -368,10 +316,7 @@ pub fn plan(behaviour: &Behaviour, ctx: &ReplyContext) -> Reply {
             retry_after: Some(*secs),
         },
         Behaviour::BigUsage(n) => {
-            let mut f: Vec<Frame> = words("Big usage reply.")
-                .into_iter()
-                .map(|w| c.text(w))
-                .collect();
+            let mut f: Vec<Frame> = words("Big usage reply.").into_iter().map(|w| c.text(w)).collect();
             f.push(c.finish("stop", *n, 50));
             f.push(Frame::Done);
             ok(f)
@@ -399,11 +344,7 @@ pub fn plan(behaviour: &Behaviour, ctx: &ReplyContext) -> Reply {
                 ],
             }]}),
         )),
-        Behaviour::Bash(cmd) => ok(tool_reply(
-            &c,
-            "bash",
-            json!({"command": cmd, "description": "Run a command"}),
-        )),
+        Behaviour::Bash(cmd) => ok(tool_reply(&c, "bash", json!({"command": cmd, "description": "Run a command"}))),
         Behaviour::BadTool => ok(tool_reply(&c, "no_such_tool", json!({}))),
         Behaviour::Reasoning => {
             let mut f = vec![c.reasoning("Let me think. "), c.reasoning("Thinking done.")];
@@ -422,11 +363,7 @@ pub fn plan_finished(ctx: &ReplyContext) -> Reply {
 
 /// The answer to a helper call (no tools): a title for title generation, else a summary.
 pub fn plan_helper(view: &RequestView, ctx: &ReplyContext) -> Reply {
-    let text = if view.system_text.to_lowercase().contains("title") {
-        TITLE_TEXT
-    } else {
-        SUMMARY_TEXT
-    };
+    let text = if view.system_text.to_lowercase().contains("title") { TITLE_TEXT } else { SUMMARY_TEXT };
     ok(text_reply(&Chunks(ctx), text, "stop"))
 }
 
@@ -456,16 +393,10 @@ pub fn collapse(frames: &[Frame], ctx: &ReplyContext) -> (Value, Option<Duration
                 if let Some(t) = choice.pointer("/delta/content").and_then(Value::as_str) {
                     content.push_str(t);
                 }
-                if let Some(t) = choice
-                    .pointer("/delta/reasoning_content")
-                    .and_then(Value::as_str)
-                {
+                if let Some(t) = choice.pointer("/delta/reasoning_content").and_then(Value::as_str) {
                     reasoning.push_str(t);
                 }
-                if let Some(calls) = choice
-                    .pointer("/delta/tool_calls")
-                    .and_then(Value::as_array)
-                {
+                if let Some(calls) = choice.pointer("/delta/tool_calls").and_then(Value::as_array) {
                     for call in calls {
                         let mut call = call.clone();
                         if let Some(o) = call.as_object_mut() {
@@ -478,16 +409,8 @@ pub fn collapse(frames: &[Frame], ctx: &ReplyContext) -> (Value, Option<Duration
                     finish = Some(f.to_string());
                 }
             }
-            Frame::Pause(Wait::For(d))
-            | Frame::KeepAlive {
-                total: Wait::For(d),
-                ..
-            } => delay = delay.map(|t| t + *d),
-            Frame::Pause(Wait::Forever)
-            | Frame::KeepAlive {
-                total: Wait::Forever,
-                ..
-            } => delay = None,
+            Frame::Pause(Wait::For(d)) | Frame::KeepAlive { total: Wait::For(d), .. } => delay = delay.map(|t| t + *d),
+            Frame::Pause(Wait::Forever) | Frame::KeepAlive { total: Wait::Forever, .. } => delay = None,
             Frame::Done => {}
         }
     }
@@ -549,36 +472,22 @@ mod tests {
         let Reply::Ok { frames, .. } = plan(&Behaviour::Todo(TodoStage::Partial), &ctx()) else {
             panic!("expected ok reply");
         };
-        let Frame::Chunk(call) = &frames[0] else {
-            panic!()
-        };
-        assert_eq!(
-            call.pointer("/choices/0/delta/tool_calls/0/function/name"),
-            Some(&json!("todowrite"))
-        );
+        let Frame::Chunk(call) = &frames[0] else { panic!() };
+        assert_eq!(call.pointer("/choices/0/delta/tool_calls/0/function/name"), Some(&json!("todowrite")));
         let args: Value = serde_json::from_str(
-            call.pointer("/choices/0/delta/tool_calls/0/function/arguments")
-                .and_then(Value::as_str)
-                .unwrap(),
+            call.pointer("/choices/0/delta/tool_calls/0/function/arguments").and_then(Value::as_str).unwrap(),
         )
         .unwrap();
         assert_eq!(args.pointer("/todos/0/status"), Some(&json!("completed")));
         assert_eq!(args.pointer("/todos/1/content"), Some(&json!("Add tests")));
-        let Frame::Chunk(fin) = &frames[1] else {
-            panic!()
-        };
-        assert_eq!(
-            fin.pointer("/choices/0/finish_reason"),
-            Some(&json!("tool_calls"))
-        );
+        let Frame::Chunk(fin) = &frames[1] else { panic!() };
+        assert_eq!(fin.pointer("/choices/0/finish_reason"), Some(&json!("tool_calls")));
         assert_eq!(frames.last(), Some(&Frame::Done));
     }
 
     #[test]
     fn cut_has_no_finish_and_no_done() {
-        let Reply::Ok { frames, .. } = plan(&Behaviour::Cut, &ctx()) else {
-            panic!()
-        };
+        let Reply::Ok { frames, .. } = plan(&Behaviour::Cut, &ctx()) else { panic!() };
         assert!(!frames.contains(&Frame::Done));
         assert!(frames.iter().all(|f| match f {
             Frame::Chunk(c) => c.pointer("/choices/0/finish_reason") == Some(&Value::Null),
@@ -588,37 +497,20 @@ mod tests {
 
     #[test]
     fn collapse_joins_text_and_sums_pauses() {
-        let Reply::Ok { frames, .. } =
-            plan(&Behaviour::Stall(Some(Duration::from_secs(2))), &ctx())
-        else {
-            panic!()
-        };
+        let Reply::Ok { frames, .. } = plan(&Behaviour::Stall(Some(Duration::from_secs(2))), &ctx()) else { panic!() };
         let (body, delay) = collapse(&frames, &ctx());
-        assert_eq!(
-            body.pointer("/choices/0/message/content"),
-            Some(&json!("Starting work... resumed."))
-        );
-        assert_eq!(
-            body.pointer("/choices/0/finish_reason"),
-            Some(&json!("stop"))
-        );
+        assert_eq!(body.pointer("/choices/0/message/content"), Some(&json!("Starting work... resumed.")));
+        assert_eq!(body.pointer("/choices/0/finish_reason"), Some(&json!("stop")));
         assert_eq!(delay, Some(Duration::from_secs(2)));
-        let Reply::Ok { frames, .. } = plan(&Behaviour::Stall(None), &ctx()) else {
-            panic!()
-        };
+        let Reply::Ok { frames, .. } = plan(&Behaviour::Stall(None), &ctx()) else { panic!() };
         assert_eq!(collapse(&frames, &ctx()).1, None);
     }
 
     #[test]
     fn ctx400_is_an_openai_context_length_error() {
-        let Reply::Error { status, body, .. } = plan(&Behaviour::Ctx400, &ctx()) else {
-            panic!()
-        };
+        let Reply::Error { status, body, .. } = plan(&Behaviour::Ctx400, &ctx()) else { panic!() };
         assert_eq!(status, 400);
-        assert_eq!(
-            body.pointer("/error/code"),
-            Some(&json!("context_length_exceeded"))
-        );
+        assert_eq!(body.pointer("/error/code"), Some(&json!("context_length_exceeded")));
         assert!(body
             .pointer("/error/message")
             .and_then(Value::as_str)

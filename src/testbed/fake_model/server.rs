@@ -79,18 +79,13 @@ pub struct FakeRequest {
 impl FakeRequest {
     /// Whether this was a helper call (no tools).
     pub fn is_helper(&self) -> bool {
-        matches!(
-            self.kind,
-            RequestKind::Helper | RequestKind::HelperOverride(_)
-        )
+        matches!(self.kind, RequestKind::Helper | RequestKind::HelperOverride(_))
     }
 
     /// The behaviour run for this request, if any (scripted or default).
     pub fn behaviour(&self) -> Option<&Behaviour> {
         match &self.kind {
-            RequestKind::Scripted(b) | RequestKind::Default(b) | RequestKind::HelperOverride(b) => {
-                Some(b)
-            }
+            RequestKind::Scripted(b) | RequestKind::Default(b) | RequestKind::HelperOverride(b) => Some(b),
             _ => None,
         }
     }
@@ -133,10 +128,7 @@ impl Shared {
         self.log.lock().unwrap_or_else(|p| p.into_inner())
     }
     fn default_behaviour(&self) -> Behaviour {
-        self.default
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.default.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -150,9 +142,7 @@ pub struct FakeModel {
 
 impl std::fmt::Debug for FakeModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FakeModel")
-            .field("addr", &self.addr)
-            .finish()
+        f.debug_struct("FakeModel").field("addr", &self.addr).finish()
     }
 }
 
@@ -204,17 +194,10 @@ impl FakeModel {
                 });
             })
             .context("spawning the fake model thread")?;
-        let handle = rx
-            .recv()
-            .context("fake model thread died before it started")?
-            .context("starting the fake model server")?;
+        let handle =
+            rx.recv().context("fake model thread died before it started")?.context("starting the fake model server")?;
         tracing::debug!(%addr, "fake model listening");
-        Ok(FakeModel {
-            addr,
-            shared,
-            handle: Some(handle),
-            thread: Some(thread),
-        })
+        Ok(FakeModel { addr, shared, handle: Some(handle), thread: Some(thread) })
     }
 
     /// `http://127.0.0.1:PORT/v1`, the `baseURL` for OpenCode's provider block.
@@ -234,20 +217,11 @@ impl FakeModel {
 
     /// The logged requests that were not helper calls (the model turns), oldest first.
     pub fn turn_requests(&self) -> Vec<FakeRequest> {
-        self.shared
-            .log()
-            .iter()
-            .filter(|r| !r.is_helper())
-            .cloned()
-            .collect()
+        self.shared.log().iter().filter(|r| !r.is_helper()).cloned().collect()
     }
 
     /// Polls the request log until `pred` holds or `timeout` passes; returns whether it held.
-    pub async fn wait_for_requests(
-        &self,
-        timeout: Duration,
-        pred: impl Fn(&[FakeRequest]) -> bool,
-    ) -> bool {
+    pub async fn wait_for_requests(&self, timeout: Duration, pred: impl Fn(&[FakeRequest]) -> bool) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if pred(&self.shared.log()) {
@@ -267,11 +241,7 @@ impl FakeModel {
 
     /// The behaviour for tool-bearing requests whose last user message has no marker.
     pub fn set_default(&self, behaviour: Behaviour) {
-        *self
-            .shared
-            .default
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = behaviour;
+        *self.shared.default.lock().unwrap_or_else(|p| p.into_inner()) = behaviour;
     }
 
     /// Makes helper calls (requests without tools: title generation, compaction summary)
@@ -329,10 +299,8 @@ impl Drop for EndGuard {
 }
 
 async fn models() -> HttpResponse {
-    let data: Vec<Value> = MODEL_IDS
-        .iter()
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "fake"}))
-        .collect();
+    let data: Vec<Value> =
+        MODEL_IDS.iter().map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "fake"})).collect();
     HttpResponse::Ok().json(json!({"object": "list", "data": data}))
 }
 
@@ -353,18 +321,11 @@ async fn chat_completions(shared: web::Data<Shared>, body: Bytes) -> HttpRespons
     let ctx = ReplyContext {
         completion_id: format!("chatcmpl-fake-{n}"),
         call_id: format!("call_{}", &uuid::Uuid::new_v4().simple().to_string()[..24]),
-        created: now
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        created: now.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         model: view.model.clone(),
     };
 
-    let helper_override = shared
-        .helper
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let helper_override = shared.helper.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let (kind, planned) = if view.is_helper() {
         match helper_override {
             Some(b) => {
@@ -411,18 +372,10 @@ async fn chat_completions(shared: web::Data<Shared>, body: Bytes) -> HttpRespons
         });
         index
     };
-    let mut guard = EndGuard {
-        shared: shared.clone(),
-        index,
-        completed: false,
-    };
+    let mut guard = EndGuard { shared: shared.clone(), index, completed: false };
 
     match planned {
-        Reply::Error {
-            status,
-            body,
-            retry_after,
-        } => {
+        Reply::Error { status, body, retry_after } => {
             guard.complete();
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let mut resp = HttpResponse::build(status);
@@ -431,10 +384,7 @@ async fn chat_completions(shared: web::Data<Shared>, body: Bytes) -> HttpRespons
             }
             resp.json(body)
         }
-        Reply::Ok {
-            before_headers,
-            frames,
-        } => {
+        Reply::Ok { before_headers, frames } => {
             if let Some(wait) = before_headers {
                 sleep(wait).await;
             }
@@ -463,10 +413,7 @@ async fn sleep(wait: Wait) {
 
 /// The SSE body: frames in order, pauses honoured, the guard marked when the last frame
 /// is out (or left to mark a disconnect when actix drops the stream).
-fn sse_stream(
-    frames: Vec<Frame>,
-    guard: EndGuard,
-) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
+fn sse_stream(frames: Vec<Frame>, guard: EndGuard) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
     let state = (VecDeque::from(frames), guard);
     futures::stream::unfold(state, |(mut frames, mut guard)| async move {
         loop {
@@ -544,11 +491,7 @@ mod tests {
         let log = fake.requests();
         assert_eq!(log.len(), 1);
         assert_eq!(log[0].marker(), "ok");
-        assert!(
-            fake.wait_for_requests(Duration::from_secs(2), |l| l[0].ended
-                == Some(StreamEnd::Completed))
-                .await
-        );
+        assert!(fake.wait_for_requests(Duration::from_secs(2), |l| l[0].ended == Some(StreamEnd::Completed)).await);
     }
 
     #[tokio::test]
@@ -563,14 +506,8 @@ mod tests {
             .json()
             .await
             .unwrap();
-        assert_eq!(
-            v.pointer("/choices/0/finish_reason"),
-            Some(&json!("tool_calls"))
-        );
-        assert_eq!(
-            v.pointer("/choices/0/message/tool_calls/0/function/name"),
-            Some(&json!("bash"))
-        );
+        assert_eq!(v.pointer("/choices/0/finish_reason"), Some(&json!("tool_calls")));
+        assert_eq!(v.pointer("/choices/0/message/tool_calls/0/function/name"), Some(&json!("bash")));
     }
 
     #[tokio::test]
@@ -602,9 +539,7 @@ mod tests {
         assert_eq!(fake.requests()[0].ended, None, "still open while stalled");
         drop(s);
         assert!(
-            fake.wait_for_requests(Duration::from_secs(3), |l| l[0].ended
-                == Some(StreamEnd::Disconnected))
-                .await,
+            fake.wait_for_requests(Duration::from_secs(3), |l| l[0].ended == Some(StreamEnd::Disconnected)).await,
             "the fake noticed the disconnect"
         );
     }
@@ -622,15 +557,9 @@ mod tests {
         s.next().await.unwrap().unwrap();
         let started = std::time::Instant::now();
         drop(fake);
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            started.elapsed()
-        );
-        let rest = tokio::time::timeout(Duration::from_secs(2), async {
-            while let Some(Ok(_)) = s.next().await {}
-        })
-        .await;
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        let rest =
+            tokio::time::timeout(Duration::from_secs(2), async { while let Some(Ok(_)) = s.next().await {} }).await;
         assert!(rest.is_ok(), "the client sees the stream end");
     }
 
@@ -644,11 +573,7 @@ mod tests {
             .send()
             .await;
         assert!(sent.unwrap_err().is_timeout());
-        assert!(
-            fake.wait_for_requests(Duration::from_secs(3), |l| l[0].ended
-                == Some(StreamEnd::Disconnected))
-                .await
-        );
+        assert!(fake.wait_for_requests(Duration::from_secs(3), |l| l[0].ended == Some(StreamEnd::Disconnected)).await);
     }
 
     #[tokio::test]
@@ -668,11 +593,7 @@ mod tests {
     #[actix::test]
     async fn works_inside_an_actix_system() {
         let fake = FakeModel::start().unwrap();
-        let resp = reqwest::Client::new()
-            .get(format!("{}/models", fake.base_url()))
-            .send()
-            .await
-            .unwrap();
+        let resp = reqwest::Client::new().get(format!("{}/models", fake.base_url())).send().await.unwrap();
         assert_eq!(resp.status(), 200);
     }
 
@@ -684,26 +605,10 @@ mod tests {
             {"role": "user", "content": "x [[fake:stall]]"},
         ]});
         let url = format!("{}/chat/completions", fake.base_url());
-        let v: Value = reqwest::Client::new()
-            .post(&url)
-            .json(&no_tools)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(
-            v.pointer("/choices/0/message/content"),
-            Some(&json!("Fake title"))
-        );
+        let v: Value = reqwest::Client::new().post(&url).json(&no_tools).send().await.unwrap().json().await.unwrap();
+        assert_eq!(v.pointer("/choices/0/message/content"), Some(&json!("Fake title")));
         fake.set_helper_behaviour(Some(Behaviour::Ctx400));
-        let resp = reqwest::Client::new()
-            .post(&url)
-            .json(&no_tools)
-            .send()
-            .await
-            .unwrap();
+        let resp = reqwest::Client::new().post(&url).json(&no_tools).send().await.unwrap();
         assert_eq!(resp.status(), 400);
         assert_eq!(fake.requests()[1].marker(), "helper:ctx400");
     }

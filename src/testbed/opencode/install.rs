@@ -48,24 +48,14 @@ pub fn cache_dir() -> anyhow::Result<PathBuf> {
     }
     let base = match non_empty_env("XDG_CACHE_HOME") {
         Some(x) => PathBuf::from(x),
-        None => {
-            PathBuf::from(non_empty_env("HOME").context("neither XDG_CACHE_HOME nor HOME is set")?)
-                .join(".cache")
-        }
+        None => PathBuf::from(non_empty_env("HOME").context("neither XDG_CACHE_HOME nor HOME is set")?).join(".cache"),
     };
-    Ok(base
-        .join("shepherd")
-        .join("opencode")
-        .join(OPENCODE_VERSION))
+    Ok(base.join("shepherd").join("opencode").join(OPENCODE_VERSION))
 }
 
 /// The binary's path inside a cache directory.
 pub fn binary_in(cache: &Path) -> anyhow::Result<PathBuf> {
-    Ok(cache
-        .join("node_modules")
-        .join(platform_package()?)
-        .join("bin")
-        .join("opencode"))
+    Ok(cache.join("node_modules").join(platform_package()?).join("bin").join("opencode"))
 }
 
 fn non_empty_env(key: &str) -> Option<String> {
@@ -73,17 +63,13 @@ fn non_empty_env(key: &str) -> Option<String> {
 }
 
 fn is_executable(path: &Path) -> bool {
-    fs::metadata(path)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    fs::metadata(path).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
 }
 
 /// The version a binary reports.
 pub fn binary_version(bin: &Path) -> anyhow::Result<String> {
-    let out = Command::new(bin)
-        .arg("--version")
-        .output()
-        .with_context(|| format!("running {} --version", bin.display()))?;
+    let out =
+        Command::new(bin).arg("--version").output().with_context(|| format!("running {} --version", bin.display()))?;
     if !out.status.success() {
         bail!("{} --version exited with {}", bin.display(), out.status);
     }
@@ -128,13 +114,10 @@ fn locate_or_install() -> anyhow::Result<PathBuf> {
 /// Installs the pinned version into `cache` (replacing whatever incomplete install is
 /// there). Holds an exclusive lock on `<cache>.lock` meanwhile.
 pub fn install_into(cache: &Path) -> anyhow::Result<()> {
-    let parent = cache
-        .parent()
-        .with_context(|| format!("cache dir {} has no parent", cache.display()))?;
+    let parent = cache.parent().with_context(|| format!("cache dir {} has no parent", cache.display()))?;
     fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     let lock_path = sibling(cache, ".lock");
-    let lock =
-        File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+    let lock = File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
     // SAFETY: flock on a file descriptor we own; the lock is released when `lock` closes.
     if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
         return Err(std::io::Error::last_os_error()).context("locking the OpenCode cache");
@@ -151,25 +134,14 @@ pub fn install_into(cache: &Path) -> anyhow::Result<()> {
     tracing::info!(package = pkg, version = OPENCODE_VERSION, dir = %cache.display(), "installing OpenCode with npm");
     let spec = format!("{pkg}@{OPENCODE_VERSION}");
     let out = Command::new("npm")
-        .args([
-            "install",
-            "--no-save",
-            "--no-audit",
-            "--no-fund",
-            "--loglevel=error",
-            "--prefix",
-        ])
+        .args(["install", "--no-save", "--no-audit", "--no-fund", "--loglevel=error", "--prefix"])
         .arg(&tmp)
         .arg(&spec)
         .output()
         .context("running npm (is Node.js installed?)")?;
     if !out.status.success() {
         let _ = fs::remove_dir_all(&tmp);
-        bail!(
-            "npm install {spec} failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        bail!("npm install {spec} failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
     }
     let tmp_bin = binary_in(&tmp)?;
     let version = binary_version(&tmp_bin)?;
@@ -180,17 +152,13 @@ pub fn install_into(cache: &Path) -> anyhow::Result<()> {
     if cache.exists() {
         fs::remove_dir_all(cache).with_context(|| format!("removing stale {}", cache.display()))?;
     }
-    fs::rename(&tmp, cache)
-        .with_context(|| format!("moving {} to {}", tmp.display(), cache.display()))?;
+    fs::rename(&tmp, cache).with_context(|| format!("moving {} to {}", tmp.display(), cache.display()))?;
     Ok(())
 }
 
 /// `dir` with `suffix` appended to its last component.
 fn sibling(dir: &Path, suffix: &str) -> PathBuf {
-    let mut name = dir
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
+    let mut name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(suffix);
     dir.with_file_name(name)
 }
@@ -201,10 +169,7 @@ mod tests {
 
     #[test]
     fn sibling_appends_to_the_last_component() {
-        assert_eq!(
-            sibling(Path::new("/a/b/1.18.34"), ".lock"),
-            PathBuf::from("/a/b/1.18.34.lock")
-        );
+        assert_eq!(sibling(Path::new("/a/b/1.18.34"), ".lock"), PathBuf::from("/a/b/1.18.34.lock"));
     }
 
     #[test]

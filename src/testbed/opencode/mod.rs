@@ -12,10 +12,10 @@ mod process;
 mod server;
 
 pub use install::{
-    binary_in, binary_version, cache_dir, ensure_installed, install_into, platform_package,
-    ENV_BIN, ENV_CACHE, OPENCODE_VERSION,
+    binary_in, binary_version, cache_dir, ensure_installed, install_into, platform_package, ENV_BIN, ENV_CACHE,
+    OPENCODE_VERSION,
 };
 pub use server::{
-    OpenCodeOptions, OpenCodeServer, ENV_KEEP, FAKE_CONTEXT_LIMIT, FAKE_MODEL, FAKE_MODEL_2,
-    FAKE_OUTPUT_LIMIT, FAKE_PROVIDER, SERVER_USERNAME,
+    OpenCodeOptions, OpenCodeServer, ENV_KEEP, FAKE_CONTEXT_LIMIT, FAKE_MODEL, FAKE_MODEL_2, FAKE_OUTPUT_LIMIT,
+    FAKE_PROVIDER, SERVER_USERNAME,
 };

@@ -14,11 +14,7 @@ pub fn descendants(root: u32) -> Vec<u32> {
         return Vec::new();
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
         if let Some(ppid) = parent_of(pid) {
@@ -75,10 +71,7 @@ mod tests {
 
     #[test]
     fn finds_grandchildren() {
-        let mut child = Command::new("sh")
-            .args(["-c", "sleep 30 & sleep 30 & wait"])
-            .spawn()
-            .unwrap();
+        let mut child = Command::new("sh").args(["-c", "sleep 30 & sleep 30 & wait"]).spawn().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(200));
         let found = descendants(child.id());
         assert_eq!(found.len(), 2, "{found:?}");

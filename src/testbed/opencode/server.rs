@@ -115,7 +115,8 @@ impl OpenCodeOptions {
 
     /// The `opencode.json` these options produce.
     pub fn config_json(&self) -> Value {
-        let model = |name: &str| json!({"name": name, "limit": {"context": FAKE_CONTEXT_LIMIT, "output": FAKE_OUTPUT_LIMIT}});
+        let model =
+            |name: &str| json!({"name": name, "limit": {"context": FAKE_CONTEXT_LIMIT, "output": FAKE_OUTPUT_LIMIT}});
         let mut options = json!({"baseURL": self.fake_base_url, "apiKey": "x"});
         merge(&mut options, &Value::Object(self.provider_options.clone()));
         let mut config = json!({
@@ -169,9 +170,7 @@ impl OpenCodeServer {
     pub async fn start(opts: OpenCodeOptions) -> anyhow::Result<OpenCodeServer> {
         let binary = match &opts.binary {
             Some(b) => b.clone(),
-            None => tokio::task::spawn_blocking(ensure_installed)
-                .await
-                .context("installer task failed")??,
+            None => tokio::task::spawn_blocking(ensure_installed).await.context("installer task failed")??,
         };
         let mut dir = tempfile::Builder::new()
             .prefix("shepherd-opencode-")
@@ -180,13 +179,7 @@ impl OpenCodeServer {
         if std::env::var_os(ENV_KEEP).is_some() {
             dir.disable_cleanup(true);
         }
-        let mut server = OpenCodeServer {
-            opts,
-            binary,
-            dir,
-            port: 0,
-            child: None,
-        };
+        let mut server = OpenCodeServer { opts, binary, dir, port: 0, child: None };
         server.prepare_files()?;
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
@@ -335,10 +328,7 @@ impl OpenCodeServer {
         let version = super::install::OPENCODE_VERSION;
         let deps = json!({ "@opencode-ai/plugin": version });
         fs::create_dir_all(dir.join("node_modules"))?;
-        fs::write(
-            dir.join("package.json"),
-            serde_json::to_string_pretty(&json!({ "dependencies": deps }))?,
-        )?;
+        fs::write(dir.join("package.json"), serde_json::to_string_pretty(&json!({ "dependencies": deps }))?)?;
         fs::write(
             dir.join("package-lock.json"),
             serde_json::to_string_pretty(&json!({
@@ -352,10 +342,7 @@ impl OpenCodeServer {
     fn init_project(&self) -> anyhow::Result<()> {
         let project = self.project_dir();
         fs::create_dir_all(&project)?;
-        fs::write(
-            project.join("README.md"),
-            "# Scratch project\n\nCreated by Shepherd's test bed.\n",
-        )?;
+        fs::write(project.join("README.md"), "# Scratch project\n\nCreated by Shepherd's test bed.\n")?;
         let git = |args: &[&str]| -> anyhow::Result<()> {
             let out = Command::new("git")
                 .args(args)
@@ -367,11 +354,7 @@ impl OpenCodeServer {
                 .output()
                 .context("running git (is it installed?)")?;
             if !out.status.success() {
-                bail!(
-                    "git {} failed: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                bail!("git {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
             }
             Ok(())
         };
@@ -392,11 +375,7 @@ impl OpenCodeServer {
             .open(&log_path)
             .with_context(|| format!("opening {}", log_path.display()))?;
         use std::io::Write as _;
-        writeln!(
-            log,
-            "=== shepherd testbed: opencode serve --port {} ===",
-            self.port
-        )?;
+        writeln!(log, "=== shepherd testbed: opencode serve --port {} ===", self.port)?;
         let home = self.home_dir();
         let mut cmd = Command::new(&self.binary);
         cmd.args(["serve", "--hostname", "127.0.0.1", "--port"])
@@ -404,10 +383,7 @@ impl OpenCodeServer {
             .arg("--print-logs")
             .current_dir(self.project_dir())
             .env_clear()
-            .env(
-                "PATH",
-                std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
-            )
+            .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
             .env("HOME", &home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
             .env("XDG_DATA_HOME", home.join(".local/share"))
@@ -440,9 +416,7 @@ impl OpenCodeServer {
                 Ok(())
             });
         }
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("spawning {}", self.binary.display()))?;
+        let child = cmd.spawn().with_context(|| format!("spawning {}", self.binary.display()))?;
         self.child = Some(child);
         Ok(())
     }
@@ -467,10 +441,7 @@ impl OpenCodeServer {
                 Ok(h) if h.healthy => {
                     // The project's instance boots on the first request for its directory
                     // (1-2 s); do that now rather than inside a test's first prompt.
-                    client
-                        .status(None)
-                        .await
-                        .context("warming up the project instance")?;
+                    client.status(None).await.context("warming up the project instance")?;
                     return Ok(());
                 }
                 Ok(h) => last_err = format!("unhealthy: {h:?}"),
@@ -493,11 +464,7 @@ impl OpenCodeServer {
 impl Drop for OpenCodeServer {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!(
-                "--- OpenCode log {} (last 40 lines) ---\n{}\n---",
-                self.log_path().display(),
-                self.log_tail(40)
-            );
+            eprintln!("--- OpenCode log {} (last 40 lines) ---\n{}\n---", self.log_path().display(), self.log_tail(40));
         }
         self.kill();
     }
