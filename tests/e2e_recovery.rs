@@ -388,3 +388,26 @@ async fn an_evicted_session_remembers_that_the_person_paused_it() -> anyhow::Res
     rig.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn a_runaway_loop_is_aborted_within_seconds_and_continued_once() -> anyhow::Result<()> {
+    let mut rig = Rig::start_config(|c| {
+        c.recovery.continue_message = "[[fake:ok]] That looped; please go on.".into();
+        c.recovery.stall_timeout = Duration::from_secs(60); // the loop is busy and "active": only the loop rule can catch it
+        c.review.enabled = false;
+    })
+    .await?;
+    let id = rig.client.create_session(Some("runaway")).await?;
+    rig.client.prompt_async(&id, "[[fake:cut]] go", None, None, false).await?;
+    let detected = rig.wait_record(&id, Action::StallDetected, Outcome::Done, Duration::from_secs(30)).await?;
+    assert!(detected.reason.starts_with("runaway loop"), "{detected:?}");
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+    shepherd::testbed::client::wait_for("the continued turn to finish", PATIENCE, || async {
+        rig.client.last_assistant(&id).await.map(|m| m.is_some_and(|m| m.finish() == Some("stop")))
+    })
+    .await?;
+    rig.client.wait_idle(&id, PATIENCE).await?;
+    assert_eq!(rig.count(&id, Action::Abort), 1);
+    rig.stop().await;
+    Ok(())
+}

@@ -27,6 +27,7 @@ pub struct Config {
     pub context: ContextConfig,
     pub compaction: CompactionConfig,
     pub handoff: HandoffConfig,
+    pub loops: LoopsConfig,
     pub log: LogConfig,
 }
 
@@ -332,6 +333,23 @@ impl Default for HandoffConfig {
     }
 }
 
+/// Runaway loops: OpenCode calls the model again and again when a stream ends without a
+/// finish reason (`finish: "unknown"`, zero tokens, several calls a second, forever).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoopsConfig {
+    /// This many such assistant messages within `runaway_window` is a runaway loop.
+    pub runaway_count: usize,
+    #[serde(with = "duration_str")]
+    pub runaway_window: Duration,
+}
+
+impl Default for LoopsConfig {
+    fn default() -> Self {
+        Self { runaway_count: 5, runaway_window: Duration::from_secs(10) }
+    }
+}
+
 /// The HTTP control API (status, custom prompts).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -423,6 +441,7 @@ pub struct SessionRules {
     pub handoff: HandoffConfig,
     /// `context.error_patterns`, compiled (validated at start-up).
     pub error_patterns: Vec<regex::Regex>,
+    pub loops: LoopsConfig,
 }
 
 impl Config {
@@ -435,6 +454,7 @@ impl Config {
             compaction: self.compaction.clone(),
             handoff: self.handoff.clone(),
             error_patterns: self.context.error_patterns.iter().filter_map(|p| regex::Regex::new(p).ok()).collect(),
+            loops: self.loops.clone(),
         }
     }
 }
@@ -507,6 +527,9 @@ impl Config {
             if let Err(e) = regex::Regex::new(p) {
                 return Err(bad(&format!("context.error_patterns[{i}]"), &format!("not a regular expression: {e}")));
             }
+        }
+        if self.loops.runaway_count < 2 {
+            return Err(bad("loops.runaway_count", "must be at least 2"));
         }
         if self.supervisor.discovery_interval.is_zero() {
             return Err(bad("supervisor.discovery_interval", "must be greater than zero"));

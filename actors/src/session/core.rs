@@ -74,6 +74,8 @@ pub struct RecoveryOrder {
     /// Past `handoff.hard`: compact (with this model, waiting at most this long)
     /// between the abort and the continue.
     pub compact_first: Option<(ModelRef, Duration)>,
+    /// Send the continue after the abort (false: a runaway loop that came back).
+    pub continue_after: bool,
 }
 
 /// A compaction to run.
@@ -98,6 +100,8 @@ pub enum RecoveryReport {
     /// Aborted, then continued.
     /// Aborted, then continued (`compacted`: the hard gate's compaction, if one ran).
     Continued { idle_after_ms: Option<u64>, open_todos: u32, compacted: Option<Result<(), String>> },
+    /// Aborted; no continue was wanted.
+    AbortedOnly { idle_after_ms: Option<u64> },
     /// Aborted, but the continue could not be sent.
     ContinueFailed { idle_after_ms: Option<u64>, error: EngineError },
 }
@@ -185,6 +189,10 @@ pub struct SessionCore {
     last_compaction: Option<Instant>,
     /// A follow-up prompt waiting behind the hard gate's compaction.
     held_prompt: Option<PromptOrder>,
+    /// Recent assistant messages that ended with `finish: "unknown"` and no output.
+    empty_finishes: VecDeque<(String, Instant)>,
+    /// Runaway loops already broken for this session since the last real progress.
+    runaways: u32,
 }
 
 /// How much of the last reply's text is kept for the question heuristic.
@@ -229,6 +237,8 @@ impl SessionCore {
             compaction_in_flight: false,
             last_compaction: None,
             held_prompt: None,
+            empty_finishes: VecDeque::new(),
+            runaways: 0,
         }
     }
 
@@ -292,6 +302,51 @@ impl SessionCore {
     /// Replaces the recovery settings (hot reload); applies to decisions from now on.
     pub fn set_config(&mut self, cfg: Arc<SessionRules>) {
         self.cfg = cfg;
+    }
+
+    /// One more model call that ended with no finish reason and no output. N of them in
+    /// the window is OpenCode's runaway loop: abort and continue once; if it comes back,
+    /// abort and stop (paused, reported).
+    fn on_empty_finish(&mut self, message_id: &str, now: Now) -> Vec<Effect> {
+        let window = self.cfg.loops.runaway_window;
+        self.empty_finishes.retain(|(_, at)| now.mono.duration_since(*at) <= window);
+        if self.empty_finishes.iter().any(|(id, _)| id == message_id) {
+            return Vec::new(); // the same message, re-emitted
+        }
+        self.empty_finishes.push_back((message_id.to_string(), now.mono));
+        if self.empty_finishes.len() < self.cfg.loops.runaway_count || self.recovering.is_some() || self.pause.is_some() {
+            return Vec::new();
+        }
+        self.empty_finishes.clear();
+        self.runaways += 1;
+        let again = self.runaways > 1;
+        let numbers = Numbers {
+            attempt: Some(self.runaways),
+            round: Some(self.cfg.loops.runaway_count as u32),
+            ..Numbers::default()
+        };
+        let reason = if again {
+            "runaway loop again (model calls ending with no finish reason and no output): aborting and stopping"
+        } else {
+            "runaway loop (model calls ending with no finish reason and no output): aborting, then one continue"
+        };
+        if again {
+            self.pause = Some(Pause::GaveUp);
+        }
+        self.recovering = Some(Recovering { aborted_message: Some(message_id.to_string()) });
+        vec![
+            self.record(Action::StallDetected, Outcome::Done, reason, numbers, now),
+            Effect::Recover(RecoveryOrder {
+                session_id: self.id.clone(),
+                directory: self.directory.clone(),
+                attempt: self.attempts + 1,
+                known_todos: self.todos.clone(),
+                known_turn: self.turn.clone(),
+                decision: format!("{}-runaway-{}", self.id, now.wall_ms),
+                compact_first: None,
+                continue_after: !again,
+            }),
+        ]
     }
 
     /// Exact numbers from a context-length error text (configurable patterns).
@@ -687,6 +742,9 @@ impl SessionCore {
                 if let Some(err) = &m.error {
                     self.learn_from_overflow(err);
                 }
+                if m.finish.as_deref() == Some("unknown") && m.tokens.is_some_and(|t| t.output == 0) {
+                    out.extend(self.on_empty_finish(&m.id, now));
+                }
                 if m.summary {
                     self.compacting = m.time.completed.is_none() && m.error.is_none();
                 } else if m.finish.is_some() && m.error.is_none() {
@@ -809,6 +867,7 @@ impl SessionCore {
     fn real_progress(&mut self) {
         self.attempts = 0;
         self.auto_submits = 0;
+        self.runaways = 0;
     }
 
     fn remember_role(&mut self, message_id: &str, role: Role) {
@@ -1069,6 +1128,7 @@ impl SessionCore {
                     .past_hard()
                     .then(|| self.model.clone().map(|m| (m, self.cfg.compaction.max_wait)))
                     .flatten(),
+                continue_after: true,
             }),
         ]
     }
@@ -1140,6 +1200,17 @@ impl SessionCore {
                 }
                 let numbers = Numbers { open_todos: Some(*open_todos), ..numbers };
                 out.push(self.record(Action::Continue, Outcome::Done, "continue sent after the abort", numbers, now));
+            }
+            RecoveryReport::AbortedOnly { idle_after_ms } => {
+                self.recovery_ended = Some((now.mono, aborted));
+                let numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers };
+                out.push(self.record(
+                    Action::Abort,
+                    Outcome::Done,
+                    "aborted; no continue (automation stopped for this session)",
+                    numbers,
+                    now,
+                ));
             }
             RecoveryReport::ContinueFailed { idle_after_ms, error } => {
                 self.recovery_ended = Some((now.mono, aborted));
@@ -1908,5 +1979,42 @@ mod tests {
             _ => None,
         });
         assert!(order.expect("recovers").compact_first.is_some());
+    }
+
+    // ---- runaway loops ----
+
+    fn empty_finish(b: &mut Bench, ms: u64, id: &str) -> Vec<Effect> {
+        b.feed_ms(ms, &format!(r#"{{"type":"message.updated","properties":{{"sessionID":"ses_A","info":{{"id":"{id}","sessionID":"ses_A","role":"assistant","finish":"unknown","tokens":{{"input":0,"output":0,"cache":{{"read":0,"write":0}}}},"time":{{"created":1,"completed":2}}}}}}}}"#))
+    }
+
+    #[test]
+    fn a_runaway_loop_is_aborted_and_continued_once_then_stopped_if_it_comes_back() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        for i in 0..4 {
+            assert!(!recovers(&empty_finish(&mut b, 100 + i * 300, &format!("m{i}"))));
+            assert!(!recovers(&empty_finish(&mut b, 101 + i * 300, &format!("m{i}"))), "a re-emitted message counts once");
+        }
+        let effects = empty_finish(&mut b, 1_300, "m4");
+        let order = effects.iter().find_map(|e| match e { Effect::Recover(o) => Some(o.clone()), _ => None }).expect("abort");
+        assert!(order.continue_after);
+        b.core.on_recovery_finished(&RecoveryReport::Continued { idle_after_ms: Some(10), open_todos: 0, compacted: None }, b.at_ms(2_000));
+        b.busy(3);
+        let mut last = Vec::new();
+        for i in 0..5 {
+            last = empty_finish(&mut b, 3_000 + i * 300, &format!("n{i}"));
+        }
+        let order = last.iter().find_map(|e| match e { Effect::Recover(o) => Some(o.clone()), _ => None }).expect("abort");
+        assert!(!order.continue_after, "it came back: abort and stop");
+        assert_eq!(b.core.pause(), Some(Pause::GaveUp));
+    }
+
+    #[test]
+    fn empty_finishes_spread_out_in_time_are_not_a_runaway_loop() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        for i in 0..10 {
+            assert!(!recovers(&empty_finish(&mut b, i * 5_000, &format!("m{i}"))));
+        }
     }
 }

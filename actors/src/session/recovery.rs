@@ -62,6 +62,9 @@ pub async fn recover(
         }
     };
     tokio::time::sleep(cfg.wait_after_abort).await;
+    if !order.continue_after {
+        return RecoveryReport::AbortedOnly { idle_after_ms };
+    }
 
     // The hard gate: past `handoff.hard`, compact before continuing (bounded), and
     // continue whatever the outcome so the session is never stranded.
