@@ -102,6 +102,7 @@ struct ScaleResult {
     detect_to_abort_p50_ms: f64,
     detect_to_abort_p99_ms: f64,
     stall_runtime_late_p99_ms: f64,
+    stall_runtime_late_max_ms: f64,
     stall_thread_late_p99_ms: f64,
     requests_tracking: String,
     requests_burst: String,
@@ -201,7 +202,7 @@ fn print_table(results: &[ScaleResult]) {
              all handled after {:.2} s; Shepherd used {:.0}% of a core, the simulator {:.0}% (it alone produces {} frames/s). \
              Stalls: {} planned, {} aborted, {} continued, {} aborts of sessions that were not stalled; background load {} frames/s; \
              stall deadline → Shepherd's stall_detected record p50 {:.1} / p99 {:.1} ms, record → abort request p50 {:.1} / p99 {:.1} ms; \
-             Shepherd used {:.0}% of a core, the simulator {:.0}%; a 5-ms sleep was late by up to {:.1} ms (p99) on Shepherd's thread, \
+             Shepherd used {:.0}% of a core, the simulator {:.0}%; a 5-ms sleep was late by {:.1} ms (p99; max {:.1} ms) on Shepherd's thread, \
              {:.1} ms on a bare thread. Idle window {:.1} s: {:.1} ms CPU, {} context switches (all threads), \
              {} frames (heartbeats). {} warnings logged.",
             fmt_n(r.sessions),
@@ -234,6 +235,7 @@ fn print_table(results: &[ScaleResult]) {
             r.stall_cpu_pct,
             r.stall_sim_cpu_pct,
             r.stall_runtime_late_p99_ms,
+            r.stall_runtime_late_max_ms,
             r.stall_thread_late_p99_ms,
             r.idle_secs,
             r.idle_cpu_ms,
@@ -492,7 +494,7 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
         }
     };
     let phase_secs = t.elapsed().as_secs_f64();
-    (r.stall_runtime_late_p99_ms, r.stall_thread_late_p99_ms) = probe.finish().await;
+    (r.stall_runtime_late_p99_ms, r.stall_thread_late_p99_ms, r.stall_runtime_late_max_ms) = probe.finish().await;
     let _ = stop_detections.send(true);
     let detected = detections.await.unwrap_or_default();
     let (mut fire, mut rest) = (Vec::new(), Vec::new());
@@ -502,6 +504,7 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
             rest.push((abort_us - at_ms * 1000) as f64 / 1000.0);
         }
     }
+    write_stall_times(n, &report.stall_times, &detected);
     fire.sort_by(f64::total_cmp);
     rest.sort_by(f64::total_cmp);
     r.detect_p50_ms = percentile(&fire, 50.0);
@@ -566,6 +569,17 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     Ok(r)
 }
 
+/// One line per aborted stall (epoch µs): deadline, Shepherd's record, abort arrival.
+fn write_stall_times(n: usize, times: &[(String, i64, i64)], detected: &std::collections::HashMap<String, i64>) {
+    let path = std::env::temp_dir().join(format!("shepherd-fleet-bench-{n}-stalls.csv"));
+    let mut csv = String::from("session,deadline_us,stall_detected_us,abort_us\n");
+    for (id, deadline, abort) in times {
+        let at = detected.get(id).map_or(String::new(), |ms| (ms * 1000).to_string());
+        csv.push_str(&format!("{id},{deadline},{at},{abort}\n"));
+    }
+    let _ = std::fs::write(path, csv);
+}
+
 fn remove_ledger(path: &std::path::Path) {
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -625,14 +639,15 @@ impl LatenessProbe {
         Self { stop, runtime, thread }
     }
 
-    /// p99 lateness in ms: (Shepherd's runtime thread, a bare thread).
-    async fn finish(self) -> (f64, f64) {
+    /// p99 lateness in ms: (Shepherd's runtime thread, a bare thread), and the worst
+    /// on Shepherd's thread.
+    async fn finish(self) -> (f64, f64, f64) {
         self.stop.store(true, Ordering::Relaxed);
         let mut rt = self.runtime.await.unwrap_or_default();
         let mut th = self.thread.join().unwrap_or_default();
         rt.sort_by(f64::total_cmp);
         th.sort_by(f64::total_cmp);
-        (percentile(&rt, 99.0), percentile(&th, 99.0))
+        (percentile(&rt, 99.0), percentile(&th, 99.0), rt.last().copied().unwrap_or(f64::NAN))
     }
 }
 
