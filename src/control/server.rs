@@ -78,36 +78,15 @@ impl ControlServer {
             supervisor,
             gate: Gate::new(issued.token.clone(), cfg.allow_unauthenticated_reads),
         });
-        let (tx, rx) = std::sync::mpsc::channel::<std::io::Result<ServerHandle>>();
-        let thread = std::thread::Builder::new()
-            .name(format!("control-api-{}", local.port()))
-            .spawn(move || {
-                let system = actix_web::rt::System::new();
-                system.block_on(async move {
-                    let server = HttpServer::new(move || app(state.clone()))
-                        .workers(WORKERS)
-                        .disable_signals()
-                        .shutdown_timeout(SHUTDOWN_GRACE_SECS)
-                        .listen(listener);
-                    match server {
-                        Ok(server) => {
-                            let server = server.run();
-                            let _ = tx.send(Ok(server.handle()));
-                            if let Err(e) = server.await {
-                                tracing::warn!(error = %e, "control API server ended with an error");
-                            }
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(e));
-                        }
-                    }
-                });
-            })
-            .context("control API: spawning its thread")?;
-        let handle = rx
-            .recv()
-            .context("control API thread died before it started")?
-            .context("control API: starting the server")?;
+        let (handle, thread) = crate::http_thread::spawn_server(format!("control-api-{}", local.port()), move || {
+            Ok(HttpServer::new(move || app(state.clone()))
+                .workers(WORKERS)
+                .disable_signals()
+                .shutdown_timeout(SHUTDOWN_GRACE_SECS)
+                .listen(listener)?
+                .run())
+        })
+        .context("control API")?;
         let url = format!("http://{}", connectable(local));
         tracing::info!(url = %url, token_from = %issued.origin, "control API listening");
         Ok(Self { url, issued, handle: Some(handle), thread: Some(thread) })

@@ -48,25 +48,17 @@ impl FaultyProxy {
         let shared = Arc::clone(&faults);
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         let url = format!("http://{}", listener.local_addr()?);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let system = actix_web::rt::System::new();
-            system.block_on(async move {
-                let client = reqwest::Client::new();
-                let server = HttpServer::new(move || {
-                    App::new()
-                        .app_data(web::Data::new((client.clone(), upstream.clone(), Arc::clone(&shared))))
-                        .default_service(web::to(forward))
-                })
-                .workers(1)
-                .listen(listener)
-                .expect("listen")
-                .run();
-                let _ = tx.send(server.handle());
-                let _ = server.await;
-            });
-        });
-        let handle = rx.recv_timeout(Duration::from_secs(10))?;
+        let client = reqwest::Client::new();
+        let (handle, _thread) = shepherd::http_thread::spawn_server("faulty-proxy".into(), move || {
+            Ok(HttpServer::new(move || {
+                App::new()
+                    .app_data(web::Data::new((client.clone(), upstream.clone(), Arc::clone(&shared))))
+                    .default_service(web::to(forward))
+            })
+            .workers(1)
+            .listen(listener)?
+            .run())
+        })?;
         Ok(FaultyProxy { url, faults, handle })
     }
 }

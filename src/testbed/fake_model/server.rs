@@ -157,45 +157,26 @@ impl FakeModel {
             helper: Mutex::new(None),
             counter: AtomicU64::new(0),
         });
-        let (tx, rx) = std::sync::mpsc::channel::<std::io::Result<ServerHandle>>();
         let app_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("fake-model-{}", addr.port()))
-            .spawn(move || {
-                let system = actix_web::rt::System::new();
-                system.block_on(async move {
-                    let server = HttpServer::new(move || {
-                        App::new()
-                            .app_data(web::Data::from(app_shared.clone()))
-                            .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
-                            .route("/v1/chat/completions", web::post().to(chat_completions))
-                            .route("/v1/models", web::get().to(models))
-                            .route("/chat/completions", web::post().to(chat_completions))
-                            .route("/models", web::get().to(models))
-                    })
-                    .workers(2)
-                    .disable_signals()
-                    .shutdown_timeout(0)
-                    // Notice a client that hangs up while a stalled stream sends nothing.
-                    .h1_allow_half_closed(false)
-                    .listen(listener);
-                    match server {
-                        Ok(server) => {
-                            let server = server.run();
-                            let _ = tx.send(Ok(server.handle()));
-                            if let Err(e) = server.await {
-                                tracing::warn!(error = %e, "fake model server ended with an error");
-                            }
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(e));
-                        }
-                    }
-                });
+        let (handle, thread) = crate::http_thread::spawn_server(format!("fake-model-{}", addr.port()), move || {
+            Ok(HttpServer::new(move || {
+                App::new()
+                    .app_data(web::Data::from(app_shared.clone()))
+                    .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
+                    .route("/v1/chat/completions", web::post().to(chat_completions))
+                    .route("/v1/models", web::get().to(models))
+                    .route("/chat/completions", web::post().to(chat_completions))
+                    .route("/models", web::get().to(models))
             })
-            .context("spawning the fake model thread")?;
-        let handle =
-            rx.recv().context("fake model thread died before it started")?.context("starting the fake model server")?;
+            .workers(2)
+            .disable_signals()
+            .shutdown_timeout(0)
+            // Notice a client that hangs up while a stalled stream sends nothing.
+            .h1_allow_half_closed(false)
+            .listen(listener)?
+            .run())
+        })
+        .context("fake model")?;
         tracing::debug!(%addr, "fake model listening");
         Ok(FakeModel { addr, shared, handle: Some(handle), thread: Some(thread) })
     }
