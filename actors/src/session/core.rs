@@ -136,8 +136,10 @@ struct Recovering {
     aborted_message: Option<String>,
 }
 
-/// How many message roles to remember (to tell user parts from assistant parts).
-const ROLE_MEMORY: usize = 256;
+/// How many message roles to remember (to tell user parts from assistant parts). A
+/// message's parts follow its `message.updated` closely, so a short memory suffices; it
+/// is per session, so it is most of a long-lived session's footprint (fleet bench).
+const ROLE_MEMORY: usize = 32;
 
 /// The state of one session and the rules that move it.
 #[derive(Debug)]
