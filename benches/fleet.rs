@@ -24,9 +24,10 @@
 //!    times spread over 2 s while the others keep streaming; the simulator records
 //!    `abort request arrival − (instant its last event left + stall_timeout)`;
 //! 5. *idle CPU*: every session idle, CPU time (`getrusage`) and context switches of
-//!    all threads over 10 s.
+//!    all threads over 30 s — the supervisor's cleanup interval, so exactly one of its
+//!    passes over the fleet falls in the window — plus three heartbeats.
 //!
-//! Environment: `FLEET_SIZES` (default `1000,10000`), `FLEET_IDLE_SECS` (default 10).
+//! Environment: `FLEET_SIZES` (default `1000,10000`), `FLEET_IDLE_SECS` (default 30).
 
 mod sim;
 
@@ -107,6 +108,10 @@ struct ScaleResult {
     requests_tracking: String,
     requests_burst: String,
     requests_stall: String,
+    requests_idle: String,
+    idle_window: String,
+    /// CPU per thread over the idle window (10-ms ticks).
+    idle_threads: String,
     load_before: String,
     load_after: String,
     notes: Vec<String>,
@@ -173,10 +178,10 @@ fn orchestrate() {
 fn print_table(results: &[ScaleResult]) {
     let per = |a: u64, b: u64, n: usize| (a as f64 - b as f64) / n.max(1) as f64;
     println!();
-    println!("| sessions | RSS/session, 1 turn each (live) | RSS/session, after all phases (live) | events/s ingested | abort latency p50 / p99 (max) | idle 10 s: CPU / context switches |");
+    println!("| sessions | RSS/session, 1 turn each (live) | RSS/session, after all phases (live) | events/s ingested | abort latency p50 / p99 (max) | idle, per 30 s: CPU / context switches |");
     println!("|---:|---:|---:|---:|---:|---:|");
     for r in results {
-        let per_idle = 10.0 / r.idle_secs.max(0.001);
+        let per_idle = 30.0 / r.idle_secs.max(0.001);
         println!(
             "| {} | {:.1} KiB ({:.1} KiB) | {:.1} KiB ({:.1} KiB) | {} | {:.1} / {:.1} ms ({:.1} ms) | {:.1} ms / {:.0} |",
             fmt_n(r.sessions),
@@ -255,6 +260,7 @@ fn print_table(results: &[ScaleResult]) {
         println!("  - requests while tracking: {}", r.requests_tracking);
         println!("  - requests during the burst: {}", r.requests_burst);
         println!("  - requests during the stall phase: {}", r.requests_stall);
+        println!("  - idle window {}: requests {}; CPU by thread: {}", r.idle_window, r.requests_idle, r.idle_threads);
         for note in &r.notes {
             println!("  - note: {note}");
         }
@@ -358,6 +364,7 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     remove_ledger(&ledger);
     cfg.store.path = ledger.display().to_string();
     cfg.validate().map_err(|e| anyhow::anyhow!("bench config: {e}"))?;
+    let daemon_started = Instant::now();
     let daemon = Daemon::start(&cfg)?;
     let stats = Arc::clone(&daemon.pump_stats()[0].1);
     wait_for("stream connected and reconciled", || {
@@ -546,12 +553,29 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
 
     // 6. Idle: every session idle, nothing to do but the 10-s heartbeat.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let idle = Duration::from_secs(std::env::var("FLEET_IDLE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10));
+    let idle = Duration::from_secs(std::env::var("FLEET_IDLE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30));
+    let rep_idle0 = h.report().await?;
     let (cpu0, ctx0, frames0) = (cpu_time(), context_switches(), stats.frames.load(Ordering::Relaxed));
+    let threads0 = thread_cpu();
     let t = Instant::now();
     tokio::time::sleep(idle).await;
     let (cpu1, ctx1, frames1) = (cpu_time(), context_switches(), stats.frames.load(Ordering::Relaxed));
+    let threads1 = thread_cpu();
     r.idle_secs = t.elapsed().as_secs_f64();
+    let rep_idle1 = h.report().await?;
+    r.requests_idle = requests_between(&rep_idle0, &rep_idle1);
+    r.idle_threads = threads1
+        .iter()
+        .filter_map(|(tid, (name, t1))| {
+            let t0 = threads0.get(tid).map_or(Duration::ZERO, |(_, t)| *t);
+            (*t1 > t0).then(|| format!("{name} {} ms", (*t1 - t0).as_millis()))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    // The supervisor's periodic jobs (cleanup every 30 s, discovery every 60 s) count
+    // from its start: say where the window lies.
+    let from = t.duration_since(daemon_started).as_secs_f64();
+    r.idle_window = format!("{:.0}–{:.0} s after Shepherd started", from, from + r.idle_secs);
     r.idle_cpu_ms = (cpu1 - cpu0).as_secs_f64() * 1000.0;
     r.idle_ctx_switches = ctx1.saturating_sub(ctx0);
     r.idle_frames = frames1 - frames0;
@@ -776,6 +800,24 @@ fn cpu_time() -> Duration {
     }
     let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
     tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// CPU time (user + system, 10-ms ticks) of every thread of this process, by thread id.
+fn thread_cpu() -> std::collections::HashMap<String, (String, Duration)> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return out };
+    for task in tasks.flatten() {
+        let tid = task.file_name().to_string_lossy().to_string();
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let name = stat[open + 1..close].to_string();
+        let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        // SAFETY: sysconf only reads a constant.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        out.insert(tid, (name, Duration::from_millis((ticks(11) + ticks(12)) * 1000 / hz)));
+    }
+    out
 }
 
 /// Voluntary + involuntary context switches of every thread of this process.

@@ -1008,6 +1008,9 @@ pub fn serve(cfg: SimConfig) -> std::io::Result<()> {
             }
         })
         .workers(1)
+        // Keep idle REST connections open like a long-lived server, so new connections
+        // are the client's doing.
+        .keep_alive(Duration::from_secs(120))
         .backlog(4096)
         .max_connections(50_000)
         .disable_signals()
