@@ -89,8 +89,14 @@ struct ScaleResult {
     /// Messages (user + assistant) the simulator created over the whole run.
     messages: u64,
     messages_tracked: u64,
+    /// Messages created before Shepherd connected (the simulator's own calibration).
+    messages_connected: u64,
     messages_burst: u64,
     rss_burst_kib: u64,
+    heap_connected_kib: u64,
+    heap_tracked_kib: u64,
+    heap_burst_kib: u64,
+    heap_end_kib: u64,
     rss_burst_live_kib: u64,
     burst_cpu_pct: f64,
     burst_sim_cpu_pct: f64,
@@ -203,7 +209,7 @@ fn print_table(results: &[ScaleResult]) {
     for r in results {
         println!(
             "- {} sessions (load average {} before, {} after): {} tracked. RSS: connected {} KiB (live {}), one turn each {} KiB (live {}), \
-             after all phases {} KiB (live {}, {} messages created in all), peak {} KiB. Burst: {} frames, read by the pump in {:.2} s, \
+             after all phases {} KiB (live {}; Shepherd saw {:.1} messages per session), peak {} KiB. Burst: {} frames, read by the pump in {:.2} s, \
              all handled after {:.2} s; Shepherd used {:.0}% of a core, the simulator {:.0}% (it alone produces {} frames/s). \
              Stalls: {} planned, {} aborted, {} continued, {} aborts of sessions that were not stalled; background load {} frames/s; \
              stall deadline → Shepherd's stall_detected record p50 {:.1} / p99 {:.1} ms, record → abort request p50 {:.1} / p99 {:.1} ms; \
@@ -220,7 +226,7 @@ fn print_table(results: &[ScaleResult]) {
             r.rss_tracked_live_kib,
             r.rss_end_kib,
             r.rss_end_live_kib,
-            r.messages,
+            (r.messages - r.messages_connected) as f64 / r.sessions.max(1) as f64,
             r.rss_peak_kib,
             r.burst_frames,
             r.burst_pump_secs,
@@ -256,6 +262,16 @@ fn print_table(results: &[ScaleResult]) {
             (r.messages_burst - r.messages_tracked) as f64 / r.sessions.max(1) as f64,
             r.rss_burst_live_kib as i64 - r.rss_tracked_live_kib as i64,
             per_msg
+        );
+        let heap = |k: u64| (k as f64 - r.heap_connected_kib as f64) / r.sessions.max(1) as f64;
+        println!(
+            "  - heap in use (mallinfo2) per session: {:.2} KiB after one turn, {:.2} KiB after the burst, {:.2} KiB at the end; \
+             the burst's {:.0} bytes per message",
+            heap(r.heap_tracked_kib),
+            heap(r.heap_burst_kib),
+            heap(r.heap_end_kib),
+            (r.heap_burst_kib as f64 - r.heap_tracked_kib as f64) * 1024.0
+                / (r.messages_burst as f64 - r.messages_tracked as f64).max(1.0)
         );
         println!("  - requests while tracking: {}", r.requests_tracking);
         println!("  - requests during the burst: {}", r.requests_burst);
@@ -345,8 +361,14 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     let mut r = ScaleResult { sessions: n, load_before: load_average(), ..ScaleResult::default() };
     let h = Harness { http: reqwest::Client::new(), sim: sim_url.clone() };
 
-    // Bursts: 1k sessions × 6 turns, or 10k × 1 turn, of ~60–70 frames each.
-    let burst = RunSpec { turns: (6_000 / n.max(1)).clamp(1, 50) as u32, deltas: 10, tool: true, ..RunSpec::default() };
+    // Bursts: 1k sessions × 12 turns (36 messages each: past the session core's memory of
+    // message roles), or 10k × 1 turn; 64 frames a turn.
+    let burst = RunSpec {
+        turns: env_or("FLEET_BURST_TURNS", (12_000 / n.max(1)).clamp(1, 50) as u64) as u32,
+        deltas: 10,
+        tool: true,
+        ..RunSpec::default()
+    };
 
     // 1. What the simulator can produce with a bare reader (Shepherd not started).
     r.sim_capacity_fps = sim_capacity(&h, &burst).await?;
@@ -377,6 +399,7 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     (r.rss_connected_kib, r.rss_connected_live_kib) = rss_raw_and_live();
+    r.heap_connected_kib = heap_in_use_kib();
 
     // 3. Every session has one turn, paced: now each is tracked.
     let track = RunSpec {
@@ -397,6 +420,7 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     r.requests_tracking = requests_between(&rep0, &rep1);
     tokio::time::sleep(Duration::from_millis(500)).await;
     (r.rss_tracked_kib, r.rss_tracked_live_kib) = rss_raw_and_live();
+    r.heap_tracked_kib = heap_in_use_kib();
     eprintln!(
         "   tracking: {} sessions tracked in {:.1} s; RSS {} → {} KiB (live {} → {} KiB)",
         r.tracked,
@@ -411,7 +435,10 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     let before = stats.frames.load(Ordering::Relaxed);
     let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
     let t = Instant::now();
-    let planned = h.run(&burst).await?;
+    // FLEET_BURST_STEP_US paces the burst instead (an experiment on memory: same events,
+    // no backlog); events/s is then the pace, not Shepherd's capacity.
+    let step = env_or("FLEET_BURST_STEP_US", 0);
+    let planned = h.run(&RunSpec { step_interval_us: step, ..burst.clone() }).await?;
     r.burst_frames = planned.frames;
     let deadline = t + PHASE_LIMIT;
     while stats.frames.load(Ordering::Relaxed) < before + planned.frames && Instant::now() < deadline {
@@ -438,7 +465,9 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     r.requests_burst = requests_between(&rep1, &rep2);
     tokio::time::sleep(Duration::from_millis(500)).await;
     (r.rss_burst_kib, r.rss_burst_live_kib) = rss_raw_and_live();
+    r.heap_burst_kib = heap_in_use_kib();
     r.messages_tracked = rep1.messages;
+    r.messages_connected = rep0.messages;
     r.messages_burst = rep2.messages;
 
     // 5. Stalls under background load.
@@ -585,6 +614,7 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     );
 
     (r.rss_end_kib, r.rss_end_live_kib) = rss_raw_and_live();
+    r.heap_end_kib = heap_in_use_kib();
     r.rss_peak_kib = proc_status_kib("VmHWM:");
     r.messages = h.report().await?.messages;
     r.load_after = load_average();
@@ -740,6 +770,11 @@ where
     Ok(())
 }
 
+/// A number from the environment, or the default.
+fn env_or(key: &str, default: u64) -> u64 {
+    std::env::var(key).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -760,6 +795,14 @@ fn proc_status_kib(key: &str) -> u64 {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// Bytes the allocator has handed out and not got back (all arenas, mmapped blocks
+/// included), in KiB: live heap data, without fragmentation or cached free pages.
+fn heap_in_use_kib() -> u64 {
+    // SAFETY: mallinfo2 only reads the allocator's counters.
+    let m = unsafe { libc::mallinfo2() };
+    ((m.uordblks + m.hblkhd) / 1024) as u64
 }
 
 /// VmRSS as the kernel reports it, then after returning the allocator's free pages.
