@@ -16,7 +16,7 @@
 //! 2. *RSS per session*: VmRSS once Shepherd is connected and tracks nothing, then
 //!    after every session has had one turn (each is tracked: one session actor), both
 //!    as the kernel reports it and after `malloc_trim(0)` (what is live, not what the
-//!    allocator keeps from the burst);
+//!    allocator keeps from the burst), with glibc's heap in use (`mallinfo2`) beside;
 //! 3. *events/s ingested*: a burst of realistic turns from every session; the clock
 //!    stops when Shepherd's pump has counted every frame *and* the supervisor and every
 //!    session actor have handled them (a fleet inspection queued behind them returns);
@@ -27,7 +27,10 @@
 //!    all threads over 30 s — the supervisor's cleanup interval, so exactly one of its
 //!    passes over the fleet falls in the window — plus three heartbeats.
 //!
-//! Environment: `FLEET_SIZES` (default `1000,10000`), `FLEET_IDLE_SECS` (default 30).
+//! Environment: `FLEET_SIZES` (default `1000,10000`), `FLEET_IDLE_SECS` (default 30),
+//! `FLEET_BURST_TURNS` (default 12 at 1k, 1 at 10k), `FLEET_BURST_STEP_US` (default 0:
+//! as fast as Shepherd reads), `FLEET_BACKGROUND_STEP_MS` (default 250; 0 = no
+//! background traffic during the stalls).
 
 mod sim;
 
