@@ -479,6 +479,13 @@ pub enum DecodeError {
 
 /// Decodes one SSE `data:` payload (either stream shape).
 pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
+    // `sync` duplicates are over a quarter of the global stream and only counted:
+    // recognise OpenCode's compact form without parsing the whole frame. (A string
+    // value cannot contain this text unescaped, so there is no false match; any other
+    // spelling takes the full path below.)
+    if frame.contains(r#""payload":{"type":"sync","#) {
+        return Ok(Envelope { directory: None, event: Event::Sync });
+    }
     let mut value: Value = serde_json::from_str(frame).map_err(DecodeError::NotJson)?;
     let directory = value.get("directory").and_then(Value::as_str).map(str::to_string);
     let payload = match value.get_mut("payload") {
@@ -553,6 +560,14 @@ mod tests {
         let env = decode(frame).unwrap();
         assert_eq!(env.directory.as_deref(), Some("/p"));
         assert_eq!(env.event, Event::SessionIdle { session_id: "ses_A".into() });
+    }
+
+    #[test]
+    fn sync_duplicates_are_recognised_cheaply_in_either_spelling() {
+        let compact = r#"{"directory":"/p","payload":{"type":"sync","syncEvent":{"type":"message.updated.1","data":{}}}}"#;
+        assert_eq!(decode(compact).unwrap().event, Event::Sync);
+        let spaced = r#"{"directory": "/p", "payload": {"type": "sync", "syncEvent": {}}}"#;
+        assert_eq!(decode(spaced).unwrap().event, Event::Sync);
     }
 
     #[test]

@@ -371,7 +371,15 @@ impl Handler<Ingest> for Supervisor {
     fn handle(&mut self, msg: Ingest, ctx: &mut Context<Self>) {
         let Envelope { directory, event } = msg.envelope;
         let Some(srv) = self.servers.get_mut(&msg.server) else { return };
-        *srv.events.entry(event.kind().to_string()).or_default() += 1;
+        match srv.events.get_mut(event.kind()) {
+            Some(n) => *n += 1,
+            None => {
+                srv.events.insert(event.kind().to_string(), 1);
+            }
+        }
+        if matches!(event, Event::Sync) {
+            return;
+        }
         if let Event::Unknown { kind } = &event {
             tracing::trace!(server = %msg.server, kind = %kind, "ignoring an event type Shepherd does not act on");
             return;
