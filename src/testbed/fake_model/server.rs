@@ -437,6 +437,16 @@ mod tests {
     use super::*;
     use futures::StreamExt;
 
+    /// Posts one chat request with `text` as the last user message.
+    async fn post_chat(fake: &FakeModel, text: &str, stream: bool) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}/chat/completions", fake.base_url()))
+            .json(&chat(text, stream))
+            .send()
+            .await
+            .unwrap()
+    }
+
     fn chat(text: &str, stream: bool) -> Value {
         json!({
             "model": "fake-model",
@@ -458,12 +468,7 @@ mod tests {
     #[tokio::test]
     async fn ok_streams_text_and_done() {
         let fake = FakeModel::start().unwrap();
-        let resp = reqwest::Client::new()
-            .post(format!("{}/chat/completions", fake.base_url()))
-            .json(&chat("hi [[fake:ok]]", true))
-            .send()
-            .await
-            .unwrap();
+        let resp = post_chat(&fake, "hi [[fake:ok]]", true).await;
         assert_eq!(resp.status(), 200);
         let text = sse_text(resp).await;
         assert!(text.contains("\"content\":\"Hello \""), "{text}");
@@ -478,15 +483,7 @@ mod tests {
     #[tokio::test]
     async fn non_streaming_request_gets_one_json() {
         let fake = FakeModel::start().unwrap();
-        let v: Value = reqwest::Client::new()
-            .post(format!("{}/chat/completions", fake.base_url()))
-            .json(&chat("[[fake:bash:ls -l]]", false))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v: Value = post_chat(&fake, "[[fake:bash:ls -l]]", false).await.json().await.unwrap();
         assert_eq!(v.pointer("/choices/0/finish_reason"), Some(&json!("tool_calls")));
         assert_eq!(v.pointer("/choices/0/message/tool_calls/0/function/name"), Some(&json!("bash")));
     }
@@ -494,12 +491,7 @@ mod tests {
     #[tokio::test]
     async fn err429_sets_retry_after() {
         let fake = FakeModel::start().unwrap();
-        let resp = reqwest::Client::new()
-            .post(format!("{}/chat/completions", fake.base_url()))
-            .json(&chat("[[fake:err429:7]]", true))
-            .send()
-            .await
-            .unwrap();
+        let resp = post_chat(&fake, "[[fake:err429:7]]", true).await;
         assert_eq!(resp.status(), 429);
         assert_eq!(resp.headers().get("retry-after").unwrap(), "7");
     }
@@ -507,12 +499,7 @@ mod tests {
     #[tokio::test]
     async fn stalled_stream_is_dropped_when_the_client_disconnects() {
         let fake = FakeModel::start().unwrap();
-        let resp = reqwest::Client::new()
-            .post(format!("{}/chat/completions", fake.base_url()))
-            .json(&chat("[[fake:stall]]", true))
-            .send()
-            .await
-            .unwrap();
+        let resp = post_chat(&fake, "[[fake:stall]]", true).await;
         let mut s = resp.bytes_stream();
         let first = s.next().await.unwrap().unwrap();
         assert!(String::from_utf8_lossy(&first).contains("Starting"));
@@ -528,12 +515,7 @@ mod tests {
     #[tokio::test]
     async fn dropping_the_fake_ends_open_streams_promptly() {
         let fake = FakeModel::start().unwrap();
-        let resp = reqwest::Client::new()
-            .post(format!("{}/chat/completions", fake.base_url()))
-            .json(&chat("[[fake:stall]]", true))
-            .send()
-            .await
-            .unwrap();
+        let resp = post_chat(&fake, "[[fake:stall]]", true).await;
         let mut s = resp.bytes_stream();
         s.next().await.unwrap().unwrap();
         let started = std::time::Instant::now();
@@ -560,12 +542,7 @@ mod tests {
     #[tokio::test]
     async fn keepalive_stall_sends_comments() {
         let fake = FakeModel::start().unwrap();
-        let resp = reqwest::Client::new()
-            .post(format!("{}/chat/completions", fake.base_url()))
-            .json(&chat("[[fake:stall-ka:1.5]]", true))
-            .send()
-            .await
-            .unwrap();
+        let resp = post_chat(&fake, "[[fake:stall-ka:1.5]]", true).await;
         let text = sse_text(resp).await;
         assert_eq!(text.matches(": keep-alive").count(), 2, "{text}");
         assert!(text.contains("resumed."));
