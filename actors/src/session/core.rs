@@ -155,9 +155,10 @@ pub struct SessionCore {
     running_tools: HashMap<String, String>,
     waiting_on_person: HashSet<String>,
     todos: Vec<Todo>,
-    roles: HashMap<String, Role>,
-    role_order: VecDeque<String>,
-    own_messages: HashSet<String>,
+    /// Keyed by [`message_key`] (a hash of the id): a few bytes per remembered message.
+    roles: HashMap<u64, Role>,
+    role_order: VecDeque<u64>,
+    own_messages: HashSet<u64>,
     turn: Option<TurnSettings>,
     last_assistant: Option<String>,
     attempts: u32,
@@ -316,7 +317,8 @@ impl SessionCore {
             return Vec::new(); // the same message, re-emitted
         }
         self.empty_finishes.push_back((message_id.to_string(), now.mono));
-        if self.empty_finishes.len() < self.cfg.loops.runaway_count || self.recovering.is_some() || self.pause.is_some() {
+        if self.empty_finishes.len() < self.cfg.loops.runaway_count || self.recovering.is_some() || self.pause.is_some()
+        {
             return Vec::new();
         }
         self.empty_finishes.clear();
@@ -650,7 +652,9 @@ impl SessionCore {
             Event::SessionError { error, .. } if error.is_abort() => self.on_abort_seen(None, now, &mut out),
             Event::MessageUpdated(m) => self.on_message(m, now, &mut out),
             Event::PartUpdated(p) => self.on_part(p, now, &mut out),
-            Event::PartDelta { message_id, .. } if !self.own_messages.contains(message_id) => self.activity(now),
+            Event::PartDelta { message_id, .. } if !self.own_messages.contains(&message_key(message_id)) => {
+                self.activity(now)
+            }
             Event::TodoUpdated { todos, .. } => {
                 self.activity(now);
                 if followup::snapshot(todos) != followup::snapshot(&self.todos) {
@@ -770,15 +774,16 @@ impl SessionCore {
     }
 
     fn on_part(&mut self, p: &Part, now: Now, out: &mut Vec<Effect>) {
-        if self.own_messages.contains(&p.message_id) {
+        let msg = message_key(&p.message_id);
+        if self.own_messages.contains(&msg) {
             return;
         }
         match &p.kind {
             PartKind::Text { shepherd: Some(_), .. } => {
                 // Ours (this instance or another): neither activity nor the person.
-                self.own_messages.insert(p.message_id.clone());
+                self.own_messages.insert(msg);
             }
-            PartKind::Text { synthetic, ignored, text, .. } if self.roles.get(&p.message_id) == Some(&Role::User) => {
+            PartKind::Text { synthetic, ignored, text, .. } if self.roles.get(&msg) == Some(&Role::User) => {
                 self.activity(now);
                 // OpenCode's notice that a background child ended: not an orphan.
                 self.orphan_due.retain(|child, _| !text.contains(&format!("<task id=\"{child}\"")));
@@ -873,8 +878,9 @@ impl SessionCore {
     }
 
     fn remember_role(&mut self, message_id: &str, role: Role) {
-        if self.roles.insert(message_id.to_string(), role).is_none() {
-            self.role_order.push_back(message_id.to_string());
+        let key = message_key(message_id);
+        if self.roles.insert(key, role).is_none() {
+            self.role_order.push_back(key);
             if self.role_order.len() > ROLE_MEMORY {
                 if let Some(old) = self.role_order.pop_front() {
                     self.roles.remove(&old);
@@ -1237,6 +1243,14 @@ impl SessionCore {
             at_ms: now.wall_ms,
         })
     }
+}
+
+/// A message id as a 64-bit hash: the role memory needs identity, not the text.
+fn message_key(id: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
 }
 
 fn status_name(s: crate::event::TodoStatus) -> &'static str {
@@ -1995,18 +2009,36 @@ mod tests {
         b.busy(0);
         for i in 0..4 {
             assert!(!recovers(&empty_finish(&mut b, 100 + i * 300, &format!("m{i}"))));
-            assert!(!recovers(&empty_finish(&mut b, 101 + i * 300, &format!("m{i}"))), "a re-emitted message counts once");
+            assert!(
+                !recovers(&empty_finish(&mut b, 101 + i * 300, &format!("m{i}"))),
+                "a re-emitted message counts once"
+            );
         }
         let effects = empty_finish(&mut b, 1_300, "m4");
-        let order = effects.iter().find_map(|e| match e { Effect::Recover(o) => Some(o.clone()), _ => None }).expect("abort");
+        let order = effects
+            .iter()
+            .find_map(|e| match e {
+                Effect::Recover(o) => Some(o.clone()),
+                _ => None,
+            })
+            .expect("abort");
         assert!(order.continue_after);
-        b.core.on_recovery_finished(&RecoveryReport::Continued { idle_after_ms: Some(10), open_todos: 0, compacted: None }, b.at_ms(2_000));
+        b.core.on_recovery_finished(
+            &RecoveryReport::Continued { idle_after_ms: Some(10), open_todos: 0, compacted: None },
+            b.at_ms(2_000),
+        );
         b.busy(3);
         let mut last = Vec::new();
         for i in 0..5 {
             last = empty_finish(&mut b, 3_000 + i * 300, &format!("n{i}"));
         }
-        let order = last.iter().find_map(|e| match e { Effect::Recover(o) => Some(o.clone()), _ => None }).expect("abort");
+        let order = last
+            .iter()
+            .find_map(|e| match e {
+                Effect::Recover(o) => Some(o.clone()),
+                _ => None,
+            })
+            .expect("abort");
         assert!(!order.continue_after, "it came back: abort and stop");
         assert_eq!(b.core.pause(), Some(Pause::GaveUp));
     }
