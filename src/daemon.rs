@@ -70,6 +70,8 @@ impl Daemon {
                 name: server.name.clone(),
                 engine: Arc::new(client),
                 list_limit: server.list_limit,
+                retry_initial: server.reconnect_initial,
+                retry_max: server.reconnect_max,
             });
             let pump = EventPump::new(server.clone(), auth, supervisor.clone());
             pump_stats.push((server.name.clone(), pump.stats()));

@@ -117,7 +117,13 @@ fn world_with_ledger(
     let supervisor =
         Supervisor::new(Arc::new(cfg.into()), SupervisorConfig::default(), ledger, clock, journal, "test".into())
             .start();
-    supervisor.do_send(AttachServer { name: "srv".into(), engine: engine.clone(), list_limit: 10 });
+    supervisor.do_send(AttachServer {
+        name: "srv".into(),
+        engine: engine.clone(),
+        list_limit: 10,
+        retry_initial: Duration::from_millis(250),
+        retry_max: Duration::from_secs(30),
+    });
     World { engine, supervisor, records }
 }
 

@@ -29,6 +29,11 @@ use crate::session::{Observe, SessionActor, SessionEnv};
 struct Server {
     env: SessionEnv,
     list_limit: u32,
+    /// A failed reconciliation is retried after this long, doubling up to `retry_max`
+    /// (a freshly restarted OpenCode may not answer REST yet while its stream does).
+    retry_initial: Duration,
+    retry_max: Duration,
+    retry_next: Duration,
     directories: HashSet<String>,
     connected: bool,
     reconciled: bool,
@@ -193,6 +198,7 @@ impl Supervisor {
     }
 
     fn apply_reconciliation(&mut self, r: Reconciled, ctx: &mut Context<Self>) {
+        let mut failed = r.listed.is_err();
         let infos: HashMap<String, SessionInfo> = match r.listed {
             Ok(list) => list.into_iter().map(|i| (i.id.clone(), i)).collect(),
             Err(e) => {
@@ -207,6 +213,7 @@ impl Supervisor {
                 Ok(map) => map,
                 Err(e) => {
                     tracing::warn!(server = %r.server, directory = %dir, error = %e, "reconcile: could not read statuses");
+                    failed = true;
                     continue;
                 }
             };
@@ -242,6 +249,16 @@ impl Supervisor {
             }
         }
         if let Some(srv) = self.servers.get_mut(&r.server) {
+            if failed {
+                // Try again soon (what was read is applied; the rest is not lost).
+                let delay = srv.retry_next;
+                srv.retry_next = (srv.retry_next * 2).min(srv.retry_max);
+                let (server, after_connect) = (r.server.clone(), r.after_connect);
+                tracing::info!(server = %server, retry_in_ms = delay.as_millis() as u64, "reconcile incomplete; retrying");
+                ctx.run_later(delay, move |act, ctx| act.reconcile(&server, after_connect, ctx));
+                return;
+            }
+            srv.retry_next = srv.retry_initial;
             srv.reconciled = true;
         }
         tracing::info!(server = %r.server, directories = checked_dirs.len(), busy = busy_ids.len(), "reconciled after stream connect");
@@ -327,6 +344,9 @@ pub struct AttachServer {
     pub name: String,
     pub engine: Arc<dyn Engine>,
     pub list_limit: u32,
+    /// Back-off of a failed reconciliation (the server's reconnect back-off).
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
 }
 
 impl Handler<AttachServer> for Supervisor {
@@ -348,6 +368,9 @@ impl Handler<AttachServer> for Supervisor {
             Server {
                 env,
                 list_limit: msg.list_limit,
+                retry_initial: msg.retry_initial,
+                retry_max: msg.retry_max,
+                retry_next: msg.retry_initial,
                 directories: HashSet::new(),
                 connected: false,
                 reconciled: false,
