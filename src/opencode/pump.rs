@@ -101,7 +101,12 @@ impl EventPump {
         if let Some(c) = &self.auth {
             rb = rb.basic_auth(&c.username, Some(&c.password));
         }
-        let resp = rb.send().await.map_err(|e| format!("connect: {e}"))?;
+        // A server that is still booting may accept the connection and never answer:
+        // bound the wait for the response headers by the REST timeout, then retry.
+        let resp = tokio::time::timeout(self.server.request_timeout, rb.send())
+            .await
+            .map_err(|_| format!("no response headers within {:?}", self.server.request_timeout))?
+            .map_err(|e| format!("connect: {e}"))?;
         if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
             return Err("401 unauthorized: check the server's password (password_env)".into());
         }
