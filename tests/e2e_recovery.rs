@@ -281,7 +281,7 @@ async fn a_wrong_password_keeps_the_daemon_running_and_the_server_unready() -> a
 async fn a_turn_cut_off_by_an_opencode_crash_is_continued_once_after_the_restart() -> anyhow::Result<()> {
     let recovery = shepherd_actors::config::RecoveryConfig {
         continue_message: "[[fake:ok]] The server restarted under you; please continue.".into(),
-        stall_timeout: Duration::from_secs(30), // the stall path must not be what acts here
+        stall_timeout: Duration::from_secs(90), // the stall path must not be what acts here
         ..fast_recovery()
     };
     let mut rig = Rig::start(recovery).await?;
@@ -296,7 +296,7 @@ async fn a_turn_cut_off_by_an_opencode_crash_is_continued_once_after_the_restart
     rig.opencode.kill(); // a crash: no terminal events at all
     rig.opencode.respawn().await?;
 
-    rig.wait_record(&id, Action::Recover, Outcome::Done, PATIENCE).await?;
+    rig.wait_record(&id, Action::Recover, Outcome::Done, Duration::from_secs(75)).await?;
     rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
     shepherd::testbed::client::wait_for("the continued turn to finish", PATIENCE, || async {
         rig.client.last_assistant(&id).await.map(|m| m.is_some_and(|m| m.finish() == Some("stop")))

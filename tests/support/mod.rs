@@ -90,6 +90,8 @@ impl Rig {
             ..Config::default()
         };
         cfg.control.enabled = false;
+        // Tests restart servers: reconnect within seconds, not the production 30 s cap.
+        cfg.servers[0].reconnect_max = Duration::from_secs(2);
         // Never the user's own ledger; tests that need persistence set a temp path.
         cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
         configure(&mut cfg);
