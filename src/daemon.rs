@@ -51,6 +51,7 @@ impl Daemon {
             journal.clone(),
             instance.clone(),
         )
+        .with_workspace(Arc::new(crate::workspace::GitWorkspace))
         .start();
         // Before the pumps: a control port already taken fails start-up with nothing running.
         let control =

@@ -12,3 +12,4 @@ pub mod logging;
 pub mod opencode;
 pub mod store;
 pub mod testbed;
+pub mod workspace;

@@ -40,6 +40,9 @@ enum Command {
     /// Send a prompt to a session through the running daemon (template variables such
     /// as {pending}, {total}, {todoList} are rendered).
     Prompt(PromptArgs),
+    /// Hand a session over to a fresh one now, show where its hand-off stands
+    /// (`--status`), or restore a stored snapshot (`--resume ID`).
+    Handoff(HandoffArgs),
 }
 
 /// Where the running daemon's control API is: the same configuration `run` reads.
@@ -82,6 +85,21 @@ struct PromptArgs {
     /// Append a short summary of the session's state.
     #[arg(long)]
     with_summary: bool,
+    #[command(flatten)]
+    daemon: DaemonArgs,
+}
+
+#[derive(Args, Clone)]
+struct HandoffArgs {
+    /// The session id (`ses_…`); not needed with `--resume`.
+    #[arg(required_unless_present = "resume")]
+    session: Option<String>,
+    /// Only show where the session's hand-off stands.
+    #[arg(long, conflicts_with = "resume")]
+    status: bool,
+    /// Restore this stored snapshot (`hf_…`) into a fresh session.
+    #[arg(long, value_name = "ID")]
+    resume: Option<String>,
     #[command(flatten)]
     daemon: DaemonArgs,
 }
@@ -194,6 +212,7 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Sessions(args) => client_runtime()?.block_on(sessions(args)),
         Command::Prompt(args) => client_runtime()?.block_on(prompt(args)),
+        Command::Handoff(args) => client_runtime()?.block_on(handoff(args)),
     }
 }
 
@@ -232,6 +251,25 @@ async fn prompt(args: PromptArgs) -> anyhow::Result<()> {
         );
     }
     println!("sent to {}:\n{}", args.session, reply.message);
+    Ok(())
+}
+
+async fn handoff(args: HandoffArgs) -> anyhow::Result<()> {
+    let client = args.daemon.client()?;
+    let (what, view) = match (&args.resume, &args.session) {
+        (Some(snapshot), _) => ("resuming", client.resume_handoff(snapshot).await?),
+        (None, Some(session)) if args.status => ("status", client.handoff_status(session).await?),
+        (None, Some(session)) => ("started", client.handoff(session).await?),
+        (None, None) => anyhow::bail!("a session id or --resume ID is needed"),
+    };
+    println!("hand-off {what}: phase {}", view.phase);
+    for (label, value) in
+        [("id", &view.id), ("new session", &view.new_session), ("continues", &view.from), ("why", &view.reason)]
+    {
+        if let Some(v) = value {
+            println!("  {label}: {v}");
+        }
+    }
     Ok(())
 }
 

@@ -11,7 +11,8 @@ use shepherd::store::{open_ledger, SqliteLedger};
 use shepherd_actors::config::{StoreBackend, StoreConfig};
 use shepherd_actors::event::{Todo, TodoStatus};
 use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
-use shepherd_actors::ledger::{DurableState, Ledger, LedgerError};
+use shepherd_actors::ledger::{Claim, DurableState, HandoffMemory, Ledger, LedgerError, Snapshot, SnapshotStore};
+use shepherd_actors::ports::TurnSettings;
 
 fn state(attempts: u32) -> DurableState {
     DurableState {
@@ -31,6 +32,16 @@ fn state(attempts: u32) -> DurableState {
         interrupted_continued: Some("msg_1".into()),
         last_action: Some("nudge".into()),
         last_action_ms: Some(1_700_000_000_500),
+        handoff: HandoffMemory {
+            phase: "handing_over".into(),
+            id: Some("hf_a_1".into()),
+            mode: Some("fresh".into()),
+            new_session: None,
+            reason: Some("past handoff.prepare".into()),
+            abort_first: true,
+            started_ms: Some(1_700_000_000_600),
+        },
+        handoff_from: Some("ses_older".into()),
     }
 }
 
@@ -308,4 +319,56 @@ fn shepherd_history_says_so_when_there_is_none_and_creates_no_ledger() {
     let out = shepherd(dir.path(), &["history", "ses_nobody", "--set", "store.backend=memory"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("store.backend is \"memory\""));
+}
+
+fn snapshot(id: &str, created_ms: i64, text: &str) -> Snapshot {
+    Snapshot::seal(
+        id.into(),
+        "local".into(),
+        "ses_old".into(),
+        Some("/repo".into()),
+        Some("refactor".into()),
+        created_ms,
+        &TurnSettings { agent: Some("build".into()), model: None },
+        text.into(),
+    )
+}
+
+#[tokio::test]
+async fn a_hand_off_snapshot_survives_a_restart_keeps_a_readable_copy_and_is_restored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    let readable = {
+        let before = SqliteLedger::open(&path).unwrap();
+        before.save_snapshot(&snapshot("hf_1", 10, "# Continuation\n\nobjective")).await.unwrap().unwrap()
+    };
+    assert_eq!(std::fs::read_to_string(&readable).unwrap(), "# Continuation\n\nobjective", "{readable}");
+    let after = SqliteLedger::open(&path).unwrap();
+    let back = after.snapshot("hf_1").await.unwrap().unwrap().unwrap();
+    assert!(back.is_intact());
+    assert_eq!(after.claim("hf_1", "ses_new").await.unwrap(), Claim::Granted);
+    assert_eq!(after.claim("hf_1", "ses_new").await.unwrap(), Claim::Granted, "idempotent for the same session");
+    assert_eq!(after.claim("hf_1", "ses_other").await.unwrap(), Claim::Taken { by: "ses_new".into() });
+}
+
+#[tokio::test]
+async fn a_torn_or_corrupt_snapshot_falls_back_to_the_previous_intact_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    let ledger = SqliteLedger::open(&path).unwrap();
+    ledger.save_snapshot(&snapshot("hf_old", 10, "older continuation")).await.unwrap();
+    ledger.save_snapshot(&snapshot("hf_new", 20, "newer continuation")).await.unwrap();
+    let newest = Snapshot::newest_intact(ledger.snapshots("local", "ses_old").await.unwrap()).unwrap();
+    assert_eq!(newest.id, "hf_new");
+    // Altered text (the checksum no longer verifies), then a torn row (not even JSON).
+    tamper(
+        &path,
+        "UPDATE handoff_snapshot SET snapshot_json = replace(snapshot_json, 'newer', 'forged') WHERE id = 'hf_new'",
+    );
+    let newest = Snapshot::newest_intact(ledger.snapshots("local", "ses_old").await.unwrap()).unwrap();
+    assert_eq!(newest.id, "hf_old", "the altered snapshot does not verify");
+    tamper(&path, "UPDATE handoff_snapshot SET snapshot_json = '{\"version\": 1, \"id\"' WHERE id = 'hf_new'");
+    let all = ledger.snapshots("local", "ses_old").await.unwrap();
+    assert!(matches!(&all[0], Err(LedgerError::Corrupt(m)) if m.contains("hf_new")), "{all:?}");
+    assert_eq!(Snapshot::newest_intact(all).unwrap().id, "hf_old");
 }

@@ -317,19 +317,107 @@ impl Default for CompactionConfig {
     }
 }
 
-/// Hand-off thresholds (shares of the window). The hand-off itself is not built yet;
-/// `hard` already gates follow-up prompts: past it, Shepherd compacts first.
+/// The hand-off ("rollover"): before a session's window fills, its work moves to a
+/// fresh session that receives a continuation built from structured state. Thresholds
+/// are shares of the window (see [`CompactionConfig`] for their order).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct HandoffConfig {
+    /// Off: the thresholds still order compaction, and `hard` still gates prompts.
+    pub enabled: bool,
+    pub mode: HandoffMode,
+    /// Past this share: one short note asks the model to keep its todos current.
     pub soft: f64,
+    /// Past this share: hand off at the end of the current turn.
     pub prepare: f64,
+    /// Past this share mid-turn: hand off after at most `drain`, aborting the turn if it
+    /// has not ended. Follow-up prompts past it wait behind a compaction or hand-off.
     pub hard: f64,
+    /// How long a turn past `hard` may go on before the hand-off aborts it.
+    #[serde(with = "duration_str")]
+    pub drain: Duration,
+    /// The continuation's budget (≈ 4 characters a token); sections are trimmed by
+    /// priority, never the objective or the resume protocol.
+    pub max_continuation_tokens: u32,
+    /// How many of the session's latest messages the continuation is built from.
+    pub history_messages: u32,
+    /// Ask the model itself (in a fork of the session) for objective, status,
+    /// decisions and next steps.
+    pub ask_model: bool,
+    /// How long that question may take.
+    #[serde(with = "duration_str")]
+    pub question_timeout: Duration,
+    /// The `noReply` note sent once past `soft`.
+    pub soft_message: String,
+    /// The question asked in the fork.
+    pub question_message: String,
+    /// The prompt that starts the fresh session's work after the continuation.
+    pub resume_message: String,
+    /// Regular expressions whose matches are replaced by `[REDACTED]` in the
+    /// continuation (API keys, tokens, passwords in tool output).
+    pub redact_patterns: Vec<String>,
+}
+
+/// What a hand-off does with the continuation.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum HandoffMode {
+    /// A new session in the same directory receives it; the old one is left untouched.
+    Fresh,
+    /// The same session is compacted and receives it.
+    Compact,
+    /// Persisted and reported; a person resumes it (`shepherd handoff --resume ID`).
+    Manual,
+}
+
+impl HandoffMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandoffMode::Fresh => "fresh",
+            HandoffMode::Compact => "compact",
+            HandoffMode::Manual => "manual",
+        }
+    }
 }
 
 impl Default for HandoffConfig {
     fn default() -> Self {
-        Self { soft: 0.75, prepare: 0.8, hard: 0.88 }
+        Self {
+            enabled: true,
+            mode: HandoffMode::Fresh,
+            soft: 0.75,
+            prepare: 0.8,
+            hard: 0.88,
+            drain: Duration::from_secs(2 * 60),
+            max_continuation_tokens: 6000,
+            history_messages: 200,
+            ask_model: true,
+            question_timeout: Duration::from_secs(90),
+            soft_message: "[Shepherd] Your context window is filling up ({percent}% used). Keep your todo list \
+                           current and finish the step you are on cleanly: your work may soon continue in a \
+                           fresh session that starts from your todos and a summary."
+                .to_string(),
+            question_message: "[Shepherd] Your work is about to move to a fresh session. In at most 300 words, \
+                               for your successor: 1. OBJECTIVE - what the user wants. 2. STATUS - what is done \
+                               and verified. 3. DECISIONS - choices made and why. 4. NEXT STEPS - what to do \
+                               next, in order. Do not call tools."
+                .to_string(),
+            resume_message: "[Shepherd] You are continuing work handed over from session {previousSession}, \
+                             whose context window was full. The message above is the continuation: the \
+                             objective, todos, files and state. Re-read the files you need, re-create the \
+                             open todos with your todo tool, and carry on with the next step. Do not redo \
+                             finished work."
+                .to_string(),
+            redact_patterns: vec![
+                r"sk-[A-Za-z0-9_\-]{16,}".to_string(),
+                r"gh[pousr]_[A-Za-z0-9]{20,}".to_string(),
+                r"AKIA[0-9A-Z]{16}".to_string(),
+                r"xox[baprs]-[A-Za-z0-9-]{10,}".to_string(),
+                r"(?i)bearer\s+[A-Za-z0-9._~+/=-]{16,}".to_string(),
+                r"(?i)\b(password|passwd|secret|api[_-]?key|token)\b\s*[:=]\s*\S+".to_string(),
+                r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)".to_string(),
+            ],
+        }
     }
 }
 
@@ -441,6 +529,8 @@ pub struct SessionRules {
     pub handoff: HandoffConfig,
     /// `context.error_patterns`, compiled (validated at start-up).
     pub error_patterns: Vec<regex::Regex>,
+    /// `handoff.redact_patterns`, compiled (validated at start-up).
+    pub redactions: Vec<regex::Regex>,
     pub loops: LoopsConfig,
 }
 
@@ -454,6 +544,7 @@ impl Config {
             compaction: self.compaction.clone(),
             handoff: self.handoff.clone(),
             error_patterns: self.context.error_patterns.iter().filter_map(|p| regex::Regex::new(p).ok()).collect(),
+            redactions: self.handoff.redact_patterns.iter().filter_map(|p| regex::Regex::new(p).ok()).collect(),
             loops: self.loops.clone(),
         }
     }
@@ -521,6 +612,30 @@ impl Config {
             }
             if i > 0 && *v <= shares[i - 1].1 {
                 return Err(bad(key, &format!("must be above {} ({})", shares[i - 1].0, shares[i - 1].1)));
+            }
+        }
+        let h = &self.handoff;
+        if h.max_continuation_tokens < 500 {
+            return Err(bad("handoff.max_continuation_tokens", "must be at least 500"));
+        }
+        if h.history_messages == 0 {
+            return Err(bad("handoff.history_messages", "must be at least 1"));
+        }
+        if h.question_timeout.is_zero() {
+            return Err(bad("handoff.question_timeout", "must be greater than zero"));
+        }
+        for (key, text) in [
+            ("handoff.soft_message", &h.soft_message),
+            ("handoff.question_message", &h.question_message),
+            ("handoff.resume_message", &h.resume_message),
+        ] {
+            if text.trim().is_empty() {
+                return Err(bad(key, "must not be empty"));
+            }
+        }
+        for (i, p) in h.redact_patterns.iter().enumerate() {
+            if let Err(e) = regex::Regex::new(p) {
+                return Err(bad(&format!("handoff.redact_patterns[{i}]"), &format!("not a regular expression: {e}")));
             }
         }
         for (i, p) in self.context.error_patterns.iter().enumerate() {

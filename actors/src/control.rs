@@ -28,7 +28,45 @@ pub struct SessionDetail {
     pub context_percent: Option<f64>,
     pub compacting: bool,
     pub last_action: Option<ActionRecord>,
+    pub handoff: HandoffView,
 }
+
+/// Where a session's hand-off stands.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HandoffView {
+    /// `monitoring`, `preparing`, `ready`, `persisting`, `handing_over`, `resuming`,
+    /// `completed`, `failed` or `awaiting_manual`.
+    pub phase: String,
+    /// The hand-off (and snapshot) id.
+    pub id: Option<String>,
+    /// The fresh session the work moved to.
+    pub new_session: Option<String>,
+    /// This session continues the work of that one.
+    pub from: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl HandoffView {
+    pub fn of(r: &crate::session::handoff::Rollover) -> HandoffView {
+        HandoffView {
+            phase: r.phase().as_str().to_string(),
+            id: r.id().map(str::to_string),
+            new_session: r.new_session().map(str::to_string),
+            from: r.from().map(str::to_string),
+            reason: r.reason().map(str::to_string),
+        }
+    }
+}
+
+/// Hand a session over to a fresh one now (`POST /v1/sessions/{id}/handoff`).
+#[derive(Message)]
+#[rtype(result = "Result<HandoffView, ControlError>")]
+pub struct StartHandoff(pub String);
+
+/// Restore a stored snapshot into a fresh session (`POST /v1/handoffs/{id}/resume`).
+#[derive(Message)]
+#[rtype(result = "Result<HandoffView, ControlError>")]
+pub struct ResumeHandoff(pub String);
 
 /// `POST /v1/sessions/{id}/prompt` body.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +111,11 @@ pub enum ControlError {
     BadRequest { field: String, reason: String },
     #[error("shepherd is shutting down")]
     ShuttingDown,
+    /// The request conflicts with what is under way (e.g. a hand-off already running).
+    #[error("{0}")]
+    Conflict(String),
+    #[error("unknown hand-off snapshot: {0}")]
+    UnknownSnapshot(String),
 }
 
 /// Every tracked session.

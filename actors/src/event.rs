@@ -162,6 +162,34 @@ pub struct SessionInfo {
     pub title: Option<String>,
     #[serde(default)]
     pub time: Times,
+    /// Free-form metadata given at creation; Shepherd marks the sessions it creates.
+    #[serde(default)]
+    pub metadata: Option<SessionMetadata>,
+}
+
+impl SessionInfo {
+    /// The session Shepherd handed over to this one, if it was created by a hand-off.
+    pub fn handoff_from(&self) -> Option<&str> {
+        self.metadata.as_ref()?.shepherd.as_ref()?.handoff_from.as_deref()
+    }
+}
+
+/// `Session.metadata`: only Shepherd's own marks are read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct SessionMetadata {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shepherd: Option<ShepherdSessionMark>,
+}
+
+/// What Shepherd writes into the metadata of a session it creates.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct ShepherdSessionMark {
+    /// The session whose work this one continues.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff_from: Option<String>,
+    /// The hand-off (snapshot) id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<String>,
 }
 
 /// Epoch-millisecond timestamps carried by sessions and messages.
@@ -564,7 +592,8 @@ mod tests {
 
     #[test]
     fn sync_duplicates_are_recognised_cheaply_in_either_spelling() {
-        let compact = r#"{"directory":"/p","payload":{"type":"sync","syncEvent":{"type":"message.updated.1","data":{}}}}"#;
+        let compact =
+            r#"{"directory":"/p","payload":{"type":"sync","syncEvent":{"type":"message.updated.1","data":{}}}}"#;
         assert_eq!(decode(compact).unwrap().event, Event::Sync);
         let spaced = r#"{"directory": "/p", "payload": {"type": "sync", "syncEvent": {}}}"#;
         assert_eq!(decode(spaced).unwrap().event, Event::Sync);

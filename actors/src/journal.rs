@@ -37,6 +37,10 @@ pub enum Action {
     Prompt,
     /// A compaction (`POST /summarize`).
     Compact,
+    /// A note to the model that needs no reply (`noReply`), e.g. the hand-off's soft note.
+    Note,
+    /// A hand-off phase: the work of a filling session moves to a fresh one.
+    Handoff,
 }
 
 impl Action {
@@ -54,6 +58,8 @@ impl Action {
             Action::Review => "review",
             Action::Prompt => "prompt",
             Action::Compact => "compact",
+            Action::Note => "note",
+            Action::Handoff => "handoff",
         }
     }
 }
@@ -113,6 +119,9 @@ pub struct Numbers {
     /// How long the session took to go idle after Shepherd's abort.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub abort_to_idle_ms: Option<u64>,
+    /// The hand-off phase this record enters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
 }
 
 /// One decision about one session.

@@ -35,6 +35,10 @@ pub struct DurableState {
     pub interrupted_continued: Option<String>,
     pub last_action: Option<String>,
     pub last_action_ms: Option<i64>,
+    /// The hand-off of this session (phase, id, the fresh session).
+    pub handoff: HandoffMemory,
+    /// This session was created by a hand-off from that one.
+    pub handoff_from: Option<String>,
 }
 
 /// Why the ledger could not be read or written. Shepherd keeps running on errors
@@ -47,9 +51,9 @@ pub enum LedgerError {
     Corrupt(String),
 }
 
-/// Durable per-session state and the action journal.
+/// Durable per-session state, the action journal and hand-off snapshots.
 #[async_trait]
-pub trait Ledger: Send + Sync + 'static {
+pub trait Ledger: SnapshotStore {
     async fn load(&self, server: &str, session: &str) -> Result<Option<DurableState>, LedgerError>;
     async fn save(&self, server: &str, session: &str, state: &DurableState) -> Result<(), LedgerError>;
     async fn append(&self, record: &ActionRecord) -> Result<(), LedgerError>;
@@ -62,6 +66,47 @@ pub trait Ledger: Send + Sync + 'static {
 pub struct MemoryLedger {
     states: Mutex<HashMap<(String, String), DurableState>>,
     journal: Mutex<Vec<ActionRecord>>,
+    /// Snapshots in the order written, with the session that claimed each.
+    snapshots: Mutex<Vec<(Snapshot, Option<String>)>>,
+}
+
+#[async_trait]
+impl SnapshotStore for MemoryLedger {
+    async fn save_snapshot(&self, snapshot: &Snapshot) -> Result<Option<String>, LedgerError> {
+        let mut all = self.snapshots.lock().map_err(|e| LedgerError::Storage(e.to_string()))?;
+        all.retain(|(s, _)| s.id != snapshot.id);
+        all.push((snapshot.clone(), None));
+        Ok(None)
+    }
+
+    async fn snapshots(&self, server: &str, session: &str) -> Result<Vec<Result<Snapshot, LedgerError>>, LedgerError> {
+        let all = self.snapshots.lock().map_err(|e| LedgerError::Storage(e.to_string()))?;
+        Ok(all
+            .iter()
+            .rev()
+            .filter(|(s, _)| s.server == server && s.session == session)
+            .map(|(s, _)| Ok(s.clone()))
+            .collect())
+    }
+
+    async fn snapshot(&self, id: &str) -> Result<Option<Result<Snapshot, LedgerError>>, LedgerError> {
+        let all = self.snapshots.lock().map_err(|e| LedgerError::Storage(e.to_string()))?;
+        Ok(all.iter().find(|(s, _)| s.id == id).map(|(s, _)| Ok(s.clone())))
+    }
+
+    async fn claim(&self, id: &str, session: &str) -> Result<Claim, LedgerError> {
+        let mut all = self.snapshots.lock().map_err(|e| LedgerError::Storage(e.to_string()))?;
+        let Some((_, claimed)) = all.iter_mut().find(|(s, _)| s.id == id) else {
+            return Err(LedgerError::Storage(format!("no snapshot {id}")));
+        };
+        match claimed {
+            Some(by) if by != session => Ok(Claim::Taken { by: by.clone() }),
+            _ => {
+                *claimed = Some(session.to_string());
+                Ok(Claim::Granted)
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -88,4 +133,133 @@ impl Ledger for MemoryLedger {
         let skip = all.len().saturating_sub(limit as usize);
         Ok(all.into_iter().skip(skip).collect())
     }
+}
+
+/// A hand-off as the ledger remembers it: enough to resume it after a crash, and to
+/// link the old session to the new one in status and history.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HandoffMemory {
+    /// The phase name (`monitoring`, `preparing`, `ready`, `persisting`, …).
+    pub phase: String,
+    /// The hand-off id (also the snapshot's id).
+    pub id: Option<String>,
+    pub mode: Option<String>,
+    /// The fresh session the work moved to.
+    pub new_session: Option<String>,
+    /// Why it started, or why it failed / waits for a person.
+    pub reason: Option<String>,
+    /// The turn is to be aborted first (a hard-threshold drain that ran out).
+    pub abort_first: bool,
+    pub started_ms: Option<i64>,
+}
+
+/// The version of [`Snapshot`] this Shepherd writes and reads.
+pub const SNAPSHOT_VERSION: u32 = 1;
+
+/// A persisted continuation: what a fresh session needs to carry on the work. Written
+/// once per hand-off; restored once (the claim).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub version: u32,
+    pub id: String,
+    pub server: String,
+    pub session: String,
+    pub directory: Option<String>,
+    pub title: Option<String>,
+    pub created_ms: i64,
+    /// Agent and model the old session's last turn used (the resume prompt repeats them).
+    pub agent: Option<String>,
+    pub model: Option<crate::event::ModelRef>,
+    /// The continuation, in Markdown.
+    pub continuation: String,
+    /// SHA-256 (hex) of everything above: a torn or altered snapshot does not verify.
+    pub checksum: String,
+}
+
+impl Snapshot {
+    /// Builds a snapshot and seals it with its checksum.
+    #[allow(clippy::too_many_arguments)]
+    pub fn seal(
+        id: String,
+        server: String,
+        session: String,
+        directory: Option<String>,
+        title: Option<String>,
+        created_ms: i64,
+        turn: &crate::ports::TurnSettings,
+        continuation: String,
+    ) -> Snapshot {
+        let mut s = Snapshot {
+            version: SNAPSHOT_VERSION,
+            id,
+            server,
+            session,
+            directory,
+            title,
+            created_ms,
+            agent: turn.agent.clone(),
+            model: turn.model.clone(),
+            continuation,
+            checksum: String::new(),
+        };
+        s.checksum = s.digest();
+        s
+    }
+
+    /// Is it whole and of a version this Shepherd reads?
+    pub fn is_intact(&self) -> bool {
+        self.version == SNAPSHOT_VERSION && self.checksum == self.digest()
+    }
+
+    fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        let model = self.model.as_ref().map(|m| format!("{}/{}", m.provider_id, m.model_id));
+        for field in [
+            Some(self.version.to_string()),
+            Some(self.id.clone()),
+            Some(self.server.clone()),
+            Some(self.session.clone()),
+            self.directory.clone(),
+            self.title.clone(),
+            Some(self.created_ms.to_string()),
+            self.agent.clone(),
+            model,
+            Some(self.continuation.clone()),
+        ] {
+            // Length-prefixed, so no two field lists hash alike.
+            let f = field.unwrap_or_default();
+            h.update((f.len() as u64).to_le_bytes());
+            h.update(f.as_bytes());
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The newest intact snapshot of a list (newest first), skipping torn or corrupt ones.
+    pub fn newest_intact(stored: Vec<Result<Snapshot, LedgerError>>) -> Option<Snapshot> {
+        stored.into_iter().filter_map(Result::ok).find(Snapshot::is_intact)
+    }
+}
+
+/// The outcome of claiming a snapshot for a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This session holds the claim (first claim, or the same session again).
+    Granted,
+    /// Another session restored it already.
+    Taken { by: String },
+}
+
+/// Where hand-off snapshots are kept: beside the ledger.
+#[async_trait]
+pub trait SnapshotStore: Send + Sync + 'static {
+    /// Stores a snapshot (and, on disk, a readable `.md`, whose path is returned).
+    async fn save_snapshot(&self, snapshot: &Snapshot) -> Result<Option<String>, LedgerError>;
+    /// The snapshots of one session, newest first; unreadable rows are `Err`.
+    async fn snapshots(&self, server: &str, session: &str) -> Result<Vec<Result<Snapshot, LedgerError>>, LedgerError>;
+    /// One snapshot by id.
+    async fn snapshot(&self, id: &str) -> Result<Option<Result<Snapshot, LedgerError>>, LedgerError>;
+    /// Claims a snapshot for the session it is restored into; idempotent per session.
+    async fn claim(&self, id: &str, session: &str) -> Result<Claim, LedgerError>;
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use serde::Serialize;
 
-use crate::event::{ModelRef, SessionInfo, ShepherdTag, Status, Todo};
+use crate::event::{ModelRef, Role, SessionInfo, ShepherdSessionMark, ShepherdTag, Status, Todo, ToolStatus};
 
 /// What went wrong talking to OpenCode. Callers branch on the kind: a session that no
 /// longer exists is not retried, an unreachable server is.
@@ -40,6 +40,93 @@ pub struct Prompt {
     pub text: String,
     pub tag: ShepherdTag,
     pub turn: TurnSettings,
+    /// Store the message without a model call (`noReply`): a note for the next turn.
+    pub no_reply: bool,
+}
+
+/// One message of a session's history, as a hand-off's continuation needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryMessage {
+    pub id: String,
+    pub role: Role,
+    pub agent: Option<String>,
+    /// The message's error name, if it ended with one.
+    pub error: Option<String>,
+    /// A compaction summary written by OpenCode.
+    pub summary: bool,
+    pub parts: Vec<HistoryPart>,
+}
+
+/// One part of a [`HistoryMessage`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum HistoryPart {
+    Text {
+        text: String,
+        synthetic: bool,
+        ignored: bool,
+        shepherd: Option<ShepherdTag>,
+    },
+    Reasoning {
+        text: String,
+    },
+    Tool {
+        tool: String,
+        status: ToolStatus,
+        input: serde_json::Value,
+        error: Option<String>,
+        child_session: Option<String>,
+    },
+}
+
+impl HistoryMessage {
+    /// A message the person wrote: a user message with a text part that is neither
+    /// synthetic, ignored nor Shepherd's.
+    pub fn is_from_person(&self) -> bool {
+        self.role == Role::User
+            && self.parts.iter().any(|p| {
+                matches!(p, HistoryPart::Text { synthetic: false, ignored: false, shepherd: None, text } if !text.trim().is_empty())
+            })
+    }
+
+    /// The text parts joined (what the person or model wrote).
+    pub fn text(&self) -> String {
+        let texts: Vec<&str> = self
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                HistoryPart::Text { text, ignored: false, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        texts.join("\n")
+    }
+}
+
+/// The state of a session's repository, read (never changed) by local `git`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepoState {
+    pub branch: Option<String>,
+    pub head: Option<String>,
+    /// `git status --porcelain` lines.
+    pub dirty: Vec<String>,
+}
+
+/// The session's working directory as Shepherd can see it (read-only).
+#[async_trait]
+pub trait Workspace: Send + Sync + 'static {
+    /// The repository state of `directory`, or `None` when it is not a local git checkout.
+    async fn repo_state(&self, directory: &str) -> Option<RepoState>;
+}
+
+/// A workspace Shepherd cannot see (another machine's sessions, tests).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoWorkspace;
+
+#[async_trait]
+impl Workspace for NoWorkspace {
+    async fn repo_state(&self, _: &str) -> Option<RepoState> {
+        None
+    }
 }
 
 /// How the session's latest assistant turn ended, read from history.
@@ -86,6 +173,49 @@ pub trait Engine: Send + Sync + 'static {
     async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError>;
     /// `POST /session/{id}/prompt_async` with one synthetic, tagged text part.
     async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError>;
+
+    // What a hand-off needs. Engines that cannot hand off answer with an error, and the
+    // hand-off fails cleanly (the session is left as it was).
+
+    /// The latest `limit` messages of a session, oldest first.
+    async fn history(&self, session_id: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
+        let _ = (session_id, limit);
+        Err(unsupported("history"))
+    }
+    /// `POST /session` in `directory` with a title and Shepherd's mark.
+    async fn create_session(
+        &self,
+        directory: Option<&str>,
+        title: &str,
+        mark: &ShepherdSessionMark,
+    ) -> Result<SessionInfo, EngineError> {
+        let _ = (directory, title, mark);
+        Err(unsupported("create_session"))
+    }
+    /// Sessions of `directory` whose title contains `title_part` (`GET /session?search=`).
+    async fn find_sessions(&self, directory: Option<&str>, title_part: &str) -> Result<Vec<SessionInfo>, EngineError> {
+        let _ = (directory, title_part);
+        Err(unsupported("find_sessions"))
+    }
+    /// `POST /session/{id}/fork`: a copy of the session to ask questions in.
+    async fn fork(&self, session_id: &str) -> Result<SessionInfo, EngineError> {
+        let _ = session_id;
+        Err(unsupported("fork"))
+    }
+    /// `POST /session/{id}/message` (waits for the turn): the reply's text.
+    async fn ask(&self, session_id: &str, prompt: &Prompt) -> Result<String, EngineError> {
+        let _ = (session_id, prompt);
+        Err(unsupported("ask"))
+    }
+    /// `DELETE /session/{id}`.
+    async fn delete_session(&self, session_id: &str) -> Result<(), EngineError> {
+        let _ = session_id;
+        Err(unsupported("delete_session"))
+    }
+}
+
+fn unsupported(what: &str) -> EngineError {
+    EngineError::Http { status: 501, body: format!("{what} is not supported by this engine") }
 }
 
 /// Time, injectable. Monotonic time is tokio's so `tokio::time::pause()` controls it.

@@ -47,6 +47,7 @@ impl Engine for FakeEngine {
             directory: Some("/p".into()),
             title: None,
             time: Default::default(),
+            metadata: None,
         })
     }
     async fn abort(&self, id: &str) -> Result<(), EngineError> {

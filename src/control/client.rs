@@ -10,7 +10,7 @@ use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 use serde_json::Value;
 use shepherd_actors::config::ControlConfig;
-use shepherd_actors::control::CustomPromptRequest;
+use shepherd_actors::control::{CustomPromptRequest, HandoffView};
 use shepherd_actors::event::Todo;
 
 use super::server::connectable;
@@ -158,6 +158,24 @@ impl ControlClient {
     pub async fn prompt(&self, id: &str, request: &CustomPromptRequest) -> Result<PromptReplyView, ClientError> {
         let body = serde_json::to_value(request).map_err(|e| self.protocol(e))?;
         let value = self.call(reqwest::Method::POST, &["v1", "sessions", id, "prompt"], Some(body)).await?;
+        serde_json::from_value(value).map_err(|e| self.protocol(e))
+    }
+
+    /// `POST /v1/sessions/{id}/handoff`: hand the session over now.
+    pub async fn handoff(&self, id: &str) -> Result<HandoffView, ClientError> {
+        let value = self.call(reqwest::Method::POST, &["v1", "sessions", id, "handoff"], None).await?;
+        serde_json::from_value(value).map_err(|e| self.protocol(e))
+    }
+
+    /// `GET /v1/sessions/{id}/handoff`.
+    pub async fn handoff_status(&self, id: &str) -> Result<HandoffView, ClientError> {
+        let value = self.call(reqwest::Method::GET, &["v1", "sessions", id, "handoff"], None).await?;
+        serde_json::from_value(value).map_err(|e| self.protocol(e))
+    }
+
+    /// `POST /v1/handoffs/{id}/resume`: restore a stored snapshot into a fresh session.
+    pub async fn resume_handoff(&self, snapshot: &str) -> Result<HandoffView, ClientError> {
+        let value = self.call(reqwest::Method::POST, &["v1", "handoffs", snapshot, "resume"], None).await?;
         serde_json::from_value(value).map_err(|e| self.protocol(e))
     }
 

@@ -21,7 +21,7 @@ use actix_web::{App, FromRequest, HttpRequest, HttpResponse, HttpServer, Respons
 use anyhow::Context as _;
 use serde_json::json;
 use shepherd_actors::config::ControlConfig;
-use shepherd_actors::control::{ControlError, GetSession, ListSessions, SendCustomPrompt};
+use shepherd_actors::control::{ControlError, GetSession, ListSessions, ResumeHandoff, SendCustomPrompt, StartHandoff};
 use shepherd_actors::supervisor::Supervisor;
 
 use super::auth::{Access, Denied, Gate};
@@ -188,6 +188,17 @@ fn app(
                 .route(web::post().to(send_prompt))
                 .default_service(web::to(method_not_allowed)),
         )
+        .service(
+            web::resource("/v1/sessions/{id}/handoff")
+                .route(web::get().to(handoff_status))
+                .route(web::post().to(start_handoff))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/handoffs/{id}/resume")
+                .route(web::post().to(resume_handoff))
+                .default_service(web::to(method_not_allowed)),
+        )
         .default_service(web::to(not_found))
 }
 
@@ -229,6 +240,33 @@ async fn send_prompt(
     let request = parse_prompt_request(&body)?;
     let reply = state.supervisor.send(SendCustomPrompt { session: id.into_inner(), request }).await??;
     Ok(HttpResponse::Ok().json(reply))
+}
+
+async fn handoff_status(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let detail = state.supervisor.send(GetSession(id.into_inner())).await??;
+    Ok(HttpResponse::Ok().json(detail.handoff))
+}
+
+async fn start_handoff(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let view = state.supervisor.send(StartHandoff(id.into_inner())).await??;
+    Ok(HttpResponse::Accepted().json(view))
+}
+
+async fn resume_handoff(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let view = state.supervisor.send(ResumeHandoff(id.into_inner())).await??;
+    Ok(HttpResponse::Accepted().json(view))
 }
 
 async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
@@ -310,7 +348,10 @@ impl From<BadBody> for ApiError {
 impl From<ControlError> for ApiError {
     fn from(e: ControlError) -> Self {
         match e {
-            ControlError::UnknownSession(_) => Self::new(StatusCode::NOT_FOUND, e.to_string()),
+            ControlError::UnknownSession(_) | ControlError::UnknownSnapshot(_) => {
+                Self::new(StatusCode::NOT_FOUND, e.to_string())
+            }
+            ControlError::Conflict(_) => Self::new(StatusCode::CONFLICT, e.to_string()),
             ControlError::BadRequest { ref field, .. } => {
                 Self { status: StatusCode::BAD_REQUEST, field: Some(field.clone()), error: e.to_string() }
             }

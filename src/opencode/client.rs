@@ -13,8 +13,10 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 use shepherd_actors::config::ServerConfig;
-use shepherd_actors::event::{MessageInfo, ModelRef, Role, SessionInfo, Status, Todo};
-use shepherd_actors::ports::{Engine, EngineError, LastTurn, Prompt, TurnSettings};
+use shepherd_actors::event::{
+    MessageInfo, ModelRef, Role, SessionInfo, ShepherdSessionMark, ShepherdTag, Status, Todo, ToolStatus,
+};
+use shepherd_actors::ports::{Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, TurnSettings};
 
 /// How many recent messages are read to find the last user turn's agent and model.
 const TURN_LOOKBACK_MESSAGES: u32 = 30;
@@ -248,6 +250,67 @@ impl Engine for OpenCodeClient {
     }
 
     async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError> {
+        let rb = self.request(Method::POST, &session_path(session_id, "/prompt_async")).json(&prompt_body(prompt));
+        self.send(rb, "POST /session/{id}/prompt_async").await.map(drop)
+    }
+
+    async fn history(&self, session_id: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
+        let rb = self.request(Method::GET, &session_path(session_id, "/message")).query(&[("limit", limit)]);
+        let messages: Vec<MessageWithParts> = self.get_json(rb, "GET /session/{id}/message").await?;
+        Ok(messages.iter().filter_map(history_message).collect())
+    }
+
+    async fn create_session(
+        &self,
+        directory: Option<&str>,
+        title: &str,
+        mark: &ShepherdSessionMark,
+    ) -> Result<SessionInfo, EngineError> {
+        let mut rb = self.request(Method::POST, "/session");
+        if let Some(d) = directory.filter(|d| !d.is_empty()) {
+            rb = rb.query(&[("directory", d)]);
+        }
+        let rb = rb.json(&json!({ "title": title, "metadata": { "shepherd": mark } }));
+        self.get_json(rb, "POST /session").await
+    }
+
+    async fn find_sessions(&self, directory: Option<&str>, title_part: &str) -> Result<Vec<SessionInfo>, EngineError> {
+        let mut rb = self.request(Method::GET, "/session").query(&[("search", title_part), ("limit", "20")]);
+        if let Some(d) = directory.filter(|d| !d.is_empty()) {
+            rb = rb.query(&[("directory", d)]);
+        }
+        self.get_json(rb, "GET /session?search=").await
+    }
+
+    async fn fork(&self, session_id: &str) -> Result<SessionInfo, EngineError> {
+        let rb = self.request(Method::POST, &session_path(session_id, "/fork")).json(&json!({}));
+        self.get_json(rb, "POST /session/{id}/fork").await
+    }
+
+    async fn ask(&self, session_id: &str, prompt: &Prompt) -> Result<String, EngineError> {
+        let rb = self
+            .request(Method::POST, &session_path(session_id, "/message"))
+            .timeout(self.long_call_timeout)
+            .json(&prompt_body(prompt));
+        let reply: MessageWithParts = self.get_json(rb, "POST /session/{id}/message").await?;
+        if let Some(err) = reply.info.pointer("/error/name").and_then(|v| v.as_str()) {
+            return Err(EngineError::Http { status: 200, body: format!("the model's turn ended with {err}") });
+        }
+        let text: Vec<&str> =
+            reply.parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
+        Ok(text.join("\n"))
+    }
+
+    async fn delete_session(&self, session_id: &str) -> Result<(), EngineError> {
+        let rb = self.request(Method::DELETE, &session_path(session_id, ""));
+        self.send(rb, "DELETE /session/{id}").await.map(drop)
+    }
+}
+
+/// The body of `prompt_async` / `message`: one synthetic text part tagged as ours, the
+/// turn's agent and model, `noReply` for notes.
+fn prompt_body(prompt: &Prompt) -> serde_json::Value {
+    {
         let mut body = json!({
             "parts": [{
                 "type": "text",
@@ -262,9 +325,54 @@ impl Engine for OpenCodeClient {
         if let Some(model) = &prompt.turn.model {
             body["model"] = json!(model);
         }
-        let rb = self.request(Method::POST, &session_path(session_id, "/prompt_async")).json(&body);
-        self.send(rb, "POST /session/{id}/prompt_async").await.map(drop)
+        if prompt.no_reply {
+            body["noReply"] = json!(true);
+        }
+        body
     }
+}
+
+/// One message of `GET /session/{id}/message` as the hand-off reads it; `None` for a
+/// message whose `info` does not decode (skipped, never fatal).
+fn history_message(m: &MessageWithParts) -> Option<HistoryMessage> {
+    let info = decode_message(&m.info)?;
+    let parts = m
+        .parts
+        .iter()
+        .filter_map(|p| {
+            let text = || p["text"].as_str().unwrap_or_default().to_string();
+            match p["type"].as_str()? {
+                "text" => Some(HistoryPart::Text {
+                    text: text(),
+                    synthetic: p["synthetic"].as_bool().unwrap_or(false),
+                    ignored: p["ignored"].as_bool().unwrap_or(false),
+                    shepherd: p
+                        .pointer("/metadata/shepherd")
+                        .and_then(|v| serde_json::from_value::<ShepherdTag>(v.clone()).ok()),
+                }),
+                "reasoning" => Some(HistoryPart::Reasoning { text: text() }),
+                "tool" => Some(HistoryPart::Tool {
+                    tool: p["tool"].as_str().unwrap_or_default().to_string(),
+                    status: p
+                        .pointer("/state/status")
+                        .and_then(|v| serde_json::from_value::<ToolStatus>(v.clone()).ok())
+                        .unwrap_or(ToolStatus::Pending),
+                    input: p.pointer("/state/input").cloned().unwrap_or_default(),
+                    error: p.pointer("/state/error").and_then(|v| v.as_str()).map(str::to_string),
+                    child_session: p.pointer("/state/metadata/sessionId").and_then(|v| v.as_str()).map(str::to_string),
+                }),
+                _ => None,
+            }
+        })
+        .collect();
+    Some(HistoryMessage {
+        id: info.id,
+        role: info.role,
+        agent: info.agent,
+        error: info.error.map(|e| e.name),
+        summary: info.summary,
+        parts,
+    })
 }
 
 /// A message's `info` through the same decoder the event stream uses.

@@ -11,6 +11,11 @@
 //! - `journal` — append-only, one row per [`ActionRecord`] (what, outcome, why, when,
 //!   the numbers that decided it), read by `shepherd history`. Shepherd never updates or
 //!   deletes a row.
+//! - `handoff_snapshot` — one row per hand-off: the sealed [`Snapshot`] (the continuation
+//!   a fresh session receives) as JSON, and the session it was restored into (the
+//!   claim: a snapshot is restored once). A readable copy goes to `handoffs/ID.md` beside
+//!   the ledger file. A row whose checksum does not verify is skipped for the newest
+//!   intact one.
 //! - `schema_version` — the migrations applied; [`SqliteLedger::open`] runs the missing
 //!   ones and refuses a file written by a newer Shepherd.
 //!
@@ -33,7 +38,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
-use shepherd_actors::ledger::{DurableState, Ledger, LedgerError};
+use shepherd_actors::ledger::{Claim, DurableState, Ledger, LedgerError, Snapshot, SnapshotStore};
 use tokio::sync::oneshot;
 
 /// How long a statement waits for another connection's lock (e.g. a migration by a
@@ -46,9 +51,10 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_BATCH: usize = 512;
 
 /// The schema, one step per version; `schema_version` records the steps applied.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE session_state (
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE session_state (
          server     TEXT    NOT NULL,
          session    TEXT    NOT NULL,
          state_json TEXT    NOT NULL,
@@ -66,7 +72,20 @@ const MIGRATIONS: &[(i64, &str)] = &[(
          numbers_json TEXT    NOT NULL
      );
      CREATE INDEX journal_session_id ON journal (session, id);",
-)];
+    ),
+    (
+        2,
+        "CREATE TABLE handoff_snapshot (
+         id            TEXT    PRIMARY KEY,
+         server        TEXT    NOT NULL,
+         session       TEXT    NOT NULL,
+         created_ms    INTEGER NOT NULL,
+         snapshot_json TEXT    NOT NULL,
+         claimed_by    TEXT
+     );
+     CREATE INDEX handoff_snapshot_session ON handoff_snapshot (server, session, created_ms);",
+    ),
+];
 
 /// The ledger in one SQLite file (or in memory, for tests). Cheap to share behind an
 /// `Arc`; dropping the last handle lets the writer thread finish what is queued and
@@ -84,6 +103,10 @@ enum Command {
     Save { server: String, session: String, state_json: String, updated_ms: i64, reply: Reply<()> },
     Append { record: ActionRecord, reply: Reply<()> },
     History { session: String, limit: u32, reply: Reply<Vec<ActionRecord>> },
+    SaveSnapshot { snapshot: Box<Snapshot>, readable: Option<PathBuf>, reply: Reply<()> },
+    Snapshots { server: String, session: String, reply: Reply<Vec<Result<Snapshot, LedgerError>>> },
+    Snapshot { id: String, reply: Reply<Option<Result<Snapshot, LedgerError>>> },
+    Claim { id: String, session: String, reply: Reply<Claim> },
 }
 
 impl SqliteLedger {
@@ -158,6 +181,33 @@ impl Ledger for SqliteLedger {
     async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError> {
         let session = session.to_string();
         self.ask(|reply| Command::History { session, limit, reply }).await
+    }
+}
+
+#[async_trait]
+impl SnapshotStore for SqliteLedger {
+    async fn save_snapshot(&self, snapshot: &Snapshot) -> Result<Option<String>, LedgerError> {
+        let readable =
+            self.path.as_deref().and_then(Path::parent).map(|d| d.join("handoffs").join(format!("{}.md", snapshot.id)));
+        let snapshot = Box::new(snapshot.clone());
+        let shown = readable.as_ref().map(|p| p.display().to_string());
+        self.ask(|reply| Command::SaveSnapshot { snapshot, readable, reply }).await?;
+        Ok(shown)
+    }
+
+    async fn snapshots(&self, server: &str, session: &str) -> Result<Vec<Result<Snapshot, LedgerError>>, LedgerError> {
+        let (server, session) = (server.to_string(), session.to_string());
+        self.ask(|reply| Command::Snapshots { server, session, reply }).await
+    }
+
+    async fn snapshot(&self, id: &str) -> Result<Option<Result<Snapshot, LedgerError>>, LedgerError> {
+        let id = id.to_string();
+        self.ask(|reply| Command::Snapshot { id, reply }).await
+    }
+
+    async fn claim(&self, id: &str, session: &str) -> Result<Claim, LedgerError> {
+        let (id, session) = (id.to_string(), session.to_string());
+        self.ask(|reply| Command::Claim { id, session, reply }).await
     }
 }
 
@@ -241,6 +291,15 @@ impl Command {
                 Finished::Write(reply, result)
             }
             Command::Append { record, reply } => Finished::Write(reply, append(conn, &record)),
+            Command::SaveSnapshot { snapshot, readable, reply } => {
+                Finished::Write(reply, save_snapshot(conn, &snapshot, readable.as_deref()))
+            }
+            Command::Snapshots { server, session, reply } => read(reply, snapshots(conn, &server, &session)),
+            Command::Snapshot { id, reply } => read(reply, snapshot(conn, &id)),
+            Command::Claim { id, session, reply } => match claim(conn, &id, &session) {
+                Ok(c) => read(reply, Ok(c)),
+                Err(e) => read(reply, Err(e)),
+            },
         }
     }
 
@@ -251,6 +310,10 @@ impl Command {
             Command::Save { reply, .. } => drop(reply.send(Err(err))),
             Command::Append { reply, .. } => drop(reply.send(Err(err))),
             Command::History { reply, .. } => drop(reply.send(Err(err))),
+            Command::SaveSnapshot { reply, .. } => drop(reply.send(Err(err))),
+            Command::Snapshots { reply, .. } => drop(reply.send(Err(err))),
+            Command::Snapshot { reply, .. } => drop(reply.send(Err(err))),
+            Command::Claim { reply, .. } => drop(reply.send(Err(err))),
         }
     }
 }
@@ -279,6 +342,71 @@ fn append(conn: &Connection, r: &ActionRecord) -> Result<(), LedgerError> {
     })
     .map(drop)
     .map_err(|e| storage_error(&at(), e))
+}
+
+fn save_snapshot(conn: &Connection, s: &Snapshot, readable: Option<&Path>) -> Result<(), LedgerError> {
+    let at = || format!("storing hand-off snapshot {}", s.id);
+    let json = serde_json::to_string(s).map_err(|e| LedgerError::Storage(format!("{}: {e}", at())))?;
+    conn.prepare_cached(
+        "INSERT INTO handoff_snapshot (id, server, session, created_ms, snapshot_json) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (id) DO UPDATE SET snapshot_json = excluded.snapshot_json",
+    )
+    .and_then(|mut st| st.execute(params![s.id, s.server, s.session, s.created_ms, json]))
+    .map_err(|e| storage_error(&at(), e))?;
+    if let Some(path) = readable {
+        // The readable copy is a convenience: failing to write it is logged, not fatal.
+        let written =
+            path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(path, &s.continuation));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "could not write the readable copy of a hand-off snapshot");
+        }
+    }
+    Ok(())
+}
+
+fn parse_snapshot(id: &str, json: &str) -> Result<Snapshot, LedgerError> {
+    serde_json::from_str(json).map_err(|e| LedgerError::Corrupt(format!("hand-off snapshot {id}: {e}")))
+}
+
+fn snapshots(
+    conn: &Connection,
+    server: &str,
+    session: &str,
+) -> Result<Vec<Result<Snapshot, LedgerError>>, LedgerError> {
+    let rows: Vec<(String, String)> = conn
+        .prepare_cached(
+            "SELECT id, snapshot_json FROM handoff_snapshot WHERE server = ?1 AND session = ?2
+             ORDER BY created_ms DESC, rowid DESC",
+        )
+        .and_then(|mut st| st.query_map(params![server, session], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .map_err(|e| storage_error(&format!("reading the hand-off snapshots of {server}/{session}"), e))?;
+    Ok(rows.iter().map(|(id, json)| parse_snapshot(id, json)).collect())
+}
+
+fn snapshot(conn: &Connection, id: &str) -> Result<Option<Result<Snapshot, LedgerError>>, LedgerError> {
+    let json: Option<String> = conn
+        .prepare_cached("SELECT snapshot_json FROM handoff_snapshot WHERE id = ?1")
+        .and_then(|mut st| st.query_row(params![id], |r| r.get(0)).optional())
+        .map_err(|e| storage_error(&format!("reading hand-off snapshot {id}"), e))?;
+    Ok(json.map(|j| parse_snapshot(id, &j)))
+}
+
+fn claim(conn: &Connection, id: &str, session: &str) -> Result<Claim, LedgerError> {
+    let at = || format!("claiming hand-off snapshot {id}");
+    let claimed: Option<Option<String>> = conn
+        .prepare_cached("SELECT claimed_by FROM handoff_snapshot WHERE id = ?1")
+        .and_then(|mut st| st.query_row(params![id], |r| r.get(0)).optional())
+        .map_err(|e| storage_error(&at(), e))?;
+    match claimed {
+        None => Err(LedgerError::Storage(format!("{}: no such snapshot", at()))),
+        Some(Some(by)) if by != session => Ok(Claim::Taken { by }),
+        Some(_) => {
+            conn.prepare_cached("UPDATE handoff_snapshot SET claimed_by = ?2 WHERE id = ?1")
+                .and_then(|mut st| st.execute(params![id, session]))
+                .map_err(|e| storage_error(&at(), e))?;
+            Ok(Claim::Granted)
+        }
+    }
 }
 
 /// One journal row as stored, before its text columns are parsed.

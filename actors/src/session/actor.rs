@@ -9,14 +9,15 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use crate::config::SessionRules;
-use crate::control::SessionDetail;
 use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
+use crate::control::{HandoffView, SessionDetail};
 use crate::event::{Event, SessionInfo};
 use crate::journal::{ActionRecord, Journal};
 use crate::ledger::{DurableState, Ledger};
-use crate::ports::{Clock, Engine};
+use crate::ports::{Clock, Engine, Workspace};
 use crate::session::core::{CompactOrder, Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
 use crate::session::delivery::{deliver, Delivery, PromptOrder};
+use crate::session::handover::{run_step, HandoffOrder, Tools};
 use crate::session::recovery::{recover, InFlight};
 
 /// What every session actor of one server shares.
@@ -33,6 +34,27 @@ pub struct SessionEnv {
     pub ledger: Arc<dyn Ledger>,
     /// Context windows of this server's models (`provider/model` → tokens).
     pub windows: Arc<std::sync::RwLock<std::collections::HashMap<String, u64>>>,
+    /// The sessions' directories as Shepherd can see them (read-only `git`).
+    pub workspace: Arc<dyn Workspace>,
+    /// Sessions Shepherd made for its own questions: the supervisor leaves them alone.
+    pub scratch: Scratch,
+}
+
+/// Session ids Shepherd created for its own use (a fork to ask the model in): they are
+/// not supervised, or a fork of a filling session would be handed off in turn.
+#[derive(Debug, Clone, Default)]
+pub struct Scratch(Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+
+impl Scratch {
+    pub fn insert(&self, id: &str) {
+        if let Ok(mut set) = self.0.lock() {
+            set.insert(id.to_string());
+        }
+    }
+
+    pub fn contains(&self, id: &str) -> bool {
+        self.0.lock().map(|set| set.contains(id)).unwrap_or(false)
+    }
 }
 
 impl SessionEnv {
@@ -81,6 +103,7 @@ impl SessionActor {
                 Effect::Recover(order) => self.start_recovery(order, ctx),
                 Effect::Prompt(order) => self.start_delivery(order, ctx),
                 Effect::Compact(order) => self.start_compaction(order, ctx),
+                Effect::HandOff(order) => self.start_handoff_step(order, ctx),
                 Effect::Stop => ctx.stop(),
             }
         }
@@ -178,6 +201,34 @@ impl SessionActor {
 }
 
 impl SessionActor {
+    /// Runs one hand-off step; the core journals it, the state is persisted, and the
+    /// next step (if any) follows — so a restart resumes at the step it was in.
+    fn start_handoff_step(&mut self, order: HandoffOrder, ctx: &mut Context<Self>) {
+        let env = self.env.clone();
+        let cfg = Arc::clone(&self.cfg);
+        let guard = env.in_flight.enter();
+        let work = async move {
+            let tools = Tools {
+                engine: env.engine.as_ref(),
+                ledger: env.ledger.as_ref(),
+                workspace: env.workspace.as_ref(),
+                cfg: &cfg.handoff,
+                redactions: &cfg.redactions,
+                instance: &env.instance,
+                scratch: &env.scratch,
+                wall_ms: env.clock.wall_ms(),
+                poll: (cfg.recovery.abort_poll_interval, cfg.recovery.abort_poll_max),
+            };
+            let report = run_step(&order, &tools).await;
+            drop(guard);
+            (order, report)
+        };
+        ctx.spawn(work.into_actor(self).map(|(order, report), act, ctx| {
+            let effects = act.core.on_handoff_step(&order, &report, act.env.now());
+            act.apply(effects, ctx);
+        }));
+    }
+
     fn start_compaction(&mut self, order: CompactOrder, ctx: &mut Context<Self>) {
         let env = self.env.clone();
         let max_wait = self.cfg.compaction.max_wait;
@@ -214,10 +265,14 @@ impl Actor for SessionActor {
         let ledger = Arc::clone(&self.env.ledger);
         let (server, id) = (self.env.server.clone(), self.core.id().to_string());
         let load = async move { ledger.load(&server, &id).await };
-        ctx.wait(load.into_actor(self).map(|loaded, act, _| match loaded {
+        ctx.wait(load.into_actor(self).map(|loaded, act, ctx| match loaded {
             Ok(Some(state)) => {
                 act.core.restore(&state, act.env.now());
                 act.saved = Some(state);
+                let effects = act.core.resume_interrupted_handoff(act.env.now());
+                if !effects.is_empty() {
+                    act.apply(effects, ctx);
+                }
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(
@@ -306,6 +361,7 @@ impl Handler<Inspect> for SessionActor {
             context_percent: self.core.context_share().map(|s| (s * 1000.0).round() / 10.0),
             compacting: self.core.is_compacting(),
             last_action: self.last_action.clone(),
+            handoff: HandoffView::of(self.core.handoff()),
         })
     }
 }
@@ -495,5 +551,35 @@ impl Handler<ChildObserve> for SessionActor {
     fn handle(&mut self, msg: ChildObserve, ctx: &mut Context<Self>) {
         let effects = self.core.on_child_event(&msg.child, &msg.event, self.env.now());
         self.apply(effects, ctx);
+    }
+}
+
+/// Hand this session over to a fresh one now (control API).
+#[derive(Message)]
+#[rtype(result = "Result<HandoffView, ControlError>")]
+pub struct RequestHandoff;
+
+impl Handler<RequestHandoff> for SessionActor {
+    type Result = Result<HandoffView, ControlError>;
+
+    fn handle(&mut self, _: RequestHandoff, ctx: &mut Context<Self>) -> Self::Result {
+        let effects = self.core.request_handoff(self.env.now()).map_err(ControlError::Conflict)?;
+        self.apply(effects, ctx);
+        Ok(HandoffView::of(self.core.handoff()))
+    }
+}
+
+/// Restore a stored snapshot of this session into a fresh session (control API).
+#[derive(Message)]
+#[rtype(result = "Result<HandoffView, ControlError>")]
+pub struct ResumeSnapshot(pub String);
+
+impl Handler<ResumeSnapshot> for SessionActor {
+    type Result = Result<HandoffView, ControlError>;
+
+    fn handle(&mut self, msg: ResumeSnapshot, ctx: &mut Context<Self>) -> Self::Result {
+        let effects = self.core.resume_snapshot(&msg.0, self.env.now()).map_err(ControlError::Conflict)?;
+        self.apply(effects, ctx);
+        Ok(HandoffView::of(self.core.handoff()))
     }
 }

@@ -33,6 +33,8 @@ use crate::ledger::DurableState;
 use crate::ports::{EngineError, TurnSettings};
 use crate::session::delivery::{Delivery, PromptKind, PromptOrder};
 use crate::session::followup::{self, Decision, Facts, FollowUp, LastReply};
+use crate::session::handoff::{Phase, Rollover, Step};
+use crate::session::handover::{HandoffOrder, StepReport};
 use crate::session::prompt::PromptFacts;
 
 /// A moment, in both of the clocks the core compares with.
@@ -54,6 +56,8 @@ pub enum Effect {
     Prompt(PromptOrder),
     /// Compact the session (`POST /summarize` with its own model).
     Compact(CompactOrder),
+    /// Run one step of a hand-off.
+    HandOff(HandoffOrder),
     /// The session is gone: stop the actor.
     Stop,
 }
@@ -196,6 +200,8 @@ pub struct SessionCore {
     empty_finishes: VecDeque<(String, Instant)>,
     /// Runaway loops already broken for this session since the last real progress.
     runaways: u32,
+    /// The hand-off to a fresh session.
+    rollover: Rollover,
 }
 
 /// How much of the last reply's text is kept for the question heuristic.
@@ -242,6 +248,7 @@ impl SessionCore {
             held_prompt: None,
             empty_finishes: VecDeque::new(),
             runaways: 0,
+            rollover: Rollover::default(),
         }
     }
 
@@ -383,13 +390,19 @@ impl SessionCore {
             Numbers { context_tokens: self.context_tokens, context_window: self.window, ..Numbers::default() };
         let reason = if overflowed {
             if self.last_reply.error_text.as_deref().is_some_and(|t| t.contains("too large to compact")) {
-                return vec![self.record(
+                let mut out = vec![self.record(
                     Action::Compact,
                     Outcome::Declined,
-                    "the session is too large to compact: it needs a hand-off to a fresh session (not built yet)",
+                    "the session is too large to compact: handing it off to a fresh session instead",
                     numbers,
                     now,
                 )];
+                if self.cfg.handoff.enabled {
+                    if let Some(step) = self.rollover.request(false, "too large to compact") {
+                        out.extend(self.on_rollover_step(step, now));
+                    }
+                }
+                return out;
             }
             "the last turn overflowed the context window and OpenCode did not compact: emergency compaction"
         } else if share.is_some_and(|s| s >= cfg.proactive) {
@@ -468,6 +481,8 @@ impl SessionCore {
             interrupted_continued: self.interrupted_continued.clone(),
             last_action: None,
             last_action_ms: None,
+            handoff: self.rollover.export(),
+            handoff_from: self.rollover.from().map(str::to_string),
         }
     }
 
@@ -482,6 +497,7 @@ impl SessionCore {
         };
         self.todos.clone_from(&d.todos);
         self.interrupted_continued.clone_from(&d.interrupted_continued);
+        self.rollover.restore(&d.handoff, d.handoff_from.as_deref());
         let since_last_nudge =
             d.last_nudge_ms.map(|t| Duration::from_millis(now.wall_ms.saturating_sub(t).max(0) as u64));
         self.followup.restore(
@@ -508,6 +524,9 @@ impl SessionCore {
         if info.time.created.is_some() {
             self.created_ms = info.time.created;
         }
+        if let Some(from) = info.handoff_from() {
+            self.rollover.set_from(from);
+        }
     }
 
     /// The stall timeout in force now.
@@ -532,10 +551,15 @@ impl SessionCore {
 
     /// When [`SessionCore::on_deadline`] should next be called, if ever.
     pub fn deadline(&self) -> Option<Instant> {
-        [self.stall_deadline(), self.followup.deadline(), self.orphan_due.values().min().copied()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.stall_deadline(),
+            self.followup.deadline(),
+            self.orphan_due.values().min().copied(),
+            self.rollover.deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// An event of a child session (a subagent this session started).
@@ -617,8 +641,8 @@ impl SessionCore {
     }
 
     fn stall_deadline(&self) -> Option<Instant> {
-        if self.is_compacting() {
-            return None; // never stall-recover a compacting session
+        if self.is_compacting() || self.rollover.suspends_automation() {
+            return None; // never stall-recover a compacting session, or one being handed off
         }
         if self.busy != RunState::Busy
             || self.recovering.is_some()
@@ -677,6 +701,7 @@ impl SessionCore {
             Event::SessionCompacted { .. } => {
                 self.activity(now);
                 self.compacting = false;
+                self.rollover.on_compacted();
                 self.context_tokens = None; // unknown until the next model call reports
             }
             Event::SessionError { error, .. } if error.name == ErrorInfo::CONTEXT_OVERFLOW => {
@@ -710,11 +735,18 @@ impl SessionCore {
                 if self.busy != RunState::Idle {
                     let ours = self.recovering.is_some();
                     self.busy = RunState::Idle;
-                    if !ours && !self.compaction_in_flight {
-                        self.compacting = false; // OpenCode's own compaction ends with the turn
-                        out.extend(self.consider_compaction(now));
+                    let handing_off = if ours { None } else { self.rollover.on_idle() };
+                    if let Some(step) = handing_off {
+                        // The hand-off goes first: no compaction, nudge or review now.
+                        self.compacting = false;
+                        out.extend(self.on_rollover_step(step, now));
+                    } else {
+                        if !ours && !self.compaction_in_flight && !self.rollover.suspends_automation() {
+                            self.compacting = false; // OpenCode's own compaction ends with the turn
+                            out.extend(self.consider_compaction(now));
+                        }
+                        self.followup.on_idle_edge(now.mono, &self.todos, ours, &self.cfg.nudge, &self.cfg.review);
                     }
-                    self.followup.on_idle_edge(now.mono, &self.todos, ours, &self.cfg.nudge, &self.cfg.review);
                 }
                 self.busy = RunState::Idle;
                 self.running_tools.clear();
@@ -755,7 +787,11 @@ impl SessionCore {
                     self.compacting = m.time.completed.is_none() && m.error.is_none();
                 } else if m.finish.is_some() && m.error.is_none() {
                     if let Some(size) = m.tokens.map(|t| t.prompt_size()).filter(|s| *s > 0) {
+                        let new_reading = self.context_tokens != Some(size);
                         self.context_tokens = Some(size);
+                        if new_reading {
+                            out.extend(self.on_context_reading(now));
+                        }
                     }
                 }
                 self.last_assistant = Some(m.id.clone());
@@ -829,6 +865,7 @@ impl SessionCore {
 
     fn on_real_user_message(&mut self, now: Now, out: &mut Vec<Effect>) {
         self.real_progress();
+        self.rollover.on_person_wrote();
         self.followup.on_user_message(now.mono);
         if let Some(pause) = self.pause.take() {
             let reason = match pause {
@@ -896,7 +933,9 @@ impl SessionCore {
         let facts = Facts {
             idle: self.busy == RunState::Idle,
             pause: self.pause,
-            busy_with_other_work: self.recovering.is_some() || self.is_compacting(),
+            busy_with_other_work: self.recovering.is_some()
+                || self.is_compacting()
+                || self.rollover.suspends_automation(),
             waiting_on_person: !self.waiting_on_person.is_empty(),
             last_reply: &self.last_reply,
             todos: &self.todos,
@@ -905,6 +944,9 @@ impl SessionCore {
         let mut out: Vec<Effect> = decisions.into_iter().flat_map(|d| self.decision_effects(d, now)).collect();
         out.extend(self.on_orphan_deadline(now));
         out.extend(self.on_stall_deadline(now));
+        if let Some(step) = self.rollover.on_deadline(self.busy != RunState::Idle, now.mono) {
+            out.extend(self.on_rollover_step(step, now));
+        }
         out
     }
 
@@ -1232,6 +1274,193 @@ impl SessionCore {
         out
     }
 
+    // ── Hand-off ────────────────────────────────────────────────────────────────
+
+    /// Where the session's hand-off stands (status, control API).
+    pub fn handoff(&self) -> &Rollover {
+        &self.rollover
+    }
+
+    /// A new context reading: the hand-off thresholds may have been crossed.
+    fn on_context_reading(&mut self, now: Now) -> Vec<Effect> {
+        let Some(share) = self.context_share() else { return Vec::new() };
+        if self.pause.is_some() {
+            return Vec::new();
+        }
+        let busy = self.busy != RunState::Idle;
+        let steps = self.rollover.on_reading(share, busy, &self.cfg.handoff, now.mono);
+        steps.into_iter().flat_map(|step| self.on_rollover_step(step, now)).collect()
+    }
+
+    fn context_numbers(&self) -> Numbers {
+        Numbers { context_tokens: self.context_tokens, context_window: self.window, ..Numbers::default() }
+    }
+
+    fn on_rollover_step(&mut self, step: Step, now: Now) -> Vec<Effect> {
+        match step {
+            Step::SoftNote { share } => {
+                let percent = format!("{:.0}", share * 100.0);
+                let mut order = self.continue_when_idle("handoff-soft", now);
+                order.kind = PromptKind::Note;
+                order.template = self.cfg.handoff.soft_message.replace("{percent}", &percent);
+                order.template_without_open_todos = None;
+                order.require_idle = false;
+                let numbers = Numbers { phase: Some(Phase::Preparing.as_str().into()), ..self.context_numbers() };
+                vec![
+                    self.record(
+                        Action::Handoff,
+                        Outcome::Done,
+                        "past handoff.soft: a note asks the model to keep its todos current",
+                        numbers,
+                        now,
+                    ),
+                    Effect::Prompt(order),
+                ]
+            }
+            Step::Entered { phase, reason } => {
+                let numbers = Numbers { phase: Some(phase.as_str().into()), ..self.context_numbers() };
+                vec![self.record(Action::Handoff, Outcome::Done, &reason, numbers, now)]
+            }
+            Step::LoopGuard { share } => {
+                let reason = format!(
+                    "this session was created by a hand-off and its first reading is already {:.0}% of the window, past handoff.soft: \
+                     the limits are below a fresh session's size, so it is not handed off again",
+                    share * 100.0
+                );
+                let numbers = Numbers { phase: Some(Phase::Failed.as_str().into()), ..self.context_numbers() };
+                vec![self.record(Action::Handoff, Outcome::Declined, &reason, numbers, now)]
+            }
+            Step::Start { abort_first, reason } => {
+                let id = format!("hf_{}_{}", self.id.trim_start_matches("ses_"), now.wall_ms);
+                let mode = self.cfg.handoff.mode;
+                self.start_handoff(id, mode, Phase::Persisting, abort_first, &reason, now)
+            }
+        }
+    }
+
+    fn start_handoff(
+        &mut self,
+        id: String,
+        mode: crate::config::HandoffMode,
+        phase: Phase,
+        abort_first: bool,
+        reason: &str,
+        now: Now,
+    ) -> Vec<Effect> {
+        self.rollover.begin(id, mode, phase, abort_first, reason, now.wall_ms);
+        self.held_prompt = None;
+        let numbers = Numbers { phase: Some(phase.as_str().into()), ..self.context_numbers() };
+        let why = format!("hand-off ({}) starts: {reason}", mode.as_str());
+        vec![
+            self.record(Action::Handoff, Outcome::Done, &why, numbers, now),
+            Effect::HandOff(self.handoff_order(phase)),
+        ]
+    }
+
+    fn handoff_order(&self, step: Phase) -> HandoffOrder {
+        HandoffOrder {
+            id: self.rollover.id().unwrap_or_default().to_string(),
+            server: self.server.clone(),
+            session_id: self.id.clone(),
+            directory: self.directory.clone(),
+            mode: self.rollover.mode().unwrap_or(self.cfg.handoff.mode),
+            step,
+            abort_first: step == Phase::Persisting && self.rollover.interrupted().is_some_and(|(_, a)| a),
+            known_todos: self.todos.clone(),
+            known_turn: self.turn.clone(),
+            children: self.children.iter().cloned().collect(),
+            context: (self.context_tokens, self.window),
+            target: self.rollover.new_session().map(str::to_string),
+        }
+    }
+
+    /// A person asked for a hand-off now (`shepherd handoff SESSION`).
+    pub fn request_handoff(&mut self, now: Now) -> Result<Vec<Effect>, String> {
+        if self.rollover.suspends_automation() && self.rollover.phase().is_running() {
+            return Err(format!("a hand-off is already under way ({})", self.rollover.phase().as_str()));
+        }
+        let busy = self.busy != RunState::Idle;
+        let step = self
+            .rollover
+            .request(busy, "requested through the control API")
+            .ok_or("a hand-off is already under way")?;
+        Ok(self.on_rollover_step(step, now))
+    }
+
+    /// Restores a stored snapshot into a fresh session (`shepherd handoff --resume ID`).
+    pub fn resume_snapshot(&mut self, id: &str, now: Now) -> Result<Vec<Effect>, String> {
+        if self.rollover.phase().is_running() {
+            return Err(format!("a hand-off is already under way ({})", self.rollover.phase().as_str()));
+        }
+        let mode = crate::config::HandoffMode::Fresh;
+        Ok(self.start_handoff(id.to_string(), mode, Phase::HandingOver, false, "resuming a stored snapshot", now))
+    }
+
+    /// After a restart: a hand-off that was running goes on at the step it was in.
+    pub fn resume_interrupted_handoff(&mut self, now: Now) -> Vec<Effect> {
+        if self.rollover.interrupted().is_none() {
+            return Vec::new();
+        }
+        let phase = self.rollover.phase();
+        let numbers = Numbers { phase: Some(phase.as_str().into()), ..self.context_numbers() };
+        vec![
+            self.record(
+                Action::Handoff,
+                Outcome::Done,
+                "resuming the hand-off that was under way when Shepherd stopped",
+                numbers,
+                now,
+            ),
+            Effect::HandOff(self.handoff_order(phase)),
+        ]
+    }
+
+    /// One step of the hand-off procedure ended.
+    pub fn on_handoff_step(&mut self, order: &HandoffOrder, report: &StepReport, now: Now) -> Vec<Effect> {
+        if self.rollover.id() != Some(order.id.as_str()) {
+            return Vec::new(); // a step of an older hand-off
+        }
+        let (next, reason, outcome) = match report {
+            StepReport::Persisted { reused, readable, chars, model_account } => {
+                let what = if *reused { "the stored snapshot is intact and reused" } else { "continuation persisted" };
+                let file = readable.as_deref().map(|p| format!("; readable copy {p}")).unwrap_or_default();
+                let account = if *model_account { "with" } else { "without" };
+                let base = format!("{what} ({chars} characters, {account} the model's own account{file})");
+                if order.mode == crate::config::HandoffMode::Manual {
+                    let r = format!("{base}; mode manual: resume it with `shepherd handoff --resume {}`", order.id);
+                    (Phase::AwaitingManual, r, Outcome::Done)
+                } else {
+                    (Phase::HandingOver, base, Outcome::Done)
+                }
+            }
+            StepReport::HandedOver { target, created } => {
+                self.rollover.advance(Phase::Resuming, Some(target), None);
+                let how = if *created { "created" } else { "found" };
+                (Phase::Resuming, format!("continuation delivered to {target} ({how})"), Outcome::Done)
+            }
+            StepReport::Resumed { target } => (
+                Phase::Completed,
+                format!("the work continues in {target}; this session is left untouched"),
+                Outcome::Done,
+            ),
+            StepReport::Failed { step, error } => (
+                Phase::Failed,
+                format!("hand-off failed while {}: {error}; the session goes on as before", step.as_str()),
+                Outcome::Failed,
+            ),
+        };
+        self.rollover.advance(next, None, Some(&reason));
+        let numbers = Numbers { phase: Some(next.as_str().into()), ..self.context_numbers() };
+        let mut out = vec![self.record(Action::Handoff, outcome, &reason, numbers, now)];
+        if next.is_running() {
+            out.push(Effect::HandOff(self.handoff_order(next)));
+        } else if next == Phase::Failed && self.busy == RunState::Idle {
+            // Follow-ups held back during the hand-off get their turn now.
+            self.followup.on_idle_edge(now.mono, &self.todos, false, &self.cfg.nudge, &self.cfg.review);
+        }
+        out
+    }
+
     fn record(&self, action: Action, outcome: Outcome, reason: &str, numbers: Numbers, now: Now) -> Effect {
         Effect::Record(ActionRecord {
             server: self.server.clone(),
@@ -1273,6 +1502,8 @@ fn action_of(kind: PromptKind) -> Action {
         PromptKind::Review => Action::Review,
         PromptKind::Continue => Action::Continue,
         PromptKind::Custom => Action::Prompt,
+        PromptKind::Note => Action::Note,
+        PromptKind::Handoff => Action::Handoff,
     }
 }
 
@@ -1309,6 +1540,7 @@ mod tests {
                 directory: Some("/p".into()),
                 title: None,
                 time: crate::event::Times { created: Some(CREATED_MS), ..Default::default() },
+                metadata: None,
             });
             Self { core, t0 }
         }
@@ -1888,9 +2120,16 @@ mod tests {
         assert!((b.core.context_share().unwrap() - 0.6).abs() < 1e-9);
     }
 
+    /// Compaction alone (the hand-off would take over past `handoff.prepare`).
+    fn compaction_rules() -> SessionRules {
+        let mut r = rules();
+        r.handoff.enabled = false;
+        r
+    }
+
     #[test]
     fn an_idle_session_past_proactive_is_compacted_once_per_cooldown() {
-        let mut b = bench_with_rules(rules());
+        let mut b = bench_with_rules(compaction_rules());
         b.busy(0);
         assistant_with_tokens(&mut b, 10, "msg_1", 150_000, 0);
         b.core.set_window(Some(200_000));
@@ -1959,7 +2198,7 @@ mod tests {
 
     #[test]
     fn past_the_hard_threshold_a_nudge_waits_behind_a_compaction_and_is_sent_whatever_it_gives() {
-        let mut r = rules();
+        let mut r = compaction_rules();
         r.compaction.cooldown = Duration::from_secs(3600); // the idle-edge compaction is held back
         let mut b = bench_with_rules(r);
         b.todos_ms(0, &["pending"]);
@@ -2050,5 +2289,119 @@ mod tests {
         for i in 0..10 {
             assert!(!recovers(&empty_finish(&mut b, i * 5_000, &format!("m{i}"))));
         }
+    }
+
+    fn handoffs(effects: &[Effect]) -> Vec<HandoffOrder> {
+        effects.iter().filter_map(|e| if let Effect::HandOff(o) = e { Some(o.clone()) } else { None }).collect()
+    }
+
+    fn phases(effects: &[Effect]) -> Vec<String> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Record(r) if r.action == Action::Handoff => r.numbers.phase.clone(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_filling_session_gets_a_soft_note_then_is_handed_off_when_its_turn_ends() {
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &["in_progress", "pending"]);
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        assistant_with_tokens(&mut b, 10, "msg_1", 100_000, 0);
+        let soft = b.feed_ms(20_000, &tokens_json("msg_2", 152_000)); // 76%
+        assert_eq!(phases(&soft), vec!["preparing"]);
+        assert!(matches!(soft.as_slice(), [_, Effect::Prompt(PromptOrder { kind: PromptKind::Note, .. })]), "{soft:?}");
+        let ready = b.feed_ms(30_000, &tokens_json("msg_3", 164_000)); // 82%
+        assert_eq!(phases(&ready), vec!["ready"]);
+        assert!(handoffs(&ready).is_empty(), "not mid-turn");
+        let idle = b.idle_ms(40_000);
+        let orders = handoffs(&idle);
+        assert_eq!(orders.len(), 1, "{idle:?}");
+        assert_eq!(orders[0].step, Phase::Persisting);
+        assert!(!orders[0].abort_first);
+        assert!(compactions(&idle).is_empty(), "the hand-off goes first");
+        // Nothing else acts on the session while the hand-off runs.
+        assert!(b.core.deadline().is_none() || prompts(&b.tick_ms(50_000)).is_empty());
+        let order = orders[0].clone();
+        let persisted = StepReport::Persisted { reused: false, readable: None, chars: 900, model_account: true };
+        let next = b.core.on_handoff_step(&order, &persisted, b.at_ms(41_000));
+        assert_eq!(handoffs(&next)[0].step, Phase::HandingOver);
+        let over = StepReport::HandedOver { target: "ses_new".into(), created: true };
+        let next = b.core.on_handoff_step(&handoffs(&next)[0], &over, b.at_ms(42_000));
+        let resume = handoffs(&next);
+        assert_eq!(resume[0].step, Phase::Resuming);
+        assert_eq!(resume[0].target.as_deref(), Some("ses_new"));
+        let done =
+            b.core.on_handoff_step(&resume[0], &StepReport::Resumed { target: "ses_new".into() }, b.at_ms(43_000));
+        assert_eq!(phases(&done), vec!["completed"]);
+        assert_eq!(b.core.handoff().new_session(), Some("ses_new"));
+        // The old session is left alone afterwards: no nudge for its open todos.
+        let later = b.tick_ms(120_000);
+        assert!(prompts(&later).is_empty(), "{later:?}");
+    }
+
+    #[test]
+    fn past_hard_mid_turn_the_turn_drains_and_then_the_hand_off_aborts_it() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        assistant_with_tokens(&mut b, 10, "msg_1", 100_000, 0);
+        let effects = b.feed_ms(1_000, &tokens_json("msg_2", 180_000)); // 90%
+        assert_eq!(phases(&effects), vec!["preparing", "ready", "ready"]);
+        let drain = b.core.cfg.handoff.drain;
+        assert!(handoffs(&b.tick_ms(1_000 + ms(drain) - 1)).is_empty());
+        b.feed_ms(
+            1_000 + ms(drain) - 1,
+            r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#,
+        );
+        let at = 1_000 + ms(drain) + 1;
+        let orders = handoffs(&b.tick_ms(at));
+        assert_eq!(orders.len(), 1);
+        assert!(orders[0].abort_first, "the turn is still running: it is aborted first");
+    }
+
+    #[test]
+    fn a_failed_hand_off_gives_the_session_back_to_the_usual_automation() {
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &["pending"]);
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(10, &tokens_json("msg_1", 164_000));
+        let order = handoffs(&b.idle_ms(100))[0].clone();
+        let failed = StepReport::Failed { step: Phase::HandingOver, error: "server unreachable".into() };
+        let effects = b.core.on_handoff_step(&order, &failed, b.at_ms(200));
+        assert_eq!(phases(&effects), vec!["failed"]);
+        assert!(!b.core.handoff().suspends_automation());
+        let later = b.tick_ms(10_000);
+        assert_eq!(prompts(&later), vec![PromptKind::Nudge], "{later:?}");
+    }
+
+    #[test]
+    fn a_hand_off_under_way_survives_a_restart_and_resumes_at_its_step() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(10, &tokens_json("msg_1", 164_000));
+        let order = handoffs(&b.idle_ms(100))[0].clone();
+        let persisted = StepReport::Persisted { reused: false, readable: None, chars: 10, model_account: false };
+        b.core.on_handoff_step(&order, &persisted, b.at_ms(200));
+        let saved = b.core.export(b.at_ms(300));
+        let mut again = bench_with_rules(rules());
+        again.core.restore(&saved, again.at_ms(0));
+        let resumed = again.core.resume_interrupted_handoff(again.at_ms(1));
+        let orders = handoffs(&resumed);
+        assert_eq!(orders.len(), 1);
+        assert_eq!((orders[0].id.as_str(), orders[0].step), (order.id.as_str(), Phase::HandingOver));
+        assert!(again.core.request_handoff(again.at_ms(2)).is_err(), "no second hand-off");
+    }
+
+    fn tokens_json(id: &str, input: u64) -> String {
+        format!(
+            r#"{{"type":"message.updated","properties":{{"sessionID":"ses_A","info":{{"id":"{id}","sessionID":"ses_A","role":"assistant","providerID":"fake","modelID":"fake-model","finish":"stop","tokens":{{"input":{input},"output":10,"reasoning":0,"cache":{{"read":0,"write":0}}}},"time":{{"created":1,"completed":2}}}}}}}}"#
+        )
     }
 }

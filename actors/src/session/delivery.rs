@@ -20,6 +20,10 @@ pub enum PromptKind {
     Nudge,
     Review,
     Custom,
+    /// A `noReply` note: stored for the model's next turn, no turn of its own.
+    Note,
+    /// The hand-off's resume prompt to the fresh session.
+    Handoff,
 }
 
 impl PromptKind {
@@ -29,6 +33,8 @@ impl PromptKind {
             PromptKind::Nudge => "nudge",
             PromptKind::Review => "review",
             PromptKind::Custom => "custom",
+            PromptKind::Note => "note",
+            PromptKind::Handoff => "handoff",
         }
     }
 }
@@ -104,6 +110,7 @@ pub async fn deliver(engine: &dyn Engine, order: &PromptOrder, instance: &str) -
             decision: order.decision.clone(),
         },
         turn,
+        no_reply: order.kind == PromptKind::Note,
     };
     match engine.prompt(&order.session_id, &prompt).await {
         Ok(()) => Delivery::Sent { text, todos },

@@ -6,12 +6,17 @@
 //! - [`question`]: does the agent's last reply ask the person something?
 //! - [`delivery`]: sending one prompt (fresh facts, render, tag, send).
 //! - [`recovery`]: the abort + continue procedure against the engine port.
+//! - [`handoff`]: when to hand a filling session over to a fresh one (phases);
+//!   [`continuation`]: what the fresh session is given; [`handover`]: the steps.
 //! - [`actor`]: the actix shell that feeds the core and runs its effects.
 
 pub mod actor;
+pub mod continuation;
 pub mod core;
 pub mod delivery;
 pub mod followup;
+pub mod handoff;
+pub mod handover;
 pub mod prompt;
 pub mod question;
 pub mod recovery;

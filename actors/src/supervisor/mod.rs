@@ -14,13 +14,17 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::config::{SessionRules, SupervisorConfig};
-use crate::control::{ControlError, CustomPromptReply, GetSession, ListSessions, SendCustomPrompt, SessionDetail};
+use crate::control::{
+    ControlError, CustomPromptReply, GetSession, HandoffView, ListSessions, ResumeHandoff, SendCustomPrompt,
+    SessionDetail, StartHandoff,
+};
 use crate::event::{Envelope, Event, SessionInfo, Status};
 use crate::journal::Journal;
 use crate::ledger::Ledger;
-use crate::ports::{Clock, Engine, EngineError};
+use crate::ports::{Clock, Engine, EngineError, NoWorkspace, Workspace};
 use crate::session::actor::{
-    CheckInterrupted, ChildObserve, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos, StopSession,
+    CheckInterrupted, ChildObserve, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos, RequestHandoff,
+    ResumeSnapshot, Scratch, StopSession,
 };
 use crate::session::recovery::InFlight;
 use crate::session::{Observe, SessionActor, SessionEnv};
@@ -53,6 +57,10 @@ pub struct Supervisor {
     sessions: HashMap<(String, String), SessionSlot>,
     /// (server, child session) → parent session, from `parentID` and task parts.
     parents: HashMap<(String, String), String>,
+    /// How session directories are read (hand-off continuations).
+    workspace: Arc<dyn Workspace>,
+    /// Sessions Shepherd made for its own questions: not supervised.
+    scratch: Scratch,
 }
 
 /// A tracked session: its actor and the directory (OpenCode instance) it lives in.
@@ -85,7 +93,54 @@ impl Supervisor {
             servers: HashMap::new(),
             sessions: HashMap::new(),
             parents: HashMap::new(),
+            workspace: Arc::new(NoWorkspace),
+            scratch: Scratch::default(),
         }
+    }
+
+    /// Lets hand-offs read the sessions' repositories (the daemon passes local `git`).
+    pub fn with_workspace(mut self, workspace: Arc<dyn Workspace>) -> Self {
+        self.workspace = workspace;
+        self
+    }
+
+    /// The actor of a session, tracked or looked up on every server by REST.
+    fn locate(
+        &mut self,
+        session: String,
+        only_server: Option<String>,
+    ) -> impl ActorFuture<Self, Output = Option<Addr<SessionActor>>> {
+        let tracked = self
+            .sessions
+            .iter()
+            .find(|((srv, id), slot)| {
+                *id == session && only_server.as_ref().is_none_or(|s| s == srv) && slot.addr.connected()
+            })
+            .map(|(_, slot)| slot.addr.clone());
+        let engines: Vec<_> = self
+            .servers
+            .iter()
+            .filter(|(name, _)| only_server.as_ref().is_none_or(|s| s == *name))
+            .map(|(name, s)| (name.clone(), Arc::clone(&s.env.engine)))
+            .collect();
+        let lookup = async move {
+            if tracked.is_some() {
+                return (tracked, None);
+            }
+            for (server, engine) in engines {
+                if let Ok(info) = engine.session(&session).await {
+                    return (None, Some((server, info)));
+                }
+            }
+            (None, None)
+        };
+        lookup.into_actor(self).map(|(tracked, found), act, ctx| {
+            tracked.or_else(|| {
+                let (server, info) = found?;
+                let dir = info.directory.clone();
+                act.session(&server, &info.id, Some(&info), dir.as_deref(), ctx)
+            })
+        })
     }
 
     /// The actor of a session, created (and hydrated by REST if `info` is unknown) on
@@ -120,6 +175,7 @@ impl Supervisor {
                         directory: Some(dir.to_string()),
                         title: None,
                         time: Default::default(),
+                        metadata: None,
                     }));
                 }
                 let engine = Arc::clone(&srv.env.engine);
@@ -362,6 +418,8 @@ impl Handler<AttachServer> for Supervisor {
             instance: self.instance.clone(),
             ledger: Arc::clone(&self.ledger),
             windows: Arc::default(),
+            workspace: Arc::clone(&self.workspace),
+            scratch: self.scratch.clone(),
         };
         self.servers.insert(
             msg.name,
@@ -411,6 +469,13 @@ impl Handler<Ingest> for Supervisor {
             srv.directories.insert(dir.clone());
         }
         let Some(id) = event.session_id().map(str::to_string) else { return };
+        if self.scratch.contains(&id) {
+            // Shepherd's own fork: not supervised (stop an actor made before it was known).
+            if let Some(slot) = self.sessions.remove(&(msg.server.clone(), id)) {
+                slot.addr.do_send(StopSession);
+            }
+            return;
+        }
         if let Event::SessionDeleted(_) = event {
             self.parents.remove(&(msg.server.clone(), id.clone()));
             if let Some(slot) = self.sessions.remove(&(msg.server.clone(), id)) {
@@ -647,6 +712,61 @@ impl Handler<SendCustomPrompt> for Supervisor {
                 }
             }
             .into_actor(act)
+        }))
+    }
+}
+
+impl Handler<StartHandoff> for Supervisor {
+    type Result = ResponseActFuture<Self, Result<HandoffView, ControlError>>;
+
+    fn handle(&mut self, msg: StartHandoff, _: &mut Context<Self>) -> Self::Result {
+        if self.in_flight.stopping().load(std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(actix::fut::ready(Err(ControlError::ShuttingDown)));
+        }
+        let session = msg.0;
+        Box::pin(self.locate(session.clone(), None).then(move |addr, act, _| {
+            async move {
+                match addr {
+                    Some(addr) => addr.send(RequestHandoff).await.unwrap_or(Err(ControlError::ShuttingDown)),
+                    None => Err(ControlError::UnknownSession(session)),
+                }
+            }
+            .into_actor(act)
+        }))
+    }
+}
+
+impl Handler<ResumeHandoff> for Supervisor {
+    type Result = ResponseActFuture<Self, Result<HandoffView, ControlError>>;
+
+    fn handle(&mut self, msg: ResumeHandoff, _: &mut Context<Self>) -> Self::Result {
+        if self.in_flight.stopping().load(std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(actix::fut::ready(Err(ControlError::ShuttingDown)));
+        }
+        let ledger = Arc::clone(&self.ledger);
+        let id = msg.0;
+        let id2 = id.clone();
+        let find = async move { ledger.snapshot(&id2).await };
+        Box::pin(find.into_actor(self).then(move |found, act, _| {
+            let owner = match found {
+                Ok(Some(Ok(s))) => Some((s.server, s.session)),
+                _ => None,
+            };
+            match owner {
+                Some((server, session)) => Box::pin(act.locate(session, Some(server)).then(move |addr, act, _| {
+                    async move {
+                        match addr {
+                            Some(addr) => {
+                                addr.send(ResumeSnapshot(id)).await.unwrap_or(Err(ControlError::ShuttingDown))
+                            }
+                            None => Err(ControlError::UnknownSession(id)),
+                        }
+                    }
+                    .into_actor(act)
+                }))
+                    as ResponseActFuture<Self, Result<HandoffView, ControlError>>,
+                None => Box::pin(actix::fut::ready(Err(ControlError::UnknownSnapshot(id)))),
+            }
         }))
     }
 }

@@ -1,0 +1,311 @@
+//! The hand-off procedure, one idempotent step at a time, through the ports.
+//!
+//! The core ([`super::handoff`]) decides *when*; this carries out *one step* of a
+//! hand-off and reports. The actor journals and persists the phase between steps, so
+//! a Shepherd killed at any point resumes the same hand-off at the step it was in, and
+//! every step is safe to run again:
+//!
+//! - **persisting**: (abort the turn if asked and wait for idle), gather structured
+//!   state — history, todos, the session's description, the repository (read-only),
+//!   and the model's own account asked in a *fork* of the session — build the
+//!   continuation and store it as a sealed snapshot. An intact snapshot with this id
+//!   already stored is reused, not rebuilt.
+//! - **handing over** (`fresh`): find the fresh session by the hand-off id in its
+//!   title, or create it (same directory, marked with `metadata.shepherd`), then deliver
+//!   the continuation as a `noReply` note — unless the fresh session already holds a
+//!   part tagged with this hand-off's continuation. (`compact`: summarize the same
+//!   session instead, then deliver the note to it.)
+//! - **resuming**: claim the snapshot for the target session (a snapshot is restored
+//!   once), then send the resume prompt with the old session's agent and model —
+//!   unless it is already there.
+
+use std::time::Duration;
+
+use crate::config::{HandoffConfig, HandoffMode};
+use crate::event::{ShepherdSessionMark, ShepherdTag, Status, Todo};
+use crate::ledger::{Claim, Ledger, Snapshot};
+use crate::ports::{Engine, HistoryPart, Prompt, TurnSettings, Workspace};
+use crate::session::continuation::{self, ContinuationFacts};
+use crate::session::handoff::Phase;
+
+/// One step of a hand-off to run, decided by the core.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandoffOrder {
+    /// The hand-off id (and its snapshot's).
+    pub id: String,
+    pub server: String,
+    pub session_id: String,
+    pub directory: Option<String>,
+    pub mode: HandoffMode,
+    /// The step to run.
+    pub step: Phase,
+    /// Abort the running turn before persisting.
+    pub abort_first: bool,
+    pub known_todos: Vec<Todo>,
+    pub known_turn: Option<TurnSettings>,
+    pub children: Vec<String>,
+    pub context: (Option<u64>, Option<u64>),
+    /// The fresh session, once known (resuming).
+    pub target: Option<String>,
+}
+
+/// How one step ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepReport {
+    /// The snapshot is stored (`reused`: it was already); `readable`: the `.md` file.
+    Persisted { reused: bool, readable: Option<String>, chars: usize, model_account: bool },
+    /// The target session holds the continuation (`created`: it was made now).
+    HandedOver { target: String, created: bool },
+    /// The resume prompt is in the target session.
+    Resumed { target: String },
+    /// The step could not be done; nothing after it was attempted.
+    Failed { step: Phase, error: String },
+}
+
+/// What a step may use.
+pub struct Tools<'a> {
+    pub engine: &'a dyn Engine,
+    pub ledger: &'a dyn Ledger,
+    pub workspace: &'a dyn Workspace,
+    pub cfg: &'a HandoffConfig,
+    pub redactions: &'a [regex::Regex],
+    pub instance: &'a str,
+    /// Sessions Shepherd creates for its own questions (forks): not to be supervised.
+    pub scratch: &'a crate::session::actor::Scratch,
+    pub wall_ms: i64,
+    /// How often to poll for idle after an abort, and for how long at most.
+    pub poll: (Duration, Duration),
+}
+
+/// The marker in a fresh session's title that finds it again after a crash.
+pub fn title_marker(id: &str) -> String {
+    format!("[{id}]")
+}
+
+/// Runs one step.
+pub async fn run_step(order: &HandoffOrder, tools: &Tools<'_>) -> StepReport {
+    let result = match order.step {
+        Phase::Persisting => persist(order, tools).await,
+        Phase::HandingOver => hand_over(order, tools).await,
+        Phase::Resuming => resume(order, tools).await,
+        other => Err(format!("not a step of the procedure: {}", other.as_str())),
+    };
+    result.unwrap_or_else(|error| StepReport::Failed { step: order.step, error })
+}
+
+async fn persist(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, String> {
+    let stored = t.ledger.snapshot(&order.id).await.map_err(|e| format!("reading the snapshot store: {e}"))?;
+    if let Some(Ok(s)) = stored {
+        if s.is_intact() {
+            return Ok(StepReport::Persisted {
+                reused: true,
+                readable: None,
+                chars: s.continuation.len(),
+                model_account: false,
+            });
+        }
+    }
+    let engine = t.engine;
+    if order.abort_first {
+        abort_and_wait(engine, &order.session_id, order.directory.as_deref(), t.poll).await?;
+    }
+    let info = engine.session(&order.session_id).await.map_err(|e| format!("reading the session: {e}"))?;
+    let history =
+        engine.history(&order.session_id, t.cfg.history_messages).await.map_err(|e| format!("reading history: {e}"))?;
+    let todos = engine.todos(&order.session_id).await.unwrap_or_else(|_| order.known_todos.clone());
+    let directory = info.directory.clone().or_else(|| order.directory.clone());
+    let repo = match &directory {
+        Some(d) => t.workspace.repo_state(d).await,
+        None => None,
+    };
+    let turn = match engine.last_turn_settings(&order.session_id).await {
+        Ok(turn) if turn.agent.is_some() || turn.model.is_some() => turn,
+        _ => order.known_turn.clone().unwrap_or_default(),
+    };
+    let model_account = if t.cfg.ask_model { ask_in_fork(order, t, &turn).await } else { None };
+    let facts = ContinuationFacts {
+        session_id: &order.session_id,
+        title: info.title.as_deref(),
+        directory: directory.as_deref(),
+        history: &history,
+        todos: &todos,
+        known_children: order.children.clone(),
+        repo,
+        model_account: model_account.clone(),
+        context: order.context,
+        budget_tokens: t.cfg.max_continuation_tokens,
+    };
+    let text = continuation::build(&facts, t.redactions);
+    let snapshot = Snapshot::seal(
+        order.id.clone(),
+        order.server.clone(),
+        order.session_id.clone(),
+        directory,
+        info.title.clone(),
+        t.wall_ms,
+        &turn,
+        text,
+    );
+    let readable = t.ledger.save_snapshot(&snapshot).await.map_err(|e| format!("storing the snapshot: {e}"))?;
+    Ok(StepReport::Persisted {
+        reused: false,
+        readable,
+        chars: snapshot.continuation.len(),
+        model_account: model_account.is_some(),
+    })
+}
+
+/// Asks the model for its own account in a fork (so the old session is left as it
+/// was), bounded by `question_timeout`; the fork is deleted afterwards. `None` when
+/// anything fails: the continuation is complete without it.
+async fn ask_in_fork(order: &HandoffOrder, t: &Tools<'_>, turn: &TurnSettings) -> Option<String> {
+    let fork = match t.engine.fork(&order.session_id).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(session = %order.session_id, error = %e, "hand-off: could not fork the session to ask the model");
+            return None;
+        }
+    };
+    t.scratch.insert(&fork.id);
+    let prompt = Prompt {
+        text: t.cfg.question_message.clone(),
+        tag: tag("handoff_question", t.instance, &format!("{}:question", order.id)),
+        turn: turn.clone(),
+        no_reply: false,
+    };
+    let answer = match tokio::time::timeout(t.cfg.question_timeout, t.engine.ask(&fork.id, &prompt)).await {
+        Ok(Ok(text)) if !text.trim().is_empty() => Some(text),
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => {
+            tracing::warn!(session = %order.session_id, error = %e, "hand-off: the model's account could not be read");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(session = %order.session_id, timeout = ?t.cfg.question_timeout, "hand-off: the model did not answer within handoff.question_timeout");
+            let _ = t.engine.abort(&fork.id).await;
+            None
+        }
+    };
+    if let Err(e) = t.engine.delete_session(&fork.id).await {
+        tracing::warn!(session = %order.session_id, fork = %fork.id, error = %e, "hand-off: could not delete the fork");
+    }
+    answer
+}
+
+async fn hand_over(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, String> {
+    let snapshot = intact_snapshot(order, t).await?;
+    let engine = t.engine;
+    let (target, created) = match order.mode {
+        HandoffMode::Compact => {
+            let model = snapshot.model.clone().ok_or("the session's model is not known: cannot compact")?;
+            engine.summarize(&order.session_id, &model).await.map_err(|e| format!("compacting: {e}"))?;
+            (order.session_id.clone(), false)
+        }
+        HandoffMode::Fresh | HandoffMode::Manual => {
+            let marker = title_marker(&order.id);
+            let found = engine
+                .find_sessions(snapshot.directory.as_deref(), &marker)
+                .await
+                .map_err(|e| format!("looking for an earlier fresh session: {e}"))?;
+            match found.into_iter().find(|s| s.title.as_deref().is_some_and(|t| t.contains(&marker))) {
+                Some(s) => (s.id, false),
+                None => {
+                    let base = snapshot.title.as_deref().filter(|t| !t.is_empty()).unwrap_or(&order.session_id);
+                    let title = format!("{base} (continued) {marker}");
+                    let mark = ShepherdSessionMark {
+                        handoff_from: Some(order.session_id.clone()),
+                        handoff: Some(order.id.clone()),
+                    };
+                    let s = engine
+                        .create_session(snapshot.directory.as_deref(), &title, &mark)
+                        .await
+                        .map_err(|e| format!("creating the fresh session: {e}"))?;
+                    (s.id, true)
+                }
+            }
+        }
+    };
+    let decision = format!("{}:continuation", order.id);
+    if !holds(engine, &target, &decision).await? {
+        let note = Prompt {
+            text: snapshot.continuation.clone(),
+            tag: tag("handoff_continuation", t.instance, &decision),
+            turn: turn_of(&snapshot),
+            no_reply: true,
+        };
+        engine.prompt(&target, &note).await.map_err(|e| format!("delivering the continuation: {e}"))?;
+    }
+    Ok(StepReport::HandedOver { target, created })
+}
+
+async fn resume(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, String> {
+    let snapshot = intact_snapshot(order, t).await?;
+    let target = order.target.clone().ok_or("no target session to resume in")?;
+    match t.ledger.claim(&order.id, &target).await.map_err(|e| format!("claiming the snapshot: {e}"))? {
+        Claim::Granted => {}
+        Claim::Taken { by } => return Err(format!("the snapshot was already restored into {by}")),
+    }
+    let decision = format!("{}:resume", order.id);
+    if !holds(t.engine, &target, &decision).await? {
+        let text = t.cfg.resume_message.replace("{previousSession}", &order.session_id);
+        let prompt =
+            Prompt { text, tag: tag("handoff", t.instance, &decision), turn: turn_of(&snapshot), no_reply: false };
+        t.engine.prompt(&target, &prompt).await.map_err(|e| format!("sending the resume prompt: {e}"))?;
+    }
+    Ok(StepReport::Resumed { target })
+}
+
+/// The stored snapshot of this hand-off. A torn or corrupt one falls back to the
+/// session's newest intact snapshot (an earlier hand-off's), logged; none is an error.
+async fn intact_snapshot(order: &HandoffOrder, t: &Tools<'_>) -> Result<Snapshot, String> {
+    let stored = t.ledger.snapshot(&order.id).await.map_err(|e| format!("reading the snapshot store: {e}"))?;
+    let (server, session) = match stored {
+        Some(Ok(s)) if s.is_intact() => return Ok(s),
+        Some(Ok(s)) => (s.server, s.session),
+        Some(Err(_)) | None => (order.server.clone(), order.session_id.clone()),
+    };
+    let all = t.ledger.snapshots(&server, &session).await.map_err(|e| format!("reading the snapshot store: {e}"))?;
+    match Snapshot::newest_intact(all) {
+        Some(s) => {
+            tracing::warn!(session = %session, handoff = %order.id, fallback = %s.id, "hand-off: snapshot torn or corrupt; using the newest intact one");
+            Ok(s)
+        }
+        None => Err(format!("snapshot {} is missing or corrupt and no earlier intact one exists", order.id)),
+    }
+}
+
+/// Does the session already hold a part tagged with this decision?
+async fn holds(engine: &dyn Engine, session: &str, decision: &str) -> Result<bool, String> {
+    let history = engine.history(session, 50).await.map_err(|e| format!("reading {session}: {e}"))?;
+    Ok(history
+        .iter()
+        .flat_map(|m| &m.parts)
+        .any(|p| matches!(p, HistoryPart::Text { shepherd: Some(tag), .. } if tag.decision == decision)))
+}
+
+fn turn_of(s: &Snapshot) -> TurnSettings {
+    TurnSettings { agent: s.agent.clone(), model: s.model.clone() }
+}
+
+fn tag(kind: &str, instance: &str, decision: &str) -> ShepherdTag {
+    ShepherdTag { kind: kind.to_string(), instance: instance.to_string(), decision: decision.to_string() }
+}
+
+/// Aborts the turn and waits (bounded) until the session is idle.
+async fn abort_and_wait(
+    engine: &dyn Engine,
+    session: &str,
+    directory: Option<&str>,
+    (every, at_most): (Duration, Duration),
+) -> Result<(), String> {
+    engine.abort(session).await.map_err(|e| format!("aborting the turn: {e}"))?;
+    let started = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        match engine.statuses(directory.unwrap_or_default()).await {
+            Ok(map) if !matches!(map.get(session), Some(Status::Busy | Status::Retry { .. })) => return Ok(()),
+            _ if started.elapsed() >= at_most => return Ok(()), // the snapshot is read-only: go on
+            _ => {}
+        }
+    }
+}
