@@ -118,6 +118,13 @@ impl Daemon {
         self.supervisor.send(InspectFleet).await.unwrap_or_default()
     }
 
+    /// Restores a stored hand-off snapshot into a fresh session (what
+    /// `POST /v1/handoffs/{id}/resume` does; also for tests and the demo).
+    pub async fn resume_handoff(&self, snapshot: &str) -> anyhow::Result<shepherd_actors::control::HandoffView> {
+        let view = self.supervisor.send(shepherd_actors::control::ResumeHandoff(snapshot.to_string())).await??;
+        Ok(view)
+    }
+
     /// Graceful stop: the control API first (no new prompts; its token file is
     /// removed), then streams (no new events), then recoveries under way are given time
     /// to send their continue, then every actor stops.

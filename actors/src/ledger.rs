@@ -59,6 +59,9 @@ pub trait Ledger: SnapshotStore {
     async fn append(&self, record: &ActionRecord) -> Result<(), LedgerError>;
     /// The journal of one session, oldest first, at most `limit` newest entries.
     async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError>;
+    /// Sessions of `server` whose hand-off was under way when Shepherd stopped: they are
+    /// resumed at start-up even if the session itself stays quiet.
+    async fn unfinished_handoffs(&self, server: &str) -> Result<Vec<String>, LedgerError>;
 }
 
 /// A ledger in memory: for tests, and for `--ledger memory` runs that need no disk.
@@ -127,6 +130,15 @@ impl Ledger for MemoryLedger {
         Ok(())
     }
 
+    async fn unfinished_handoffs(&self, server: &str) -> Result<Vec<String>, LedgerError> {
+        let states = self.states.lock().map_err(|e| LedgerError::Storage(e.to_string()))?;
+        Ok(states
+            .iter()
+            .filter(|((srv, _), st)| srv == server && HANDOFF_RUNNING_PHASES.contains(&st.handoff.phase.as_str()))
+            .map(|((_, id), _)| id.clone())
+            .collect())
+    }
+
     async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError> {
         let journal = self.journal.lock().map_err(|e| LedgerError::Storage(e.to_string()))?;
         let all: Vec<_> = journal.iter().filter(|r| r.session == session).cloned().collect();
@@ -153,6 +165,9 @@ pub struct HandoffMemory {
     pub abort_first: bool,
     pub started_ms: Option<i64>,
 }
+
+/// The phases in which a hand-off's procedure is under way (see `session::handoff`).
+pub const HANDOFF_RUNNING_PHASES: [&str; 3] = ["persisting", "handing_over", "resuming"];
 
 /// The version of [`Snapshot`] this Shepherd writes and reads.
 pub const SNAPSHOT_VERSION: u32 = 1;

@@ -38,7 +38,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
-use shepherd_actors::ledger::{Claim, DurableState, Ledger, LedgerError, Snapshot, SnapshotStore};
+use shepherd_actors::ledger::{
+    Claim, DurableState, Ledger, LedgerError, Snapshot, SnapshotStore, HANDOFF_RUNNING_PHASES,
+};
 use tokio::sync::oneshot;
 
 /// How long a statement waits for another connection's lock (e.g. a migration by a
@@ -107,6 +109,7 @@ enum Command {
     Snapshots { server: String, session: String, reply: Reply<Vec<Result<Snapshot, LedgerError>>> },
     Snapshot { id: String, reply: Reply<Option<Result<Snapshot, LedgerError>>> },
     Claim { id: String, session: String, reply: Reply<Claim> },
+    UnfinishedHandoffs { server: String, reply: Reply<Vec<String>> },
 }
 
 impl SqliteLedger {
@@ -181,6 +184,11 @@ impl Ledger for SqliteLedger {
     async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError> {
         let session = session.to_string();
         self.ask(|reply| Command::History { session, limit, reply }).await
+    }
+
+    async fn unfinished_handoffs(&self, server: &str) -> Result<Vec<String>, LedgerError> {
+        let server = server.to_string();
+        self.ask(|reply| Command::UnfinishedHandoffs { server, reply }).await
     }
 }
 
@@ -296,6 +304,7 @@ impl Command {
             }
             Command::Snapshots { server, session, reply } => read(reply, snapshots(conn, &server, &session)),
             Command::Snapshot { id, reply } => read(reply, snapshot(conn, &id)),
+            Command::UnfinishedHandoffs { server, reply } => read(reply, unfinished_handoffs(conn, &server)),
             Command::Claim { id, session, reply } => match claim(conn, &id, &session) {
                 Ok(c) => read(reply, Ok(c)),
                 Err(e) => read(reply, Err(e)),
@@ -314,6 +323,7 @@ impl Command {
             Command::Snapshots { reply, .. } => drop(reply.send(Err(err))),
             Command::Snapshot { reply, .. } => drop(reply.send(Err(err))),
             Command::Claim { reply, .. } => drop(reply.send(Err(err))),
+            Command::UnfinishedHandoffs { reply, .. } => drop(reply.send(Err(err))),
         }
     }
 }
@@ -362,6 +372,16 @@ fn save_snapshot(conn: &Connection, s: &Snapshot, readable: Option<&Path>) -> Re
         }
     }
     Ok(())
+}
+
+fn unfinished_handoffs(conn: &Connection, server: &str) -> Result<Vec<String>, LedgerError> {
+    let phases = HANDOFF_RUNNING_PHASES;
+    conn.prepare_cached(
+        "SELECT session FROM session_state WHERE server = ?1
+         AND json_extract(state_json, '$.handoff.phase') IN (?2, ?3, ?4)",
+    )
+    .and_then(|mut st| st.query_map(params![server, phases[0], phases[1], phases[2]], |r| r.get(0))?.collect())
+    .map_err(|e| storage_error(&format!("finding unfinished hand-offs of {server}"), e))
 }
 
 fn parse_snapshot(id: &str, json: &str) -> Result<Snapshot, LedgerError> {

@@ -153,6 +153,27 @@ impl Rig {
         }
     }
 
+    /// Waits for a hand-off record of `session` entering `phase` and returns it.
+    pub async fn wait_phase(&mut self, session: &str, phase: &str, timeout: Duration) -> anyhow::Result<ActionRecord> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            self.pull();
+            if let Some(r) = self.seen.iter().find(|r| {
+                r.session == session && r.action == Action::Handoff && r.numbers.phase.as_deref() == Some(phase)
+            }) {
+                return Ok(r.clone());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!(
+                    "no hand-off phase {phase} for {session} within {timeout:?}; seen: {:#?}\nopencode log tail:\n{}",
+                    self.records_for(session),
+                    self.opencode.log_tail(30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Every record about `session` so far.
     pub fn records_for(&mut self, session: &str) -> Vec<(Action, Outcome, String)> {
         self.pull();

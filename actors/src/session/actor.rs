@@ -204,9 +204,10 @@ impl SessionActor {
     /// Runs one hand-off step; the core journals it, the state is persisted, and the
     /// next step (if any) follows — so a restart resumes at the step it was in.
     fn start_handoff_step(&mut self, order: HandoffOrder, ctx: &mut Context<Self>) {
+        // Not counted in `in_flight`: shutdown need not wait for a hand-off, whose every
+        // step is resumed from the ledger after a restart.
         let env = self.env.clone();
         let cfg = Arc::clone(&self.cfg);
-        let guard = env.in_flight.enter();
         let work = async move {
             let tools = Tools {
                 engine: env.engine.as_ref(),
@@ -220,7 +221,6 @@ impl SessionActor {
                 poll: (cfg.recovery.abort_poll_interval, cfg.recovery.abort_poll_max),
             };
             let report = run_step(&order, &tools).await;
-            drop(guard);
             (order, report)
         };
         ctx.spawn(work.into_actor(self).map(|(order, report), act, ctx| {
@@ -483,7 +483,7 @@ impl Handler<Evict> for SessionActor {
     type Result = ResponseActFuture<Self, bool>;
 
     fn handle(&mut self, _: Evict, _: &mut Context<Self>) -> Self::Result {
-        if self.core.is_recovering() || self.core.is_busy() {
+        if self.core.is_recovering() || self.core.is_busy() || self.core.handoff().phase().is_running() {
             return Box::pin(actix::fut::ready(false));
         }
         let mut state = self.core.export(self.env.now());

@@ -449,6 +449,7 @@ impl SessionCore {
         let out = vec![match result {
             Ok(()) => {
                 self.context_tokens = None;
+                self.rollover.on_compacted();
                 self.record(Action::Compact, Outcome::Done, &order.reason, numbers, now)
             }
             Err(e) => self.record(Action::Compact, Outcome::Failed, &format!("{}: {e}", order.reason), numbers, now),
@@ -735,15 +736,21 @@ impl SessionCore {
                 if self.busy != RunState::Idle {
                     let ours = self.recovering.is_some();
                     self.busy = RunState::Idle;
-                    let handing_off = if ours { None } else { self.rollover.on_idle() };
-                    if let Some(step) = handing_off {
+                    let mut step = if ours { None } else { self.rollover.on_idle() };
+                    let note = step.take_if(|s| matches!(s, Step::SoftNote { .. }));
+                    if let Some(start) = step {
                         // The hand-off goes first: no compaction, nudge or review now.
                         self.compacting = false;
-                        out.extend(self.on_rollover_step(step, now));
+                        out.extend(self.on_rollover_step(start, now));
                     } else {
                         if !ours && !self.compaction_in_flight && !self.rollover.suspends_automation() {
                             self.compacting = false; // OpenCode's own compaction ends with the turn
                             out.extend(self.consider_compaction(now));
+                        }
+                        // A compaction starting now makes the soft note moot (and a note
+                        // stored during it would make OpenCode run a turn to answer it).
+                        if let Some(note) = note.filter(|_| !self.compaction_in_flight) {
+                            out.extend(self.on_rollover_step(note, now));
                         }
                         self.followup.on_idle_edge(now.mono, &self.todos, ours, &self.cfg.nudge, &self.cfg.review);
                     }
@@ -1304,7 +1311,7 @@ impl SessionCore {
                 order.kind = PromptKind::Note;
                 order.template = self.cfg.handoff.soft_message.replace("{percent}", &percent);
                 order.template_without_open_todos = None;
-                order.require_idle = false;
+                order.require_idle = true;
                 let numbers = Numbers { phase: Some(Phase::Preparing.as_str().into()), ..self.context_numbers() };
                 vec![
                     self.record(
@@ -2307,14 +2314,20 @@ mod tests {
 
     #[test]
     fn a_filling_session_gets_a_soft_note_then_is_handed_off_when_its_turn_ends() {
-        let mut b = bench_with_rules(rules());
+        let mut r = rules();
+        r.compaction.enabled = false; // here the window only grows
+        let mut b = bench_with_rules(r);
         b.todos_ms(0, &["in_progress", "pending"]);
         b.busy(0);
         b.core.set_window(Some(200_000));
         assistant_with_tokens(&mut b, 10, "msg_1", 100_000, 0);
-        let soft = b.feed_ms(20_000, &tokens_json("msg_2", 152_000)); // 76%
+        assert!(b.feed_ms(20_000, &tokens_json("msg_2", 152_000)).is_empty(), "76%: the note waits for idle");
+        let soft = b.idle_ms(21_000);
         assert_eq!(phases(&soft), vec!["preparing"]);
-        assert!(matches!(soft.as_slice(), [_, Effect::Prompt(PromptOrder { kind: PromptKind::Note, .. })]), "{soft:?}");
+        let note = soft.iter().find_map(|e| if let Effect::Prompt(o) = e { Some(o.clone()) } else { None }).unwrap();
+        assert_eq!(note.kind, PromptKind::Note);
+        assert!(note.require_idle && note.template.contains("76% used"), "{note:?}");
+        b.busy(22);
         let ready = b.feed_ms(30_000, &tokens_json("msg_3", 164_000)); // 82%
         assert_eq!(phases(&ready), vec!["ready"]);
         assert!(handoffs(&ready).is_empty(), "not mid-turn");
@@ -2345,13 +2358,29 @@ mod tests {
     }
 
     #[test]
+    fn a_compaction_at_the_idle_edge_makes_the_soft_note_moot_and_rearms_the_thresholds() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(10, &tokens_json("msg_1", 152_000)); // 76%: past proactive and soft
+        let idle = b.idle_ms(100);
+        assert_eq!(compactions(&idle).len(), 1);
+        assert!(prompts(&idle).is_empty(), "no note beside the compaction: {idle:?}");
+        let Some(Effect::Compact(order)) = idle.iter().find(|e| matches!(e, Effect::Compact(_))).cloned() else {
+            panic!()
+        };
+        b.core.on_compaction_finished(&order, Ok(()), b.at_ms(2_000));
+        assert_eq!(b.core.handoff().phase(), Phase::Monitoring, "watched afresh after the compaction");
+    }
+
+    #[test]
     fn past_hard_mid_turn_the_turn_drains_and_then_the_hand_off_aborts_it() {
         let mut b = bench_with_rules(rules());
         b.busy(0);
         b.core.set_window(Some(200_000));
         assistant_with_tokens(&mut b, 10, "msg_1", 100_000, 0);
         let effects = b.feed_ms(1_000, &tokens_json("msg_2", 180_000)); // 90%
-        assert_eq!(phases(&effects), vec!["preparing", "ready", "ready"]);
+        assert_eq!(phases(&effects), vec!["ready", "ready"]);
         let drain = b.core.cfg.handoff.drain;
         assert!(handoffs(&b.tick_ms(1_000 + ms(drain) - 1)).is_empty());
         b.feed_ms(

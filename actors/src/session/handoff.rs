@@ -9,7 +9,9 @@
 //!   ─▶ handing_over ─▶ resuming ─▶ completed          (failed / awaiting_manual on the way)
 //! ```
 //!
-//! - **soft**: one `noReply` note asks the model to keep its todos current.
+//! - **soft**: one `noReply` note asks the model to keep its todos current. It is
+//!   delivered while the session is idle: a note stored mid-turn makes OpenCode's loop
+//!   answer it at once (one more model call on an already full window).
 //! - **prepare**: the hand-off starts at the end of the current turn (busy→idle).
 //! - **hard** mid-turn: the turn may drain for `handoff.drain`; then it is aborted and
 //!   the hand-off starts.
@@ -107,6 +109,8 @@ pub struct Rollover {
     /// The loop guard was checked on this session's first reading.
     first_reading_seen: bool,
     mode: Option<HandoffMode>,
+    /// The soft note waits for the turn to end.
+    note_due: Option<f64>,
 }
 
 impl Default for Rollover {
@@ -122,6 +126,7 @@ impl Default for Rollover {
             from: None,
             first_reading_seen: false,
             mode: None,
+            note_due: None,
         }
     }
 }
@@ -190,7 +195,11 @@ impl Rollover {
         let mut out = Vec::new();
         if share >= cfg.soft && self.phase == Phase::Monitoring {
             self.phase = Phase::Preparing;
-            out.push(Step::SoftNote { share });
+            if busy {
+                self.note_due = Some(share);
+            } else {
+                out.push(Step::SoftNote { share });
+            }
         }
         if share >= cfg.prepare && matches!(self.phase, Phase::Monitoring | Phase::Preparing) {
             self.phase = Phase::Ready;
@@ -209,10 +218,11 @@ impl Rollover {
         out
     }
 
-    /// The turn ended: a ready hand-off starts now.
+    /// The turn ended: a ready hand-off starts now; else a soft note that waited goes out.
     pub fn on_idle(&mut self) -> Option<Step> {
+        let note = self.note_due.take();
         if self.phase != Phase::Ready {
-            return None;
+            return note.map(|share| Step::SoftNote { share });
         }
         self.drain_until = None;
         Some(Step::Start { abort_first: false, reason: "the turn ended past handoff.prepare".into() })
@@ -271,10 +281,13 @@ impl Rollover {
         }
     }
 
-    /// The session was compacted: after a failed hand-off it is watched again.
+    /// The session was compacted: its window is mostly free again, so the thresholds are
+    /// watched afresh (after a failed hand-off too). A running or completed hand-off stays.
     pub fn on_compacted(&mut self) {
-        if self.phase == Phase::Failed {
+        if !self.phase.is_running() && self.phase != Phase::Completed {
             self.phase = Phase::Monitoring;
+            self.note_due = None;
+            self.drain_until = None;
         }
     }
 
@@ -323,9 +336,11 @@ mod tests {
         let t = Instant::now();
         let mut r = Rollover::default();
         assert!(r.on_reading(0.5, true, &cfg(), t).is_empty());
-        assert_eq!(r.on_reading(0.76, true, &cfg(), t), vec![Step::SoftNote { share: 0.76 }]);
+        assert!(r.on_reading(0.76, true, &cfg(), t).is_empty(), "the note waits for the turn to end");
         assert_eq!(r.phase(), Phase::Preparing);
-        assert!(r.on_reading(0.77, true, &cfg(), t).is_empty(), "the soft note is sent once");
+        assert_eq!(r.on_idle(), Some(Step::SoftNote { share: 0.76 }));
+        assert!(r.on_reading(0.77, false, &cfg(), t).is_empty(), "the soft note is sent once");
+        assert_eq!(r.on_idle(), None);
         let steps = r.on_reading(0.81, true, &cfg(), t);
         assert!(matches!(steps.as_slice(), [Step::Entered { phase: Phase::Ready, .. }]), "{steps:?}");
         assert!(r.on_reading(0.82, true, &cfg(), t).is_empty());
@@ -337,7 +352,7 @@ mod tests {
         let t = Instant::now();
         let mut r = Rollover::default();
         let steps = r.on_reading(0.9, true, &cfg(), t);
-        assert_eq!(steps.len(), 3, "soft note, ready, drain: {steps:?}");
+        assert_eq!(steps.len(), 2, "ready, drain: {steps:?}");
         assert_eq!(r.deadline(), Some(t + cfg().drain));
         assert_eq!(r.on_deadline(true, t + Duration::from_secs(1)), None);
         assert!(matches!(r.on_deadline(true, t + cfg().drain), Some(Step::Start { abort_first: true, .. })));

@@ -538,6 +538,26 @@ impl Handler<StreamUp> for Supervisor {
             });
         }
         self.reconcile(&msg.server, true, ctx);
+        self.resume_handoffs(&msg.server, ctx);
+    }
+}
+
+impl Supervisor {
+    /// Sessions whose hand-off was under way when Shepherd stopped get their actor now
+    /// (it resumes the hand-off from the ledger), even if they stay quiet.
+    fn resume_handoffs(&mut self, server: &str, ctx: &mut Context<Self>) {
+        let ledger = Arc::clone(&self.ledger);
+        let server = server.to_string();
+        let find = async move { (ledger.unfinished_handoffs(&server).await, server) };
+        ctx.spawn(find.into_actor(self).map(|(found, server), act, ctx| match found {
+            Ok(ids) => {
+                for id in ids {
+                    tracing::info!(server = %server, session = %id, "resuming a hand-off that was under way");
+                    act.session(&server, &id, None, None, ctx);
+                }
+            }
+            Err(e) => tracing::warn!(server = %server, error = %e, "could not look for unfinished hand-offs"),
+        }));
     }
 }
 
