@@ -69,3 +69,23 @@ async fn an_overflow_left_idle_with_autocompaction_off_gets_one_emergency_compac
     rig.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn a_nudge_to_a_session_past_the_opportunistic_threshold_follows_a_compaction() -> anyhow::Result<()> {
+    let mut rig = Rig::start_config(|c| {
+        c.review.enabled = false;
+        c.nudge.user_quiet = Duration::ZERO;
+    })
+    .await?;
+    let id = rig.client.create_session(Some("half full")).await?;
+    // 110k of 200k = 55%: past opportunistic (50%), below proactive (70%); todos left open.
+    rig.client.prompt_async(&id, "[[fake:todo:create]] [[fake:bigusage:110000]] start", None, None, false).await?;
+    let compact = rig.wait_record(&id, Action::Compact, Outcome::Done, PATIENCE).await?;
+    assert!(compact.reason.contains("opportunistic") && compact.reason.contains("before the nudge"), "{compact:?}");
+    let nudge = rig.wait_record(&id, Action::Nudge, Outcome::Done, PATIENCE).await?;
+    assert!(nudge.at_ms >= compact.at_ms, "the nudge follows the compaction");
+    let messages = rig.client.messages(&id).await?;
+    assert!(messages.iter().any(|m| m.role() == "assistant" && m.info["summary"] == true), "OpenCode summarised");
+    rig.stop().await;
+    Ok(())
+}

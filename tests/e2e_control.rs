@@ -377,3 +377,51 @@ async fn the_cli_lists_sessions_and_sends_prompts_through_the_running_daemon() -
     assert!(out(&o).1.contains("cannot reach the Shepherd daemon"), "{}", out(&o).1);
     Ok(())
 }
+
+#[actix::test]
+async fn the_cli_hands_a_session_over_now_and_reports_where_it_stands() -> anyhow::Result<()> {
+    let state = TempDir::new()?;
+    let rig = start(&state).await?;
+    let api = Api::of(&rig);
+    let file = token_file(&state);
+    // A small session: a person may hand it over whatever its fill.
+    let id = ran_once(&rig, "[[fake:todo:create]] Port the lexer").await?;
+    api.wait_session(&id, 3).await?;
+    let cli = |args: Vec<String>| {
+        let (dir, url, file) = (state.path().to_path_buf(), api.url.clone(), file.clone());
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            shepherd_cli(&dir, &url, &file, &[], &args).await
+        }
+    };
+    let o = cli(vec!["handoff".into(), id.clone()]).await?;
+    let (stdout, stderr) = out(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.contains("hand-off started: phase persisting") && stdout.contains("id: hf_"), "{stdout}");
+
+    let status = wait_until("the hand-off to complete", PATIENCE, || async {
+        let o = cli(vec!["handoff".into(), id.clone(), "--status".into()]).await?;
+        let (stdout, _) = out(&o);
+        anyhow::Ok(stdout.contains("phase completed").then_some(stdout))
+    })
+    .await?;
+    let new = status
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("new session: "))
+        .unwrap_or_else(|| panic!("{status}"))
+        .to_string();
+    let users = user_messages(&rig, &new).await?;
+    assert!(
+        users
+            .iter()
+            .any(|m| kind_of(m).as_deref() == Some("handoff_continuation") && m.text().contains("Port the lexer")),
+        "the fresh session got the continuation"
+    );
+
+    // A second request while nothing runs is a new hand-off; an unknown snapshot is 404.
+    let o = cli(vec!["handoff".into(), "--resume".into(), "hf_nope".into()]).await?;
+    assert!(!o.status.success());
+    assert!(out(&o).1.contains("unknown hand-off snapshot: hf_nope"), "{}", out(&o).1);
+    rig.stop().await;
+    Ok(())
+}

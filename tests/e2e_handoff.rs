@@ -13,6 +13,9 @@ use shepherd_actors::journal::Action;
 use support::{Rig, PATIENCE};
 use tempfile::TempDir;
 
+/// Looks like a GitHub token: must never reach a continuation.
+const SECRET: &str = "ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+
 /// Nudges and reviews off (the only prompts are the hand-off's); a real SQLite ledger
 /// in `state`, so snapshots and phases survive a Shepherd restart.
 fn configure(c: &mut Config, state: &TempDir) {
@@ -52,7 +55,13 @@ async fn a_session_past_prepare_is_handed_to_a_fresh_session_that_receives_the_c
     let old = rig.client.create_session(Some("parser port")).await?;
     // Todos, then a reply whose prompt filled 85% of the 200k window (prepare is 80%).
     rig.client
-        .prompt_async(&old, "[[fake:todo:create]] [[fake:bigusage:170000]] Port the parser to Rust", None, None, false)
+        .prompt_async(
+            &old,
+            &format!("[[fake:todo:create]] [[fake:bigusage:170000]] Port the parser to Rust. Deploy key: {SECRET}"),
+            None,
+            None,
+            false,
+        )
         .await?;
     let done = rig.wait_phase(&old, "completed", PATIENCE * 2).await?;
     let fresh = fresh_sessions(&rig).await?;
@@ -76,6 +85,7 @@ async fn a_session_past_prepare_is_handed_to_a_fresh_session_that_receives_the_c
     assert!(c.contains(&format!("# Continuation of session {old}")), "{c}");
     let objective = c.split("## Objective").nth(1).and_then(|rest| rest.split("\n## ").next()).unwrap_or_default();
     assert!(objective.contains("Port the parser to Rust"), "the objective is the person's request: {c}");
+    assert!(!c.contains(SECRET) && objective.contains("[REDACTED]"), "secrets are redacted: {c}");
     assert!(c.contains("- [ ] (in progress) Write the parser") && c.contains("- [ ] Add tests"), "{c}");
     assert!(c.contains("85% full (170000 of 200000 tokens)"), "{c}");
     assert!(c.contains("In the previous model's own words"), "the model was asked in a fork: {c}");

@@ -293,7 +293,8 @@ impl Default for ContextConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct CompactionConfig {
     pub enabled: bool,
-    /// Not acted on yet (reserved for compaction before a nudge or review).
+    /// Before a nudge or review to an idle session past this share (outside the
+    /// cooldown), compact first; the prompt follows whatever the compaction gives.
     pub opportunistic: f64,
     /// Compact when the session goes idle past this share of its window.
     pub proactive: f64,

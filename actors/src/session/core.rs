@@ -962,22 +962,40 @@ impl SessionCore {
         self.cfg.compaction.enabled && self.context_share().is_some_and(|s| s >= self.cfg.handoff.hard)
     }
 
-    /// Turns a follow-up decision into a prompt order or a record; past the hard
-    /// threshold the prompt waits behind a compaction (and is sent whatever its outcome,
-    /// so the session is never stranded).
+    /// Turns a follow-up decision into a prompt order or a record. The prompt waits
+    /// behind a compaction past the hard threshold (the hard gate), or past
+    /// `compaction.opportunistic` outside the cooldown (the session is idle anyway: a
+    /// cheap moment to compact). Either way it is sent whatever the compaction gives, so
+    /// the session is never stranded.
     fn decision_effects(&mut self, d: Decision, now: Now) -> Vec<Effect> {
         let effects = self.decision_effects_ungated(d, now);
-        let gated = self.past_hard() && !self.compaction_in_flight;
-        match (gated, self.model.clone(), effects.as_slice()) {
-            (true, Some(model), [Effect::Prompt(order)]) => {
+        let gate = if self.compaction_in_flight {
+            None
+        } else if self.past_hard() {
+            Some("past handoff.hard")
+        } else if self.opportune_compaction(now) {
+            Some("past compaction.opportunistic, idle")
+        } else {
+            None
+        };
+        match (gate, self.model.clone(), effects.as_slice()) {
+            (Some(why), Some(model), [Effect::Prompt(order)]) => {
                 self.held_prompt = Some(order.clone());
                 self.compaction_in_flight = true;
                 self.last_compaction = Some(now.mono);
-                let reason = format!("past handoff.hard: compacting before the {}", order.kind.as_str());
+                let reason = format!("{why}: compacting before the {}", order.kind.as_str());
                 vec![Effect::Compact(CompactOrder { session_id: self.id.clone(), model, reason })]
             }
             _ => effects,
         }
+    }
+
+    /// Past `compaction.opportunistic` and outside the cooldown.
+    fn opportune_compaction(&self, now: Now) -> bool {
+        let cfg = &self.cfg.compaction;
+        cfg.enabled
+            && self.context_share().is_some_and(|s| s >= cfg.opportunistic)
+            && self.last_compaction.is_none_or(|at| now.mono.duration_since(at) >= cfg.cooldown)
     }
 
     fn decision_effects_ungated(&self, d: Decision, now: Now) -> Vec<Effect> {
@@ -2204,6 +2222,33 @@ mod tests {
     }
 
     #[test]
+    fn past_opportunistic_a_nudge_to_an_idle_session_is_preceded_by_a_compaction_outside_the_cooldown() {
+        let mut b = bench_with_rules(compaction_rules());
+        b.todos_ms(0, &["pending"]);
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        assistant_with_tokens(&mut b, 10, "msg_1", 110_000, 0); // 55%: past opportunistic, below proactive
+        assert!(compactions(&b.idle_ms(20)).is_empty(), "below proactive: nothing at the idle edge");
+        let effects = b.tick_ms(5_000);
+        assert_eq!(
+            compactions(&effects),
+            vec!["past compaction.opportunistic, idle: compacting before the nudge".to_string()]
+        );
+        assert!(prompts(&effects).is_empty(), "the nudge waits for the compaction");
+        let Some(Effect::Compact(order)) = effects.iter().find(|e| matches!(e, Effect::Compact(_))).cloned() else {
+            panic!()
+        };
+        let after = b.core.on_compaction_finished(&order, Ok(()), b.at_ms(6_000));
+        assert_eq!(prompts(&after), vec![PromptKind::Nudge]);
+        // Within the cooldown the next nudge goes straight out.
+        b.busy(7);
+        assistant_with_tokens(&mut b, 7_100, "msg_2", 120_000, 0);
+        b.idle_ms(7_200);
+        let next = b.tick_ms(13_000);
+        assert!(compactions(&next).is_empty());
+    }
+
+    #[test]
     fn past_the_hard_threshold_a_nudge_waits_behind_a_compaction_and_is_sent_whatever_it_gives() {
         let mut r = compaction_rules();
         r.compaction.cooldown = Duration::from_secs(3600); // the idle-edge compaction is held back
@@ -2406,7 +2451,8 @@ mod tests {
         assert_eq!(phases(&effects), vec!["failed"]);
         assert!(!b.core.handoff().suspends_automation());
         let later = b.tick_ms(10_000);
-        assert_eq!(prompts(&later), vec![PromptKind::Nudge], "{later:?}");
+        // The nudge goes out again — behind a compaction, since the window is still full.
+        assert_eq!(compactions(&later), vec!["past compaction.opportunistic, idle: compacting before the nudge"]);
     }
 
     #[test]
