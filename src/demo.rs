@@ -3,10 +3,11 @@
 //!
 //! It installs the pinned OpenCode if needed, starts the project's fake model and a
 //! private OpenCode server wired to it, starts the same daemon `shepherd run` starts,
-//! and drives six scripted sessions — one that works normally, one that stalls
+//! and drives seven scripted sessions — one that works normally, one that stalls
 //! mid-stream, one that stops with open todos, one that waits on a question, one that
-//! runs a long tool, and one whose person presses Esc. It prints every decision Shepherd takes as it happens, then a
-//! summary, and cleans everything up.
+//! runs a long tool, one whose person presses Esc, and one whose context window fills up
+//! and is handed over to a fresh session. It prints every decision Shepherd takes as it
+//! happens, then a summary, and cleans everything up.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -59,6 +60,11 @@ const SCENES: &[Scene] = &[
         title: "person-presses-esc",
         shows: "the person aborts; Shepherd pauses automation for it",
         prompt: "[[fake:stall]] Refactor everything.",
+    },
+    Scene {
+        title: "fills-its-context",
+        shows: "its context window is 85% full; Shepherd hands the work over to a fresh session",
+        prompt: "[[fake:todo:create]][[fake:bigusage:170000]] Port the whole codebase.",
     },
 ];
 
@@ -120,6 +126,7 @@ pub async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
     let scenes_started = started.elapsed();
 
     let deadline = started + stall_timeout * 4 + Duration::from_secs(45);
+    let filler = session_titled(&titles, "fills-its-context");
     let mut esc_done = false;
     let mut question_answered = false;
     let mut log: Vec<ActionRecord> = Vec::new();
@@ -148,7 +155,12 @@ pub async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
         for id in titles.keys() {
             all_idle &= !client.is_busy(id).await.unwrap_or(true);
         }
-        if (all_idle && question_answered && esc_done) || Instant::now() > deadline {
+        let handed_over = log.iter().any(|r| {
+            r.session == filler
+                && r.action == Action::Handoff
+                && matches!(r.numbers.phase.as_deref(), Some("completed" | "failed"))
+        });
+        if (all_idle && question_answered && esc_done && handed_over) || Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -174,11 +186,12 @@ pub async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
     let count = |a: Action| log.iter().filter(|r| r.action == a && r.outcome == Outcome::Done).count();
     println!();
     println!(
-        "{} stall(s) recovered, {} nudge(s), {} review(s), {} session(s) left to the person.",
+        "{} stall(s) recovered, {} nudge(s), {} review(s), {} session(s) left to the person, {} hand-off(s) to a fresh session.",
         count(Action::Continue),
         count(Action::Nudge),
         count(Action::Review),
-        count(Action::Pause)
+        count(Action::Pause),
+        log.iter().filter(|r| r.action == Action::Handoff && r.numbers.phase.as_deref() == Some("completed")).count()
     );
     println!(
         "Each `shepherd ->` line is one decision from Shepherd's journal; the same decisions are its structured log on stderr \
@@ -208,6 +221,12 @@ fn describe(r: &ActionRecord) -> String {
     }
     if let Some(v) = n.open_todos {
         facts.push(format!("{v} open todos"));
+    }
+    if let (Some(t), Some(w)) = (n.context_tokens, n.context_window) {
+        facts.push(format!("context {t} of {w} tokens"));
+    }
+    if let Some(p) = &n.phase {
+        facts.push(format!("phase {p}"));
     }
     if facts.is_empty() {
         r.reason.clone()

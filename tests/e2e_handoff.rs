@@ -221,3 +221,30 @@ async fn an_overflow_opencode_compacts_by_itself_while_busy_is_left_alone() -> a
     rig.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn compact_mode_summarises_the_same_session_and_resumes_it_there() -> anyhow::Result<()> {
+    let state = tempfile::tempdir()?;
+    let mut rig = Rig::start_config(|c| {
+        configure(c, &state);
+        c.handoff.mode = HandoffMode::Compact;
+        c.handoff.ask_model = false;
+    })
+    .await?;
+    let id = rig.client.create_session(Some("compact me")).await?;
+    rig.client
+        .prompt_async(&id, "[[fake:todo:create]] [[fake:bigusage:170000]] Keep porting", None, None, false)
+        .await?;
+    let done = rig.wait_phase(&id, "completed", PATIENCE).await?;
+    assert!(done.reason.contains(&id), "the work continues in the same session: {done:?}");
+    assert!(fresh_sessions(&rig).await?.is_empty(), "no new session in compact mode");
+    rig.client.wait_idle(&id, PATIENCE).await?;
+    let messages = rig.client.messages(&id).await?;
+    assert!(messages.iter().any(|m| m.role() == "assistant" && m.info["summary"] == true), "OpenCode summarised");
+    assert_eq!(tagged(&messages, "handoff_continuation").len(), 1);
+    assert_eq!(tagged(&messages, "handoff").len(), 1);
+    let detail = rig.daemon().fleet().await.sessions.into_iter().find(|s| s.id == id).unwrap();
+    assert_eq!(detail.handoff.phase, "monitoring", "the work goes on here: watched again");
+    rig.stop().await;
+    Ok(())
+}

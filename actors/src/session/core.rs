@@ -1477,6 +1477,7 @@ impl SessionCore {
         self.rollover.advance(next, None, Some(&reason));
         let numbers = Numbers { phase: Some(next.as_str().into()), ..self.context_numbers() };
         let mut out = vec![self.record(Action::Handoff, outcome, &reason, numbers, now)];
+        self.rollover.rearm_after_compact_mode();
         if next.is_running() {
             out.push(Effect::HandOff(self.handoff_order(next)));
         } else if next == Phase::Failed && self.busy == RunState::Idle {

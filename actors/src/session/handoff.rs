@@ -158,6 +158,16 @@ impl Rollover {
         self.phase.is_running() || self.phase == Phase::Completed
     }
 
+    /// A hand-off that compacted this same session: the work goes on here, so the
+    /// session is watched again like any other.
+    pub fn rearm_after_compact_mode(&mut self) {
+        if self.phase == Phase::Completed && self.mode == Some(HandoffMode::Compact) {
+            self.phase = Phase::Monitoring;
+            self.note_due = None;
+            self.drain_until = None;
+        }
+    }
+
     /// The person wrote in this session: whatever hand-off ended, it is watched again.
     pub fn on_person_wrote(&mut self) {
         if self.phase.is_final() {
