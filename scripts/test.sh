@@ -9,6 +9,8 @@ cd "$repo"
 need_apt=()
 command -v git >/dev/null || need_apt+=(git)
 command -v npm >/dev/null || need_apt+=(nodejs npm)
+# Instances sharing state (the guard's Redis backend) are tested on a real Redis.
+command -v redis-server >/dev/null || need_apt+=(redis-server)
 if ((${#need_apt[@]})); then
   echo "test.sh: installing ${need_apt[*]} from Debian" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >&2

@@ -52,6 +52,7 @@ impl Daemon {
             instance.clone(),
         )
         .with_workspace(Arc::new(crate::workspace::GitWorkspace))
+        .with_guard(crate::guard::start(&cfg.guard, Arc::new(SystemClock), &instance)?)
         .start();
         // Before the pumps: a control port already taken fails start-up with nothing running.
         let control =

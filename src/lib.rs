@@ -7,6 +7,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod demo;
+pub mod guard;
 pub mod http_thread;
 pub mod logging;
 pub mod opencode;

@@ -122,6 +122,9 @@ async fn loop_protection_stops_after_three_unchanged_nudges_and_resumes_when_a_t
         quick(c);
         c.nudge.cooldown = Duration::ZERO;
         c.nudge.message = "[[fake:ok]] {pending} still open".into(); // the model never progresses
+        // Nudges come seconds apart here by design; the guard would drop the repeats
+        // (its own tests are in e2e_guard). This tests the nudge's loop protection.
+        c.guard.enabled = false;
     })
     .await?;
     let id = rig.client.create_session(Some("loop")).await?;
@@ -146,6 +149,7 @@ async fn review_fires_again_after_the_review_produced_new_todos_up_to_max_rounds
     let rig = Rig::start_config(|c| {
         quick(c);
         c.review.max_rounds = 2;
+        c.guard.enabled = false; // review rounds seconds apart: see the loop-protection test
         // The review makes the agent plan fixes (new open todos); the nudge finishes them.
         c.review.message = "[[fake:todo:create]] Review round {attempts} of {maxAttempts}: run the tests.".into();
         c.nudge.message = "[[fake:todo:done]] Fix: {todoList}".into();

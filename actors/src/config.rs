@@ -28,6 +28,7 @@ pub struct Config {
     pub compaction: CompactionConfig,
     pub handoff: HandoffConfig,
     pub loops: LoopsConfig,
+    pub guard: GuardConfig,
     pub log: LogConfig,
 }
 
@@ -422,6 +423,76 @@ impl Default for HandoffConfig {
     }
 }
 
+/// The guard every prompt passes: one prompt per decision (dedupe by similarity) and
+/// rate limits, shared across Shepherd instances with the `redis` backend.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GuardConfig {
+    pub enabled: bool,
+    /// A prompt similar to one that reached the session within this long is dropped.
+    #[serde(with = "duration_str")]
+    pub window: Duration,
+    /// Word-shingle Jaccard similarity at or above which two prompts are "the same".
+    pub similarity: f64,
+    /// Words per shingle (1 = single words).
+    pub shingle_words: usize,
+    /// How many of the session's latest messages are compared too (other instances',
+    /// other tools' and the person's prompts).
+    pub history_messages: u32,
+    /// Prompts per minute to one session, and to all sessions of this instance (or of
+    /// every instance sharing the `redis` backend).
+    pub session_per_minute: u32,
+    pub global_per_minute: u32,
+    /// How many prompts may go out at once before the per-minute pace applies.
+    pub session_burst: u32,
+    pub global_burst: u32,
+    /// How long a continue (or a person's prompt) over the limit waits for its turn; it
+    /// is sent then whatever the limiter says, so a session is never stranded. Nudges
+    /// and reviews over the limit are dropped.
+    #[serde(with = "duration_str")]
+    pub max_wait: Duration,
+    pub backend: GuardBackend,
+    /// `redis://host:port/db`; a password in it is masked in `config check`.
+    pub redis_url: String,
+    /// Keys are `PREFIX:…`, so instances of one fleet share them and others do not.
+    pub key_prefix: String,
+    /// One instance acts for a session at a time; another takes over within this long
+    /// when the holder dies.
+    #[serde(with = "duration_str")]
+    pub lease_ttl: Duration,
+}
+
+/// Where the guard keeps what instances share.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum GuardBackend {
+    /// This instance only.
+    Memory,
+    /// Fingerprints, the global rate limit and session leases in Redis.
+    Redis,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            window: Duration::from_secs(30),
+            similarity: 0.6,
+            shingle_words: 1,
+            history_messages: 10,
+            session_per_minute: 6,
+            global_per_minute: 120,
+            session_burst: 3,
+            global_burst: 20,
+            max_wait: Duration::from_secs(120),
+            backend: GuardBackend::Memory,
+            redis_url: "redis://127.0.0.1:6379/0".to_string(),
+            key_prefix: "shepherd".to_string(),
+            lease_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
 /// Runaway loops: OpenCode calls the model again and again when a stream ends without a
 /// finish reason (`finish: "unknown"`, zero tokens, several calls a second, forever).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -642,6 +713,36 @@ impl Config {
         for (i, p) in self.context.error_patterns.iter().enumerate() {
             if let Err(e) = regex::Regex::new(p) {
                 return Err(bad(&format!("context.error_patterns[{i}]"), &format!("not a regular expression: {e}")));
+            }
+        }
+        let g = &self.guard;
+        if !(g.similarity.is_finite() && g.similarity > 0.0 && g.similarity <= 1.0) {
+            return Err(bad("guard.similarity", "must be a number in (0, 1]"));
+        }
+        if g.shingle_words == 0 || g.shingle_words > 5 {
+            return Err(bad("guard.shingle_words", "must be between 1 and 5"));
+        }
+        if g.session_per_minute == 0 {
+            return Err(bad("guard.session_per_minute", "must be at least 1"));
+        }
+        if g.global_per_minute == 0 {
+            return Err(bad("guard.global_per_minute", "must be at least 1"));
+        }
+        if g.session_burst == 0 {
+            return Err(bad("guard.session_burst", "must be at least 1"));
+        }
+        if g.global_burst == 0 {
+            return Err(bad("guard.global_burst", "must be at least 1"));
+        }
+        if g.backend == GuardBackend::Redis {
+            if !(g.redis_url.starts_with("redis://") || g.redis_url.starts_with("rediss://")) {
+                return Err(bad("guard.redis_url", "must start with redis:// or rediss://"));
+            }
+            if g.lease_ttl < Duration::from_secs(1) {
+                return Err(bad("guard.lease_ttl", "must be at least 1s"));
+            }
+            if g.key_prefix.trim().is_empty() {
+                return Err(bad("guard.key_prefix", "must not be empty"));
             }
         }
         if self.loops.runaway_count < 2 {

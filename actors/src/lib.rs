@@ -20,6 +20,7 @@
 pub mod config;
 pub mod control;
 pub mod event;
+pub mod guard;
 pub mod journal;
 pub mod ledger;
 pub mod ports;

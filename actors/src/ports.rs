@@ -49,6 +49,8 @@ pub struct Prompt {
 pub struct HistoryMessage {
     pub id: String,
     pub role: Role,
+    /// `time.created`, epoch ms.
+    pub created_ms: Option<i64>,
     pub agent: Option<String>,
     /// The message's error name, if it ended with one.
     pub error: Option<String>,

@@ -64,6 +64,10 @@ fn mask_secrets(value: &mut Value) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(mask_secrets),
+        // A password inside a URL (`redis://:pass@host`) is a secret wherever it is.
+        Value::String(text) if text.contains("://") && text.contains('@') => {
+            *text = crate::guard::redis::display_url(text);
+        }
         _ => {}
     }
 }
@@ -124,6 +128,15 @@ mod tests {
             assert!(!text.contains(secret), "{text}");
         }
         assert!(text.contains("api_key_env = \"KEY\""), "{text}");
+    }
+
+    #[test]
+    fn a_password_inside_a_url_is_masked() {
+        let mut cfg = Config::default();
+        cfg.guard.redis_url = "redis://:hunter2@cache.internal:6379/0".into();
+        let text = render_with(&cfg, |_| None);
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("redis://:***@cache.internal:6379/0"), "{text}");
     }
 
     #[test]

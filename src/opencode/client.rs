@@ -368,6 +368,7 @@ fn history_message(m: &MessageWithParts) -> Option<HistoryMessage> {
     Some(HistoryMessage {
         id: info.id,
         role: info.role,
+        created_ms: info.time.created,
         agent: info.agent,
         error: info.error.map(|e| e.name),
         summary: info.summary,

@@ -13,3 +13,4 @@
 pub mod client;
 pub mod fake_model;
 pub mod opencode;
+pub mod redis;

@@ -12,11 +12,12 @@ use crate::config::SessionRules;
 use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
 use crate::control::{HandoffView, SessionDetail};
 use crate::event::{Event, SessionInfo};
+use crate::guard::PromptGuard;
 use crate::journal::{ActionRecord, Journal};
 use crate::ledger::{DurableState, Ledger};
 use crate::ports::{Clock, Engine, Workspace};
 use crate::session::core::{CompactOrder, Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
-use crate::session::delivery::{deliver, Delivery, PromptOrder};
+use crate::session::delivery::{deliver, Delivery, Outbound, PromptOrder};
 use crate::session::handover::{run_step, HandoffOrder, Tools};
 use crate::session::recovery::{recover, InFlight};
 
@@ -38,6 +39,8 @@ pub struct SessionEnv {
     pub workspace: Arc<dyn Workspace>,
     /// Sessions Shepherd made for its own questions: the supervisor leaves them alone.
     pub scratch: Scratch,
+    /// The guard every prompt passes (dedupe, rate limits, leases).
+    pub guard: Arc<dyn PromptGuard>,
 }
 
 /// Session ids Shepherd created for its own use (a fork to ask the model in): they are
@@ -60,6 +63,16 @@ impl Scratch {
 impl SessionEnv {
     pub fn now(&self) -> Now {
         Now { mono: self.clock.now(), wall_ms: self.clock.wall_ms() }
+    }
+
+    /// Where this server's prompts go, through the guard.
+    pub fn outbound(&self) -> Outbound<'_> {
+        Outbound {
+            server: &self.server,
+            engine: self.engine.as_ref(),
+            guard: self.guard.as_ref(),
+            instance: &self.instance,
+        }
     }
 }
 
@@ -158,8 +171,7 @@ impl SessionActor {
         let cfg = Arc::clone(&self.cfg);
         let guard = env.in_flight.enter();
         let work = async move {
-            let report =
-                recover(env.engine.as_ref(), &cfg.recovery, &order, &env.instance, env.in_flight.stopping()).await;
+            let report = recover(env.outbound(), &cfg.recovery, &order, env.in_flight.stopping()).await;
             drop(guard);
             report
         };
@@ -189,7 +201,7 @@ impl SessionActor {
         let env = self.env.clone();
         let guard = env.in_flight.enter();
         let work = async move {
-            let delivery = deliver(env.engine.as_ref(), &order, &env.instance).await;
+            let delivery = deliver(env.outbound(), &order).await;
             drop(guard);
             (order, delivery)
         };
@@ -210,12 +222,11 @@ impl SessionActor {
         let cfg = Arc::clone(&self.cfg);
         let work = async move {
             let tools = Tools {
-                engine: env.engine.as_ref(),
+                out: env.outbound(),
                 ledger: env.ledger.as_ref(),
                 workspace: env.workspace.as_ref(),
                 cfg: &cfg.handoff,
                 redactions: &cfg.redactions,
-                instance: &env.instance,
                 scratch: &env.scratch,
                 wall_ms: env.clock.wall_ms(),
                 poll: (cfg.recovery.abort_poll_interval, cfg.recovery.abort_poll_max),
@@ -409,38 +420,25 @@ impl Handler<DeliverCustom> for SessionActor {
         let summary = order.facts.context_summary.clone();
         let env = self.env.clone();
         let work = async move {
-            let delivery = deliver(env.engine.as_ref(), &order, &env.instance).await;
+            let delivery = deliver(env.outbound(), &order).await;
             (order, delivery)
         };
         Box::pin(work.into_actor(self).map(move |(order, delivery), act, ctx| {
             let effects = act.core.on_prompt_finished(&order, &delivery, act.env.now());
             act.apply(effects, ctx);
-            let todos = match &delivery {
-                Delivery::Sent { todos, .. } | Delivery::Skipped { todos, .. } => todos.clone(),
-                Delivery::Failed { .. } => order.known_todos.clone(),
+            let todos = delivery.todos().map_or_else(|| order.known_todos.clone(), <[_]>::to_vec);
+            let (success, message, reason) = match delivery {
+                Delivery::Sent { text, .. } => (true, text, None),
+                Delivery::Skipped { reason, .. } => (false, String::new(), Some(reason.to_string())),
+                Delivery::Guarded { reason, .. } => (false, String::new(), Some(reason)),
+                Delivery::Failed { error } => (false, String::new(), Some(error.to_string())),
             };
-            Ok(match delivery {
-                Delivery::Sent { text, .. } => CustomPromptReply {
-                    success: true,
-                    message: text,
-                    todos: req.include_todo_context.then_some(todos),
-                    context_summary: req.include_context_summary.then_some(summary),
-                    reason: None,
-                },
-                Delivery::Skipped { reason, .. } => CustomPromptReply {
-                    success: false,
-                    message: String::new(),
-                    todos: req.include_todo_context.then_some(todos),
-                    context_summary: req.include_context_summary.then_some(summary),
-                    reason: Some(reason.to_string()),
-                },
-                Delivery::Failed { error } => CustomPromptReply {
-                    success: false,
-                    message: String::new(),
-                    todos: req.include_todo_context.then_some(todos),
-                    context_summary: req.include_context_summary.then_some(summary),
-                    reason: Some(error.to_string()),
-                },
+            Ok(CustomPromptReply {
+                success,
+                message,
+                todos: req.include_todo_context.then_some(todos),
+                context_summary: req.include_context_summary.then_some(summary),
+                reason,
             })
         }))
     }

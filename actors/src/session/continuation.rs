@@ -313,6 +313,7 @@ mod tests {
         HistoryMessage {
             id: format!("msg_u{}", text.len()),
             role: Role::User,
+            created_ms: None,
             agent: Some("build".into()),
             error: None,
             summary: false,
@@ -321,7 +322,15 @@ mod tests {
     }
 
     fn assistant(parts: Vec<HistoryPart>) -> HistoryMessage {
-        HistoryMessage { id: "msg_a".into(), role: Role::Assistant, agent: None, error: None, summary: false, parts }
+        HistoryMessage {
+            id: "msg_a".into(),
+            role: Role::Assistant,
+            created_ms: None,
+            agent: None,
+            error: None,
+            summary: false,
+            parts,
+        }
     }
 
     fn tool(name: &str, status: ToolStatus, input: serde_json::Value, error: Option<&str>) -> HistoryPart {

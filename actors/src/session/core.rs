@@ -75,6 +75,8 @@ pub struct RecoveryOrder {
     pub known_turn: Option<TurnSettings>,
     /// A fresh id naming this decision in the prompt's metadata and the log.
     pub decision: String,
+    /// When it was decided (epoch ms): prompts before it are not repeated by its continue.
+    pub decided_ms: i64,
     /// Past `handoff.hard`: compact (with this model, waiting at most this long)
     /// between the abort and the continue.
     pub compact_first: Option<(ModelRef, Duration)>,
@@ -101,13 +103,18 @@ pub enum RecoveryReport {
     AbortFailed(EngineError),
     /// Shutdown began before the abort: nothing was done.
     Cancelled,
+    /// Another Shepherd instance holds the session's lease: it acts, this one did nothing.
+    NotOurs(String),
     /// Aborted, then continued.
     /// Aborted, then continued (`compacted`: the hard gate's compaction, if one ran).
-    Continued { idle_after_ms: Option<u64>, open_todos: u32, compacted: Option<Result<(), String>> },
+    Continued { idle_after_ms: Option<u64>, open_todos: u32, compacted: Option<Result<(), String>>, waited_ms: u64 },
     /// Aborted; no continue was wanted.
     AbortedOnly { idle_after_ms: Option<u64> },
     /// Aborted, but the continue could not be sent.
     ContinueFailed { idle_after_ms: Option<u64>, error: EngineError },
+    /// Aborted; the guard held the continue back (a similar prompt reached the session
+    /// after the stall was decided — e.g. from another instance or the person).
+    ContinueDeclined { idle_after_ms: Option<u64>, reason: String },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -354,6 +361,7 @@ impl SessionCore {
                 known_todos: self.todos.clone(),
                 known_turn: self.turn.clone(),
                 decision: format!("{}-runaway-{}", self.id, now.wall_ms),
+                decided_ms: now.wall_ms,
                 compact_first: None,
                 continue_after: !again,
             }),
@@ -614,6 +622,7 @@ impl SessionCore {
             require_idle: true,
             require_open_todos: false,
             decision: format!("{}-{why}-{}", self.id, now.wall_ms),
+            not_before_ms: None,
         }
     }
 
@@ -1021,6 +1030,7 @@ impl SessionCore {
                     require_idle: true,
                     require_open_todos: kind == PromptKind::Nudge,
                     decision: format!("{}-{}-{}", self.id, kind.as_str(), now.wall_ms),
+                    not_before_ms: None,
                 })]
             }
             Decision::Decline { kind, reason, round } => {
@@ -1072,12 +1082,16 @@ impl SessionCore {
         let sent = matches!(delivery, Delivery::Sent { .. });
         self.followup.on_delivered(order.kind, sent);
         let (outcome, reason) = match delivery {
-            Delivery::Sent { .. } => (Outcome::Done, format!("{} sent", order.kind.as_str())),
+            Delivery::Sent { waited_ms: 0, .. } => (Outcome::Done, format!("{} sent", order.kind.as_str())),
+            Delivery::Sent { waited_ms, .. } => {
+                (Outcome::Done, format!("{} sent (held {waited_ms} ms by the guard's rate limit)", order.kind.as_str()))
+            }
             Delivery::Skipped { reason, .. } => (Outcome::Declined, (*reason).to_string()),
+            Delivery::Guarded { reason, .. } => (Outcome::Declined, reason.clone()),
             Delivery::Failed { error } => (Outcome::Failed, format!("could not send: {error}")),
         };
         let open = match delivery {
-            Delivery::Sent { todos, .. } | Delivery::Skipped { todos, .. } => {
+            Delivery::Sent { todos, .. } | Delivery::Skipped { todos, .. } | Delivery::Guarded { todos, .. } => {
                 todos.iter().filter(|t| t.status.is_open()).count() as u32
             }
             Delivery::Failed { .. } => self.open_todos(),
@@ -1104,6 +1118,7 @@ impl SessionCore {
             require_idle: false,
             require_open_todos: false,
             decision: format!("{}-custom-{}", self.id, now.wall_ms),
+            not_before_ms: None,
         }
     }
 
@@ -1199,6 +1214,7 @@ impl SessionCore {
                 known_todos: self.todos.clone(),
                 known_turn: self.turn.clone(),
                 decision: format!("{}-{}", self.id, now.wall_ms),
+                decided_ms: now.wall_ms,
                 compact_first: self
                     .past_hard()
                     .then(|| self.model.clone().map(|m| (m, self.cfg.compaction.max_wait)))
@@ -1221,6 +1237,7 @@ impl SessionCore {
             RecoveryReport::NotBusy
             | RecoveryReport::StatusUnavailable(_)
             | RecoveryReport::AbortFailed(_)
+            | RecoveryReport::NotOurs(_)
             | RecoveryReport::Cancelled => {
                 // Nothing reached the session: the attempt does not count.
                 self.attempts = self.attempts.saturating_sub(1);
@@ -1235,11 +1252,16 @@ impl SessionCore {
                         (Outcome::Failed, format!("could not confirm the session is busy ({e}); not aborting"))
                     }
                     RecoveryReport::AbortFailed(e) => (Outcome::Failed, format!("abort request failed: {e}")),
+                    RecoveryReport::NotOurs(holder) => {
+                        // Its abort is about to arrive: not the person's.
+                        self.recovery_ended = Some((now.mono, aborted.clone()));
+                        (Outcome::Declined, format!("another Shepherd instance ({holder}) acts for this session"))
+                    }
                     _ => (Outcome::Declined, "shutting down: nothing was sent".to_string()),
                 };
                 out.push(self.record(Action::Recover, outcome, &reason, numbers, now));
             }
-            RecoveryReport::Continued { idle_after_ms, open_todos, compacted } => {
+            RecoveryReport::Continued { idle_after_ms, open_todos, compacted, waited_ms } => {
                 self.recovery_ended = Some((now.mono, aborted));
                 self.activity(now);
                 let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
@@ -1274,7 +1296,11 @@ impl SessionCore {
                     });
                 }
                 let numbers = Numbers { open_todos: Some(*open_todos), ..numbers };
-                out.push(self.record(Action::Continue, Outcome::Done, "continue sent after the abort", numbers, now));
+                let reason = match waited_ms {
+                    0 => "continue sent after the abort".to_string(),
+                    ms => format!("continue sent after the abort (held {ms} ms by the guard's rate limit)"),
+                };
+                out.push(self.record(Action::Continue, Outcome::Done, &reason, numbers, now));
             }
             RecoveryReport::AbortedOnly { idle_after_ms } => {
                 self.recovery_ended = Some((now.mono, aborted));
@@ -1286,6 +1312,13 @@ impl SessionCore {
                     numbers,
                     now,
                 ));
+            }
+            RecoveryReport::ContinueDeclined { idle_after_ms, reason } => {
+                self.recovery_ended = Some((now.mono, aborted));
+                self.activity(now);
+                let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
+                out.push(self.record(Action::Abort, Outcome::Done, "stalled session aborted", abort_numbers, now));
+                out.push(self.record(Action::Continue, Outcome::Declined, reason, numbers, now));
             }
             RecoveryReport::ContinueFailed { idle_after_ms, error } => {
                 self.recovery_ended = Some((now.mono, aborted));
@@ -1588,7 +1621,7 @@ mod tests {
         fn recovered(&mut self, secs: u64) -> Vec<Effect> {
             let now = self.at(secs);
             self.core.on_recovery_finished(
-                &RecoveryReport::Continued { idle_after_ms: Some(20), open_todos: 0, compacted: None },
+                &RecoveryReport::Continued { idle_after_ms: Some(20), open_todos: 0, compacted: None, waited_ms: 0 },
                 now,
             )
         }
@@ -1863,7 +1896,11 @@ mod tests {
             for e in effects {
                 if let Effect::Prompt(order) = e {
                     let now = self.at_ms(ms);
-                    self.core.on_prompt_finished(order, &Delivery::Sent { text: String::new(), todos: vec![] }, now);
+                    self.core.on_prompt_finished(
+                        order,
+                        &Delivery::Sent { text: String::new(), todos: vec![], waited_ms: 0 },
+                        now,
+                    );
                 }
             }
         }
@@ -2316,7 +2353,7 @@ mod tests {
             .expect("abort");
         assert!(order.continue_after);
         b.core.on_recovery_finished(
-            &RecoveryReport::Continued { idle_after_ms: Some(10), open_todos: 0, compacted: None },
+            &RecoveryReport::Continued { idle_after_ms: Some(10), open_todos: 0, compacted: None, waited_ms: 0 },
             b.at_ms(2_000),
         );
         b.busy(3);

@@ -8,8 +8,9 @@
 //! busy again, the todos were all done meanwhile) is decided here only as far as
 //! "do not send": the caller's core records why.
 
-use crate::event::{ShepherdTag, Status, Todo};
-use crate::ports::{Engine, EngineError, Prompt, TurnSettings};
+use crate::event::{Role, ShepherdTag, Status, Todo};
+use crate::guard::{GuardRequest, PromptGuard, Verdict};
+use crate::ports::{Engine, EngineError, HistoryPart, Prompt, TurnSettings};
 use crate::session::prompt::{render, PromptFacts, TodoCounts};
 
 /// Which kind of prompt; written into the part metadata (`shepherd.kind`).
@@ -58,6 +59,9 @@ pub struct PromptOrder {
     pub require_open_todos: bool,
     /// Names this decision in the prompt's metadata and the log.
     pub decision: String,
+    /// For the guard: prompts that reached the session before this moment (epoch ms)
+    /// are not repeated by this one (the continue after Shepherd's own abort).
+    pub not_before_ms: Option<i64>,
 }
 
 /// How the delivery ended.
@@ -66,6 +70,8 @@ pub enum Delivery {
     Sent {
         text: String,
         todos: Vec<Todo>,
+        /// Held back by a rate limit this long before it went out.
+        waited_ms: u64,
     },
     /// Not sent, for this reason (fresh facts contradicted the decision).
     Skipped {
@@ -75,10 +81,81 @@ pub enum Delivery {
     Failed {
         error: EngineError,
     },
+    /// The guard held it back (a duplicate, over a rate limit, another instance's session).
+    Guarded {
+        reason: String,
+        todos: Vec<Todo>,
+    },
+}
+
+impl Delivery {
+    /// The todo list the delivery saw, if it read one.
+    pub fn todos(&self) -> Option<&[Todo]> {
+        match self {
+            Delivery::Sent { todos, .. } | Delivery::Skipped { todos, .. } | Delivery::Guarded { todos, .. } => {
+                Some(todos)
+            }
+            Delivery::Failed { .. } => None,
+        }
+    }
+}
+
+/// Where a prompt goes and who watches it: the server, its engine, the guard, and this
+/// instance's id (written into every prompt's metadata).
+#[derive(Clone, Copy)]
+pub struct Outbound<'a> {
+    pub server: &'a str,
+    pub engine: &'a dyn Engine,
+    pub guard: &'a dyn PromptGuard,
+    pub instance: &'a str,
+}
+
+impl Outbound<'_> {
+    /// Asks the guard about one prompt to `session`, comparing with the session's recent
+    /// user messages (a failed read is logged and the guard judges without them).
+    pub async fn admit(&self, session: &str, kind: PromptKind, text: &str, not_before_ms: Option<i64>) -> Verdict {
+        let n = self.guard.history_messages();
+        let recent = if n == 0 {
+            Some(Vec::new())
+        } else {
+            match self.engine.history(session, n).await {
+                Ok(h) => Some(
+                    h.into_iter()
+                        .filter(|m| m.role == Role::User)
+                        .filter_map(|m| {
+                            let text: Vec<&str> = m
+                                .parts
+                                .iter()
+                                .filter_map(|p| match p {
+                                    HistoryPart::Text { text, .. } => Some(text.as_str()),
+                                    _ => None,
+                                })
+                                .collect();
+                            Some((m.created_ms?, text.join("\n")))
+                        })
+                        .collect(),
+                ),
+                Err(e) => {
+                    tracing::warn!(server = %self.server, session, error = %e, "guard: could not read the session's recent messages; judging without them (fail open)");
+                    None
+                }
+            }
+        };
+        let req = GuardRequest {
+            server: self.server.to_string(),
+            session: session.to_string(),
+            kind,
+            text: text.to_string(),
+            recent,
+            not_before_ms,
+        };
+        self.guard.admit(&req).await
+    }
 }
 
 /// Delivers one prompt. Never panics; every outcome is a [`Delivery`].
-pub async fn deliver(engine: &dyn Engine, order: &PromptOrder, instance: &str) -> Delivery {
+pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
+    let engine = out.engine;
     if order.require_idle {
         let directory = order.directory.clone().unwrap_or_default();
         match engine.statuses(&directory).await {
@@ -102,18 +179,26 @@ pub async fn deliver(engine: &dyn Engine, order: &PromptOrder, instance: &str) -
         _ => &order.template,
     };
     let text = render(template, &todos, &order.facts);
+    let verdict = out.admit(&order.session_id, order.kind, &text, order.not_before_ms).await;
+    let waited_ms = match verdict {
+        Verdict::Send { waited_ms } => waited_ms,
+        other => return Delivery::Guarded { reason: other.reason().unwrap_or_default(), todos },
+    };
     let prompt = Prompt {
         text: text.clone(),
         tag: ShepherdTag {
             kind: order.kind.as_str().to_string(),
-            instance: instance.to_string(),
+            instance: out.instance.to_string(),
             decision: order.decision.clone(),
         },
         turn,
         no_reply: order.kind == PromptKind::Note,
     };
     match engine.prompt(&order.session_id, &prompt).await {
-        Ok(()) => Delivery::Sent { text, todos },
-        Err(error) => Delivery::Failed { error },
+        Ok(()) => Delivery::Sent { text, todos, waited_ms },
+        Err(error) => {
+            out.guard.forget(out.server, &order.session_id, &text, order.not_before_ms).await;
+            Delivery::Failed { error }
+        }
     }
 }

@@ -26,6 +26,7 @@ use crate::event::{ShepherdSessionMark, ShepherdTag, Status, Todo};
 use crate::ledger::{Claim, Ledger, Snapshot};
 use crate::ports::{Engine, HistoryPart, Prompt, TurnSettings, Workspace};
 use crate::session::continuation::{self, ContinuationFacts};
+use crate::session::delivery::{Outbound, PromptKind};
 use crate::session::handoff::Phase;
 
 /// One step of a hand-off to run, decided by the core.
@@ -64,12 +65,12 @@ pub enum StepReport {
 
 /// What a step may use.
 pub struct Tools<'a> {
-    pub engine: &'a dyn Engine,
+    /// The server's engine and the guard every prompt passes.
+    pub out: Outbound<'a>,
     pub ledger: &'a dyn Ledger,
     pub workspace: &'a dyn Workspace,
     pub cfg: &'a HandoffConfig,
     pub redactions: &'a [regex::Regex],
-    pub instance: &'a str,
     /// Sessions Shepherd creates for its own questions (forks): not to be supervised.
     pub scratch: &'a crate::session::actor::Scratch,
     pub wall_ms: i64,
@@ -105,7 +106,7 @@ async fn persist(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, Stri
             });
         }
     }
-    let engine = t.engine;
+    let engine = t.out.engine;
     if order.abort_first {
         abort_and_wait(engine, &order.session_id, order.directory.as_deref(), t.poll).await?;
     }
@@ -159,7 +160,7 @@ async fn persist(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, Stri
 /// was), bounded by `question_timeout`; the fork is deleted afterwards. `None` when
 /// anything fails: the continuation is complete without it.
 async fn ask_in_fork(order: &HandoffOrder, t: &Tools<'_>, turn: &TurnSettings) -> Option<String> {
-    let fork = match t.engine.fork(&order.session_id).await {
+    let fork = match t.out.engine.fork(&order.session_id).await {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(session = %order.session_id, error = %e, "hand-off: could not fork the session to ask the model");
@@ -169,11 +170,11 @@ async fn ask_in_fork(order: &HandoffOrder, t: &Tools<'_>, turn: &TurnSettings) -
     t.scratch.insert(&fork.id);
     let prompt = Prompt {
         text: t.cfg.question_message.clone(),
-        tag: tag("handoff_question", t.instance, &format!("{}:question", order.id)),
+        tag: tag("handoff_question", t.out.instance, &format!("{}:question", order.id)),
         turn: turn.clone(),
         no_reply: false,
     };
-    let answer = match tokio::time::timeout(t.cfg.question_timeout, t.engine.ask(&fork.id, &prompt)).await {
+    let answer = match tokio::time::timeout(t.cfg.question_timeout, t.out.engine.ask(&fork.id, &prompt)).await {
         Ok(Ok(text)) if !text.trim().is_empty() => Some(text),
         Ok(Ok(_)) => None,
         Ok(Err(e)) => {
@@ -182,11 +183,11 @@ async fn ask_in_fork(order: &HandoffOrder, t: &Tools<'_>, turn: &TurnSettings) -
         }
         Err(_) => {
             tracing::warn!(session = %order.session_id, timeout = ?t.cfg.question_timeout, "hand-off: the model did not answer within handoff.question_timeout");
-            let _ = t.engine.abort(&fork.id).await;
+            let _ = t.out.engine.abort(&fork.id).await;
             None
         }
     };
-    if let Err(e) = t.engine.delete_session(&fork.id).await {
+    if let Err(e) = t.out.engine.delete_session(&fork.id).await {
         tracing::warn!(session = %order.session_id, fork = %fork.id, error = %e, "hand-off: could not delete the fork");
     }
     answer
@@ -194,7 +195,7 @@ async fn ask_in_fork(order: &HandoffOrder, t: &Tools<'_>, turn: &TurnSettings) -
 
 async fn hand_over(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, String> {
     let snapshot = intact_snapshot(order, t).await?;
-    let engine = t.engine;
+    let engine = t.out.engine;
     let (target, created) = match order.mode {
         HandoffMode::Compact => {
             let model = snapshot.model.clone().ok_or("the session's model is not known: cannot compact")?;
@@ -229,11 +230,11 @@ async fn hand_over(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, St
     if !holds(engine, &target, &decision).await? {
         let note = Prompt {
             text: snapshot.continuation.clone(),
-            tag: tag("handoff_continuation", t.instance, &decision),
+            tag: tag("handoff_continuation", t.out.instance, &decision),
             turn: turn_of(&snapshot),
             no_reply: true,
         };
-        engine.prompt(&target, &note).await.map_err(|e| format!("delivering the continuation: {e}"))?;
+        send(t, &target, &note).await.map_err(|e| format!("delivering the continuation: {e}"))?;
     }
     Ok(StepReport::HandedOver { target, created })
 }
@@ -246,11 +247,11 @@ async fn resume(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, Strin
         Claim::Taken { by } => return Err(format!("the snapshot was already restored into {by}")),
     }
     let decision = format!("{}:resume", order.id);
-    if !holds(t.engine, &target, &decision).await? {
+    if !holds(t.out.engine, &target, &decision).await? {
         let text = t.cfg.resume_message.replace("{previousSession}", &order.session_id);
         let prompt =
-            Prompt { text, tag: tag("handoff", t.instance, &decision), turn: turn_of(&snapshot), no_reply: false };
-        t.engine.prompt(&target, &prompt).await.map_err(|e| format!("sending the resume prompt: {e}"))?;
+            Prompt { text, tag: tag("handoff", t.out.instance, &decision), turn: turn_of(&snapshot), no_reply: false };
+        send(t, &target, &prompt).await.map_err(|e| format!("sending the resume prompt: {e}"))?;
     }
     Ok(StepReport::Resumed { target })
 }
@@ -272,6 +273,19 @@ async fn intact_snapshot(order: &HandoffOrder, t: &Tools<'_>) -> Result<Snapshot
         }
         None => Err(format!("snapshot {} is missing or corrupt and no earlier intact one exists", order.id)),
     }
+}
+
+/// Sends one of the hand-off's prompts through the guard.
+async fn send(t: &Tools<'_>, session: &str, prompt: &Prompt) -> Result<(), String> {
+    let verdict = t.out.admit(session, PromptKind::Handoff, &prompt.text, None).await;
+    if let Some(reason) = verdict.reason() {
+        return Err(reason);
+    }
+    if let Err(e) = t.out.engine.prompt(session, prompt).await {
+        t.out.guard.forget(t.out.server, session, &prompt.text, None).await;
+        return Err(e.to_string());
+    }
+    Ok(())
 }
 
 /// Does the session already hold a part tagged with this decision?

@@ -17,19 +17,19 @@ use std::sync::Arc;
 
 use crate::config::RecoveryConfig;
 use crate::event::Status;
-use crate::ports::{Engine, EngineError};
+use crate::ports::EngineError;
 use crate::session::core::{RecoveryOrder, RecoveryReport};
-use crate::session::delivery::{deliver, Delivery, PromptKind, PromptOrder};
+use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
 use crate::session::prompt::{PromptFacts, TodoCounts};
 
 /// Runs one recovery. `stopping` is checked before the abort only.
 pub async fn recover(
-    engine: &dyn Engine,
+    out: Outbound<'_>,
     cfg: &RecoveryConfig,
     order: &RecoveryOrder,
-    instance: &str,
     stopping: &AtomicBool,
 ) -> RecoveryReport {
+    let engine = out.engine;
     let directory = match &order.directory {
         Some(d) => d.clone(),
         None => match engine.session(&order.session_id).await {
@@ -46,6 +46,10 @@ pub async fn recover(
     }
     if stopping.load(Ordering::SeqCst) {
         return RecoveryReport::Cancelled;
+    }
+    // With instances sharing a store, only the lease holder aborts.
+    if let Err(holder) = out.guard.may_act(out.server, &order.session_id).await {
+        return RecoveryReport::NotOurs(holder);
     }
     if let Err(e) = engine.abort(&order.session_id).await {
         return RecoveryReport::AbortFailed(e);
@@ -95,16 +99,21 @@ pub async fn recover(
         require_idle: false,
         require_open_todos: false,
         decision: order.decision.clone(),
+        not_before_ms: Some(order.decided_ms),
     };
-    match deliver(engine, &continue_order, instance).await {
-        Delivery::Sent { todos, .. } => {
-            RecoveryReport::Continued { idle_after_ms, open_todos: TodoCounts::of(&todos).open as u32, compacted }
-        }
+    match deliver(out, &continue_order).await {
+        Delivery::Sent { todos, waited_ms, .. } => RecoveryReport::Continued {
+            idle_after_ms,
+            open_todos: TodoCounts::of(&todos).open as u32,
+            compacted,
+            waited_ms,
+        },
         Delivery::Skipped { reason, .. } => RecoveryReport::ContinueFailed {
             idle_after_ms,
             error: EngineError::Decode(format!("continue skipped: {reason}")),
         },
         Delivery::Failed { error } => RecoveryReport::ContinueFailed { idle_after_ms, error },
+        Delivery::Guarded { reason, .. } => RecoveryReport::ContinueDeclined { idle_after_ms, reason },
     }
 }
 

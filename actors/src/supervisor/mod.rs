@@ -19,6 +19,7 @@ use crate::control::{
     SessionDetail, StartHandoff,
 };
 use crate::event::{Envelope, Event, SessionInfo, Status};
+use crate::guard::{NoGuard, PromptGuard};
 use crate::journal::Journal;
 use crate::ledger::Ledger;
 use crate::ports::{Clock, Engine, EngineError, NoWorkspace, Workspace};
@@ -61,6 +62,8 @@ pub struct Supervisor {
     workspace: Arc<dyn Workspace>,
     /// Sessions Shepherd made for its own questions: not supervised.
     scratch: Scratch,
+    /// The guard every prompt passes.
+    guard: Arc<dyn PromptGuard>,
 }
 
 /// A tracked session: its actor and the directory (OpenCode instance) it lives in.
@@ -95,7 +98,14 @@ impl Supervisor {
             parents: HashMap::new(),
             workspace: Arc::new(NoWorkspace),
             scratch: Scratch::default(),
+            guard: Arc::new(NoGuard),
         }
+    }
+
+    /// Puts every prompt through this guard (the daemon passes the guard actor's handle).
+    pub fn with_guard(mut self, guard: Arc<dyn PromptGuard>) -> Self {
+        self.guard = guard;
+        self
     }
 
     /// Lets hand-offs read the sessions' repositories (the daemon passes local `git`).
@@ -420,6 +430,7 @@ impl Handler<AttachServer> for Supervisor {
             windows: Arc::default(),
             workspace: Arc::clone(&self.workspace),
             scratch: self.scratch.clone(),
+            guard: Arc::clone(&self.guard),
         };
         self.servers.insert(
             msg.name,

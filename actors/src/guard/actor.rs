@@ -1,0 +1,267 @@
+//! The global guard actor and the handle the decision path calls.
+//!
+//! The actor owns this instance's dedupe memory and its `governor` rate limiters (per
+//! session, and global when no shared store is configured); one actor for the whole
+//! daemon, so two sessions' prompts — or two procedures of one session — never race past
+//! each other. The [`GuardHandle`] is the [`PromptGuard`] port: it asks the actor, waits
+//! (bounded, outside the actor) when a continue is over a limit, and consults the
+//! [`Shared`] store (leases, the fleet-wide limit, fingerprint claims) when there is one.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use async_trait::async_trait;
+use governor::clock::{Clock as _, DefaultClock};
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+
+use crate::config::GuardConfig;
+use crate::guard::dedupe::{Check, Dedupe};
+use crate::guard::similarity::Shingles;
+use crate::guard::{GuardRequest, PromptGuard, Shared, Verdict};
+use crate::ports::Clock;
+use crate::session::core::Now;
+use crate::session::delivery::PromptKind;
+
+type SessionLimiter = RateLimiter<(String, String), DefaultKeyedStateStore<(String, String)>, DefaultClock>;
+type GlobalLimiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock>;
+
+/// The global guard actor.
+pub struct GuardActor {
+    cfg: GuardConfig,
+    clock: Arc<dyn Clock>,
+    dedupe: Dedupe,
+    per_session: SessionLimiter,
+    /// `None` when the fleet-wide limit lives in the shared store.
+    global: Option<GlobalLimiter>,
+}
+
+impl GuardActor {
+    pub fn new(cfg: GuardConfig, clock: Arc<dyn Clock>, shared_global: bool) -> GuardActor {
+        let nz = |n: u32| NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
+        let quota = |n: u32, burst: u32| Quota::per_minute(nz(n)).allow_burst(nz(burst));
+        GuardActor {
+            dedupe: Dedupe::new(cfg.window, cfg.similarity, cfg.shingle_words),
+            per_session: RateLimiter::keyed(quota(cfg.session_per_minute, cfg.session_burst)),
+            global: (!shared_global).then(|| RateLimiter::direct(quota(cfg.global_per_minute, cfg.global_burst))),
+            clock,
+            cfg,
+        }
+    }
+
+    fn now(&self) -> Now {
+        Now { mono: self.clock.now(), wall_ms: self.clock.wall_ms() }
+    }
+}
+
+impl Actor for GuardActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // Memory stays bounded by one window's prompts.
+        ctx.run_interval(self.cfg.window.max(Duration::from_secs(1)), |act, _| {
+            let now = act.now();
+            act.dedupe.prune(now);
+            act.per_session.retain_recent();
+        });
+    }
+}
+
+/// One step of admission.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Done(Verdict),
+    /// Over a limit: ask again in this long.
+    Wait {
+        ms: u64,
+        scope: &'static str,
+    },
+}
+
+/// Judge a prompt; `skip_limits` once it has waited `max_wait` (a continue is not lost).
+#[derive(Message)]
+#[rtype(result = "Step")]
+pub struct Admit {
+    pub req: GuardRequest,
+    pub skip_limits: bool,
+}
+
+impl Handler<Admit> for GuardActor {
+    type Result = MessageResult<Admit>;
+
+    fn handle(&mut self, msg: Admit, _: &mut Context<Self>) -> Self::Result {
+        let now = self.now();
+        let req = msg.req;
+        let shingles = match self.dedupe.check(&req, now) {
+            Check::Duplicate { similarity, of } => {
+                return MessageResult(Step::Done(Verdict::Duplicate { similarity, of }))
+            }
+            Check::Fresh(s) => s,
+        };
+        if !msg.skip_limits {
+            let clock = DefaultClock::default();
+            let key = (req.server.clone(), req.session.clone());
+            if let Err(not_until) = self.per_session.check_key(&key) {
+                let ms = not_until.wait_time_from(clock.now()).as_millis() as u64;
+                return MessageResult(Step::Wait { ms: ms.max(1), scope: "session" });
+            }
+            if let Some(global) = &self.global {
+                if let Err(not_until) = global.check() {
+                    let ms = not_until.wait_time_from(clock.now()).as_millis() as u64;
+                    return MessageResult(Step::Wait { ms: ms.max(1), scope: "global" });
+                }
+            }
+        }
+        self.dedupe.remember(&req.server, &req.session, req.kind, shingles, now);
+        MessageResult(Step::Done(Verdict::Send { waited_ms: 0 }))
+    }
+}
+
+/// Forget an admitted prompt that was not sent.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Forget {
+    pub server: String,
+    pub session: String,
+    pub text: String,
+}
+
+impl Handler<Forget> for GuardActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Forget, _: &mut Context<Self>) {
+        self.dedupe.forget(&msg.server, &msg.session, &msg.text);
+    }
+}
+
+/// The fingerprint a prompt is claimed under in the shared store.
+fn claim_key(text: &str, not_before_ms: Option<i64>, shingle_words: usize) -> u64 {
+    let fp = Shingles::of(text, shingle_words).fingerprint();
+    fp ^ (not_before_ms.unwrap_or(0) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// The [`PromptGuard`] port over the guard actor (and the shared store, if any).
+#[derive(Clone)]
+pub struct GuardHandle {
+    addr: Addr<GuardActor>,
+    shared: Option<Arc<dyn Shared>>,
+    cfg: GuardConfig,
+}
+
+impl GuardHandle {
+    /// Starts the guard actor (on the current arbiter).
+    pub fn start(cfg: GuardConfig, clock: Arc<dyn Clock>, shared: Option<Arc<dyn Shared>>) -> GuardHandle {
+        let addr = GuardActor::new(cfg.clone(), clock, shared.is_some()).start();
+        GuardHandle { addr, shared, cfg }
+    }
+
+    /// Kinds that wait for a rate limit instead of being dropped: the continue after an
+    /// abort, a person's prompt, and the hand-off's notes must not be lost.
+    fn waits(kind: PromptKind) -> bool {
+        matches!(kind, PromptKind::Continue | PromptKind::Custom | PromptKind::Handoff)
+    }
+
+    async fn ask(&self, req: &GuardRequest, skip_limits: bool) -> Step {
+        match self.addr.send(Admit { req: req.clone(), skip_limits }).await {
+            Ok(step) => step,
+            Err(e) => {
+                tracing::warn!(server = %req.server, session = %req.session, error = %e, "guard unavailable: sending (fail open)");
+                Step::Done(Verdict::Send { waited_ms: 0 })
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl PromptGuard for GuardHandle {
+    async fn admit(&self, req: &GuardRequest) -> Verdict {
+        if let Err(holder) = self.may_act(&req.server, &req.session).await {
+            return Verdict::NotOurs { holder };
+        }
+        let started = tokio::time::Instant::now();
+        let waits = Self::waits(req.kind);
+        let mut skip_limits = false;
+        loop {
+            match self.ask(req, skip_limits).await {
+                Step::Done(Verdict::Send { .. }) => break,
+                Step::Done(other) => return other,
+                Step::Wait { scope, .. } if !waits => return Verdict::RateLimited { scope },
+                Step::Wait { ms, scope } => {
+                    let left = self.cfg.max_wait.saturating_sub(started.elapsed());
+                    if left.is_zero() {
+                        tracing::warn!(server = %req.server, session = %req.session, scope, "over the rate limit after guard.max_wait: sending so the session is not stranded");
+                        skip_limits = true;
+                        continue;
+                    }
+                    tokio::time::sleep(Duration::from_millis(ms).min(left)).await;
+                }
+            }
+        }
+        if let Some(shared) = &self.shared {
+            // The fleet-wide limit, shared by every instance.
+            loop {
+                match shared.global_permit(self.cfg.global_per_minute, self.cfg.global_burst).await {
+                    Ok(None) => break,
+                    Ok(Some(_)) if !waits => {
+                        self.forget(&req.server, &req.session, &req.text, req.not_before_ms).await;
+                        return Verdict::RateLimited { scope: "global" };
+                    }
+                    Ok(Some(ms)) => {
+                        let left = self.cfg.max_wait.saturating_sub(started.elapsed());
+                        if left.is_zero() {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(ms).min(left)).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "guard: shared rate limit unreachable: using this instance's judgement (fail open)");
+                        break;
+                    }
+                }
+            }
+            // Two instances deciding the same prompt at the same moment: one claim wins.
+            // Scoped by `not_before`: a continue after a new abort is a new prompt.
+            let fingerprint = claim_key(&req.text, req.not_before_ms, self.cfg.shingle_words);
+            let ttl = self.cfg.window.as_millis() as u64;
+            match shared.claim_fingerprint(&req.server, &req.session, fingerprint, ttl).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.forget(&req.server, &req.session, &req.text, req.not_before_ms).await;
+                    return Verdict::Duplicate { similarity: 1.0, of: "another Shepherd instance's prompt".into() };
+                }
+                Err(e) => tracing::warn!(error = %e, "guard: shared fingerprints unreachable: sending (fail open)"),
+            }
+        }
+        Verdict::Send { waited_ms: started.elapsed().as_millis() as u64 }
+    }
+
+    async fn forget(&self, server: &str, session: &str, text: &str, not_before_ms: Option<i64>) {
+        self.addr.do_send(Forget { server: server.into(), session: session.into(), text: text.into() });
+        if let Some(shared) = &self.shared {
+            let fingerprint = claim_key(text, not_before_ms, self.cfg.shingle_words);
+            if let Err(e) = shared.release_fingerprint(server, session, fingerprint).await {
+                tracing::debug!(error = %e, "guard: could not release a fingerprint (it expires by itself)");
+            }
+        }
+    }
+
+    async fn may_act(&self, server: &str, session: &str) -> Result<(), String> {
+        let Some(shared) = &self.shared else { return Ok(()) };
+        match shared.lease(server, session, self.cfg.lease_ttl.as_millis() as u64).await {
+            Ok(None) => Ok(()),
+            Ok(Some(holder)) => Err(holder),
+            Err(e) => {
+                // Without the store no instance can coordinate; acting beats stranding.
+                tracing::warn!(server, session, error = %e, "guard: session lease unreachable: acting (fail open)");
+                Ok(())
+            }
+        }
+    }
+
+    fn history_messages(&self) -> u32 {
+        self.cfg.history_messages
+    }
+}

@@ -1,0 +1,193 @@
+//! What reached each session lately, and whether a new prompt repeats it. Pure: the
+//! caller passes `now`; memory is pruned to the window, so it stays small.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::guard::similarity::Shingles;
+use crate::guard::GuardRequest;
+use crate::session::core::Now;
+use crate::session::delivery::PromptKind;
+
+/// One prompt this instance let through.
+#[derive(Debug, Clone)]
+struct Sent {
+    at: Instant,
+    at_ms: i64,
+    kind: PromptKind,
+    shingles: Shingles,
+}
+
+/// The verdict of the similarity check.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Check {
+    /// Not seen lately; these are its shingles (remember them once it is admitted).
+    Fresh(Shingles),
+    Duplicate {
+        similarity: f64,
+        of: String,
+    },
+}
+
+/// Dedupe memory of this instance: `(server, session)` → prompts within the window.
+#[derive(Debug)]
+pub struct Dedupe {
+    window: Duration,
+    threshold: f64,
+    shingle_words: usize,
+    sent: HashMap<(String, String), VecDeque<Sent>>,
+}
+
+impl Dedupe {
+    pub fn new(window: Duration, threshold: f64, shingle_words: usize) -> Dedupe {
+        Dedupe { window, threshold, shingle_words, sent: HashMap::new() }
+    }
+
+    /// Compares the prompt with what this instance sent to the session within the
+    /// window, and with the session's own recent user messages (other instances, other
+    /// tools, the person).
+    pub fn check(&mut self, req: &GuardRequest, now: Now) -> Check {
+        self.prune_session(&req.server, &req.session, now);
+        let mine = Shingles::of(&req.text, self.shingle_words);
+        let not_before = req.not_before_ms.unwrap_or(i64::MIN);
+        let mut best: Option<(f64, String)> = None;
+        let mut consider = |similarity: f64, of: String| {
+            if similarity >= self.threshold && best.as_ref().is_none_or(|(s, _)| similarity > *s) {
+                best = Some((similarity, of));
+            }
+        };
+        if let Some(sent) = self.sent.get(&(req.server.clone(), req.session.clone())) {
+            for s in sent.iter().filter(|s| s.at_ms >= not_before) {
+                let ago = now.mono.duration_since(s.at).as_secs();
+                consider(mine.similarity(&s.shingles), format!("Shepherd's {} {ago}s ago", s.kind.as_str()));
+            }
+        }
+        let window_ms = self.window.as_millis() as i64;
+        for (created_ms, text) in req.recent.iter().flatten() {
+            let age_ms = now.wall_ms - created_ms;
+            if *created_ms < not_before || !(0..=window_ms).contains(&age_ms) {
+                continue;
+            }
+            let theirs = Shingles::of(text, self.shingle_words);
+            consider(mine.similarity(&theirs), format!("a user message {}s ago", age_ms / 1000));
+        }
+        match best {
+            Some((similarity, of)) => Check::Duplicate { similarity, of },
+            None => Check::Fresh(mine),
+        }
+    }
+
+    /// The prompt was admitted: later similar ones within the window are duplicates.
+    pub fn remember(&mut self, server: &str, session: &str, kind: PromptKind, shingles: Shingles, now: Now) {
+        let entry = self.sent.entry((server.to_string(), session.to_string())).or_default();
+        entry.push_back(Sent { at: now.mono, at_ms: now.wall_ms, kind, shingles });
+    }
+
+    /// The admitted prompt was not sent after all.
+    pub fn forget(&mut self, server: &str, session: &str, text: &str) {
+        let gone = Shingles::of(text, self.shingle_words);
+        let key = (server.to_string(), session.to_string());
+        if let Some(sent) = self.sent.get_mut(&key) {
+            if let Some(i) = sent.iter().rposition(|s| s.shingles == gone) {
+                sent.remove(i);
+            }
+            if sent.is_empty() {
+                self.sent.remove(&key);
+            }
+        }
+    }
+
+    /// Drops everything older than the window (call now and then: memory stays bounded
+    /// by the prompts of the last window).
+    pub fn prune(&mut self, now: Now) {
+        let window = self.window;
+        self.sent.retain(|_, sent| {
+            sent.retain(|s| now.mono.duration_since(s.at) <= window);
+            !sent.is_empty()
+        });
+    }
+
+    fn prune_session(&mut self, server: &str, session: &str, now: Now) {
+        let key = (server.to_string(), session.to_string());
+        if let Some(sent) = self.sent.get_mut(&key) {
+            let window = self.window;
+            sent.retain(|s| now.mono.duration_since(s.at) <= window);
+            if sent.is_empty() {
+                self.sent.remove(&key);
+            }
+        }
+    }
+
+    /// Sessions with prompts in memory (for status).
+    pub fn sessions(&self) -> usize {
+        self.sent.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now(t0: Instant, secs: u64) -> Now {
+        Now { mono: t0 + Duration::from_secs(secs), wall_ms: 1_000_000 + secs as i64 * 1000 }
+    }
+
+    fn req(text: &str, recent: Option<Vec<(i64, String)>>) -> GuardRequest {
+        GuardRequest {
+            server: "s".into(),
+            session: "ses_A".into(),
+            kind: PromptKind::Nudge,
+            text: text.into(),
+            recent,
+            not_before_ms: None,
+        }
+    }
+
+    fn admit(d: &mut Dedupe, text: &str, at: Now) -> Check {
+        let c = d.check(&req(text, Some(vec![])), at);
+        if let Check::Fresh(sh) = &c {
+            d.remember("s", "ses_A", PromptKind::Nudge, sh.clone(), at);
+        }
+        c
+    }
+
+    #[test]
+    fn a_similar_prompt_within_the_window_is_a_duplicate_and_after_it_is_not() {
+        let t0 = Instant::now();
+        let mut d = Dedupe::new(Duration::from_secs(30), 0.6, 1);
+        assert!(matches!(admit(&mut d, "Please continue working", now(t0, 0)), Check::Fresh(_)));
+        let again = admit(&mut d, "Continue working on tasks", now(t0, 10));
+        assert!(matches!(&again, Check::Duplicate { of, .. } if of == "Shepherd's nudge 10s ago"), "{again:?}");
+        assert!(matches!(admit(&mut d, "Continue working on tasks", now(t0, 31)), Check::Fresh(_)));
+        assert!(matches!(admit(&mut d, "Review your work and run the tests", now(t0, 32)), Check::Fresh(_)));
+    }
+
+    #[test]
+    fn a_prompt_another_client_sent_counts_and_old_ones_do_not() {
+        let t0 = Instant::now();
+        let mut d = Dedupe::new(Duration::from_secs(30), 0.6, 1);
+        let at = now(t0, 100);
+        let recent = vec![(at.wall_ms - 5_000, "continue working please".to_string())];
+        let c = d.check(&req("Please continue working", Some(recent)), at);
+        assert!(matches!(&c, Check::Duplicate { of, .. } if of == "a user message 5s ago"), "{c:?}");
+        let old = vec![(at.wall_ms - 60_000, "continue working please".to_string())];
+        assert!(matches!(d.check(&req("Please continue working", Some(old)), at), Check::Fresh(_)));
+        assert!(matches!(d.check(&req("Please continue working", None), at), Check::Fresh(_)), "fail open");
+    }
+
+    #[test]
+    fn prompts_before_not_before_do_not_count_and_a_forgotten_prompt_is_no_duplicate() {
+        let t0 = Instant::now();
+        let mut d = Dedupe::new(Duration::from_secs(30), 0.6, 1);
+        admit(&mut d, "Please continue working", now(t0, 0));
+        let mut r = req("Continue working on tasks", Some(vec![]));
+        r.not_before_ms = Some(now(t0, 5).wall_ms); // Shepherd aborted at 5 s
+        assert!(matches!(d.check(&r, now(t0, 6)), Check::Fresh(_)));
+        d.forget("s", "ses_A", "Please continue working");
+        assert!(matches!(d.check(&req("Continue working on tasks", Some(vec![])), now(t0, 7)), Check::Fresh(_)));
+        d.prune(now(t0, 100));
+        assert_eq!(d.sessions(), 0);
+    }
+}

@@ -1,0 +1,118 @@
+//! The guard: every prompt Shepherd sends passes it — one prompt per decision, and
+//! never a flood.
+//!
+//! - [`similarity`]: are two prompts the same request in other words? (pure)
+//! - [`dedupe`]: what reached each session lately, and the verdict on a new prompt (pure)
+//! - [`actor`]: the global guard actor — dedupe memory, `governor` rate limits, and the
+//!   [`Shared`] store other instances see (Redis: fingerprints, the global limit, leases)
+//!
+//! The decision path calls the guard through the [`PromptGuard`] port: `delivery`
+//! before every nudge, review, continue and custom prompt, `handover` before the hand-off's
+//! notes. Fail open: when the session's history cannot be read, or the shared store is
+//! unreachable, the prompt is judged on what this instance knows, and that is logged.
+
+pub mod actor;
+pub mod dedupe;
+pub mod similarity;
+
+use async_trait::async_trait;
+
+use crate::session::delivery::PromptKind;
+
+pub use actor::{GuardActor, GuardHandle};
+
+/// A prompt about to be sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuardRequest {
+    pub server: String,
+    pub session: String,
+    pub kind: PromptKind,
+    pub text: String,
+    /// The session's recent user messages `(created_ms, text)`; `None` when they could
+    /// not be read (fail open: judged on this instance's memory only).
+    pub recent: Option<Vec<(i64, String)>>,
+    /// Prompts before this moment (epoch ms) do not count: a continue after Shepherd's
+    /// own abort is not a duplicate of what was sent before the abort.
+    pub not_before_ms: Option<i64>,
+}
+
+/// The guard's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Send it (`waited_ms`: held back by a rate limit this long first).
+    Send { waited_ms: u64 },
+    /// A similar prompt reached the session within the window: do not send.
+    Duplicate { similarity: f64, of: String },
+    /// Over a rate limit (`scope`: `session` or `global`) and not worth waiting for.
+    RateLimited { scope: &'static str },
+    /// Another Shepherd instance holds this session's lease: it acts, this one does not.
+    NotOurs { holder: String },
+}
+
+impl Verdict {
+    /// Why the prompt was not sent, for the journal.
+    pub fn reason(&self) -> Option<String> {
+        match self {
+            Verdict::Send { .. } => None,
+            Verdict::Duplicate { similarity, of } => Some(format!(
+                "a similar prompt ({of}, similarity {similarity:.2}) reached the session within guard.window"
+            )),
+            Verdict::RateLimited { scope } => Some(format!("over the {scope} rate limit (guard): dropped")),
+            Verdict::NotOurs { holder } => Some(format!("another Shepherd instance ({holder}) acts for this session")),
+        }
+    }
+}
+
+/// The port the decision path calls before sending a prompt.
+#[async_trait]
+pub trait PromptGuard: Send + Sync + 'static {
+    /// May this prompt go out now? Waits (bounded) when its kind must not be lost.
+    async fn admit(&self, req: &GuardRequest) -> Verdict;
+    /// The admitted prompt could not be sent after all: forget it (a retry is no duplicate).
+    async fn forget(&self, server: &str, session: &str, text: &str, not_before_ms: Option<i64>);
+    /// May this instance act on the session (abort it)? `Err(holder)` when another
+    /// instance holds its lease; always `Ok` without a shared store.
+    async fn may_act(&self, server: &str, session: &str) -> Result<(), String>;
+    /// How many of the session's latest messages to compare with (0: none).
+    fn history_messages(&self) -> u32;
+}
+
+/// No guard: everything is sent (tests of other parts, `guard.enabled = false`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoGuard;
+
+#[async_trait]
+impl PromptGuard for NoGuard {
+    async fn admit(&self, _: &GuardRequest) -> Verdict {
+        Verdict::Send { waited_ms: 0 }
+    }
+    async fn forget(&self, _: &str, _: &str, _: &str, _: Option<i64>) {}
+    async fn may_act(&self, _: &str, _: &str) -> Result<(), String> {
+        Ok(())
+    }
+    fn history_messages(&self) -> u32 {
+        0
+    }
+}
+
+/// What instances share (the `redis` backend implements it in the binary).
+#[async_trait]
+pub trait Shared: Send + Sync + 'static {
+    /// Claims a prompt fingerprint for `ttl_ms` (`SET NX PX`): false if another instance
+    /// claimed the same prompt for the session within the window.
+    async fn claim_fingerprint(
+        &self,
+        server: &str,
+        session: &str,
+        fingerprint: u64,
+        ttl_ms: u64,
+    ) -> Result<bool, String>;
+    /// Releases a claim (the send failed).
+    async fn release_fingerprint(&self, server: &str, session: &str, fingerprint: u64) -> Result<(), String>;
+    /// One permit of the fleet-wide limit of `per_minute` (with `burst`): `Ok(None)`
+    /// granted, `Ok(Some(ms))` denied, retry in `ms`.
+    async fn global_permit(&self, per_minute: u32, burst: u32) -> Result<Option<u64>, String>;
+    /// Takes or renews this instance's lease on the session: `Ok(None)` held by us,
+    /// `Ok(Some(holder))` held by another instance.
+    async fn lease(&self, server: &str, session: &str, ttl_ms: u64) -> Result<Option<String>, String>;
+}
