@@ -27,6 +27,9 @@ async fn stalled_session_is_aborted_and_continued_with_its_todos_then_finishes()
                 .into(),
         ..fast_recovery()
     };
+    // The session runs the `plan` agent, so it is planning: the planning continue is sent.
+    let recovery =
+        RecoveryConfig { continue_with_plan_message: recovery.continue_with_todos_message.clone(), ..recovery };
     let mut rig = Rig::start(recovery).await?;
     let id = rig.client.create_session(Some("stall")).await?;
     rig.client
