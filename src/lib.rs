@@ -10,6 +10,7 @@ pub mod demo;
 pub mod http_thread;
 pub mod logging;
 pub mod opencode;
+pub mod status;
 pub mod store;
 pub mod testbed;
 pub mod workspace;

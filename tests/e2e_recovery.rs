@@ -270,6 +270,7 @@ async fn a_wrong_password_keeps_the_daemon_running_and_the_server_unready() -> a
     let mut cfg = shepherd_actors::config::Config { servers: vec![server], ..Default::default() };
     cfg.control.enabled = false;
     cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
+    cfg.status.enabled = false;
     let daemon = shepherd::daemon::Daemon::start(&cfg)?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let fleet = daemon.fleet().await;
@@ -334,6 +335,7 @@ async fn one_shepherd_supervises_two_servers_each_with_its_own_sessions() -> any
     };
     cfg.control.enabled = false;
     cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
+    cfg.status.enabled = false;
     let daemon = shepherd::daemon::Daemon::start(&cfg)?;
     let mut records = daemon.journal().subscribe();
     let (ca, cb) = (a.client(), b.client());

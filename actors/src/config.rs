@@ -501,11 +501,26 @@ pub struct StatusConfig {
     pub rotate: u32,
     /// Entries of each session's rolling history.
     pub max_history: usize,
+    /// Written at least this often (the live state — busy, todos, tokens — changes
+    /// without records).
+    #[serde(with = "duration_str")]
+    pub refresh_interval: Duration,
+    /// A session neither in memory nor acted on for this long leaves the file.
+    #[serde(with = "duration_str")]
+    pub forget_after: Duration,
 }
 
 impl Default for StatusConfig {
     fn default() -> Self {
-        Self { enabled: true, path: String::new(), min_interval: Duration::from_secs(2), rotate: 3, max_history: 50 }
+        Self {
+            enabled: true,
+            path: String::new(),
+            min_interval: Duration::from_secs(2),
+            rotate: 3,
+            max_history: 50,
+            refresh_interval: Duration::from_secs(30),
+            forget_after: Duration::from_secs(60 * 60),
+        }
     }
 }
 
@@ -742,6 +757,9 @@ impl Config {
             return Err(bad("loops.spin_window", "must be greater than zero"));
         }
         if self.status.enabled {
+            if self.status.refresh_interval < self.status.min_interval {
+                return Err(bad("status.refresh_interval", "must be at least status.min_interval"));
+            }
             if self.status.max_history == 0 {
                 return Err(bad("status.max_history", "must be at least 1"));
             }
