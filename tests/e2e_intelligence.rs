@@ -178,3 +178,48 @@ async fn a_planning_agent_gets_the_planning_timeout_and_the_plan_continue() -> a
     rig.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn the_status_file_shows_each_sessions_recoveries_and_is_valid_after_every_write() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("status.json");
+    std::fs::write(&path, "{\"previous\": \"run\"}")?;
+    let file = path.display().to_string();
+    let mut rig = Rig::start_config(|c| {
+        c.status.enabled = true;
+        c.status.path = file;
+        c.status.min_interval = Duration::from_millis(200);
+        c.status.refresh_interval = Duration::from_secs(1);
+        c.recovery.continue_message = "[[fake:ok]] go on".into();
+    })
+    .await?;
+    assert!(dir.path().join("status.json.1").exists(), "the previous file was rotated at start-up");
+    let id = rig.client.create_session(Some("status")).await?;
+    rig.client.prompt_async(&id, "[[fake:stall]] work", None, None, false).await?;
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+
+    // Read the file while the daemon writes it: every read is a whole document.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let doc = loop {
+        let text = std::fs::read_to_string(&path)?;
+        let doc: shepherd_actors::stats::StatusDocument =
+            serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("torn status file: {e}"))?;
+        if doc.sessions.get(&id).is_some_and(|s| s.recovery.successes == 1) {
+            break doc;
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the status file never showed the recovery");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let s = &doc.sessions[&id];
+    assert_eq!(s.server, "local");
+    assert_eq!((s.recovery.attempts, s.recovery.failures), (1, 0));
+    assert_eq!(s.recovery.histogram.samples, 1);
+    assert!(s.recovery.histogram.min_ms.unwrap() > 0);
+    assert_eq!(s.stall.detections, 1);
+    assert!(!s.stall.patterns.is_empty() && s.stall.last_part.is_some(), "{:?}", s.stall);
+    assert!(s.history.iter().any(|h| h.action == "abort"), "{:?}", s.history);
+    let text = shepherd::status::render::render_status(&doc, doc.timestamp);
+    assert!(text.contains(&id) && text.contains("1 attempts, 1 succeeded"), "{text}");
+    rig.stop().await;
+    Ok(())
+}
