@@ -36,7 +36,7 @@ pub struct SessionStats {
     pub nudge: Counts,
     pub review: Counts,
     pub compaction: Counts,
-    /// Hand-offs to a fresh session (counted once issue 5's hand-off records exist).
+    /// Hand-offs: `done` = completed, `failed`, `declined` (e.g. the loop guard).
     pub handoff: Counts,
     /// Escalations after repeated continues.
     pub escalations: u32,
@@ -174,6 +174,15 @@ impl SessionStats {
             (Action::Nudge, _) => self.nudge.add(r),
             (Action::Review, _) => self.review.add(r),
             (Action::Compact, _) => self.compaction.add(r),
+            (Action::Handoff, outcome) => {
+                match outcome {
+                    Outcome::Done if r.numbers.phase.as_deref() == Some("completed") => self.handoff.done += 1,
+                    Outcome::Done => {}
+                    Outcome::Declined => self.handoff.declined += 1,
+                    Outcome::Failed => self.handoff.failed += 1,
+                }
+                self.handoff.last_ms = Some(r.at_ms);
+            }
             (Action::Escalate, Outcome::Done) => self.escalations += 1,
             (Action::SpinningTool, Outcome::Done) => self.spinning_tools += 1,
             _ => {}
@@ -297,6 +306,8 @@ pub struct SessionStatus {
     pub nudge: Counts,
     pub review: Counts,
     pub handoff: Counts,
+    /// The hand-off phase now (`monitoring`, `persisting`, …), when the session is tracked.
+    pub handoff_phase: Option<String>,
     pub escalations: u32,
     pub spinning_tools: u32,
     pub tool_calls_as_text: u32,
@@ -372,6 +383,7 @@ impl SessionStatus {
             nudge: s.nudge.clone(),
             review: s.review.clone(),
             handoff: s.handoff.clone(),
+            handoff_phase: live.map(|d| d.handoff.phase.clone()),
             escalations: s.escalations,
             spinning_tools: s.spinning_tools,
             tool_calls_as_text: s.tool_calls_as_text,
@@ -490,17 +502,31 @@ mod tests {
             context_percent: None,
             compacting: false,
             last_action: None,
+            handoff: crate::control::HandoffView { phase: "monitoring".into(), ..Default::default() },
         };
         let doc = book.document(&[live], 5_000, "inst");
         assert_eq!(doc.version, STATUS_VERSION);
         assert_eq!(doc.sessions["ses_B"].status, "busy");
         assert_eq!(doc.sessions["ses_B"].tokens, Some(1200));
+        assert_eq!(doc.sessions["ses_B"].handoff_phase.as_deref(), Some("monitoring"));
         let a = &doc.sessions["ses_A"];
         assert_eq!(a.status, "untracked");
         assert_eq!(a.elapsed, 4_000);
         assert_eq!(a.tool_calls_as_text, 1);
         let json = serde_json::to_string(&doc).unwrap();
         assert_eq!(serde_json::from_str::<StatusDocument>(&json).unwrap(), doc, "round-trips");
+    }
+
+    #[test]
+    fn completed_and_failed_hand_offs_are_counted() {
+        let mut book = StatsBook::new(10);
+        let phase = |p: &str| Numbers { phase: Some(p.into()), ..Numbers::default() };
+        book.apply(&rec(1, Action::Handoff, Outcome::Done, "starts", phase("persisting")));
+        book.apply(&rec(2, Action::Handoff, Outcome::Done, "delivered", phase("resuming")));
+        book.apply(&rec(3, Action::Handoff, Outcome::Done, "continues", phase("completed")));
+        book.apply(&rec(4, Action::Handoff, Outcome::Failed, "failed", phase("failed")));
+        let h = &book.get("ses_A").unwrap().handoff;
+        assert_eq!((h.done, h.failed, h.last_ms), (1, 1, Some(4)));
     }
 
     #[test]

@@ -17,7 +17,11 @@ pub fn render_status(doc: &StatusDocument, now_ms: i64) -> String {
     sessions.sort_by_key(|(id, s)| (std::cmp::Reverse(s.history.last().map_or(0, |h| h.at_ms)), (*id).clone()));
     for (id, s) in sessions {
         out.push('\n');
-        out.push_str(&format!("{id}  [{}]  {}  on {}\n", s.server, s.status, duration(s.elapsed)));
+        let handoff = match s.handoff_phase.as_deref() {
+            Some(p) if p != "monitoring" => format!("  hand-off {p}"),
+            _ => String::new(),
+        };
+        out.push_str(&format!("{id}  [{}]  {}{handoff}  on {}\n", s.server, s.status, duration(s.elapsed)));
         let r = &s.recovery;
         out.push_str(&format!(
             "  recovery    {} attempts, {} succeeded, {} failed; time to recover {}\n",
