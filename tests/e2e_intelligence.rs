@@ -107,6 +107,7 @@ async fn three_continues_without_progress_escalate_to_a_compaction_instead_of_a_
         c.recovery.max_auto_submits = 10;
         c.review.enabled = false;
         c.nudge.enabled = false;
+        c.handoff.enabled = false; // without hand-off, the escalation compacts
     })
     .await?;
     let id = rig.client.create_session(Some("repeated continues")).await?;
@@ -128,6 +129,44 @@ async fn three_continues_without_progress_escalate_to_a_compaction_instead_of_a_
         messages.iter().any(|m| m.info["summary"] == true || m.parts.iter().any(|p| p["type"] == "compaction")),
         "OpenCode compacted the session"
     );
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn with_hand_off_enabled_three_continues_escalate_to_a_hand_off() -> anyhow::Result<()> {
+    let mut rig = Rig::start_config(|c| {
+        c.recovery.continue_message = "[[fake:stall]] continue (attempt {attempts})".into();
+        c.recovery.max_recoveries = 10;
+        c.recovery.max_auto_submits = 10;
+        c.review.enabled = false;
+        c.nudge.enabled = false;
+        c.handoff.enabled = true;
+        c.handoff.ask_model = false;
+        c.handoff.resume_message = "[[fake:ok]] carry on from the continuation".into();
+    })
+    .await?;
+    let id = rig.client.create_session(Some("repeated continues, hand-off")).await?;
+    rig.client.prompt_async(&id, "[[fake:stall]] go", None, None, false).await?;
+
+    let esc = rig.wait_record(&id, Action::Escalate, Outcome::Done, Duration::from_secs(90)).await?;
+    assert!(esc.reason.contains("hand_off"), "{}", esc.reason);
+    assert_eq!(rig.count(&id, Action::Continue), 3, "escalated instead of a fourth continue");
+    // The hand-off runs to its end: the work continues in a fresh session.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let records = rig.records_for(&id);
+        if let Some((_, outcome, reason)) = records
+            .iter()
+            .find(|(a, o, r)| *a == Action::Handoff && (*o == Outcome::Failed || r.contains("the work continues in")))
+        {
+            assert_eq!(*outcome, Outcome::Done, "the hand-off failed: {reason}");
+            break;
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the hand-off never finished: {records:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(rig.count(&id, Action::Continue), 3, "no continue to the old session after the hand-off");
     rig.stop().await;
     Ok(())
 }

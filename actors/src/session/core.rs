@@ -86,8 +86,8 @@ pub struct RecoveryOrder {
     pub continue_after: bool,
     /// The session is planning: the continue uses `continue_with_plan_message`.
     pub planning: bool,
-    /// Repeated continues did not help: this instead of a plain continue. `Compact`
-    /// travels as `compact_first`; `HandOff` is for the hand-off procedure (issue 5).
+    /// Repeated continues did not help: this instead of a plain continue (`Compact`,
+    /// carried out as `compact_first`; a hand-off runs as its own procedure instead).
     pub escalation: Option<Escalation>,
 }
 
@@ -1328,16 +1328,38 @@ impl SessionCore {
     }
 
     /// `repeated_continue_count` continues within the window did not bring progress:
-    /// instead of another, abort and compact, then continue the compacted session. When
-    /// compaction is impossible the escalation is declined (recorded) and the stall is
-    /// handled as usual at the next deadline, which is already due.
+    /// instead of another, hand the work to a fresh session (hand-off enabled), or abort
+    /// and compact, then continue the compacted session. When neither is possible the
+    /// escalation is declined (recorded) and the stall is handled as usual at the next
+    /// deadline, which is already due.
     fn escalate(&mut self, continues: u32, base: Numbers, now: Now) -> Vec<Effect> {
         self.continues.mark_escalated();
         let window = self.cfg.recovery.repeated_continue_window;
         let numbers = Numbers { round: Some(continues), window_ms: Some(ms(window)), ..base.clone() };
-        // Hand-off (issue 5) is chosen here once it exists and is enabled:
-        // `Escalation::HandOff`, carried out by the recovery procedure instead of the
-        // compaction.
+        // A fresh session is the stronger remedy: hand off when hand-off is enabled (the
+        // hand-off aborts the stalled turn itself), else compact.
+        if self.cfg.handoff.enabled {
+            let reason = format!(
+                "{continues} continues within recovery.repeated_continue_window without progress: another will \
+                 not help; escalating ({})",
+                Escalation::HandOff.as_str()
+            );
+            let why = format!("{continues} continues without progress (escalation)");
+            if let Some(step) = self.rollover.request(true, &why) {
+                let mut out = vec![
+                    self.record(
+                        Action::StallDetected,
+                        Outcome::Done,
+                        "stalled again after repeated continues",
+                        base,
+                        now,
+                    ),
+                    self.record(Action::Escalate, Outcome::Done, &reason, numbers, now),
+                ];
+                out.extend(self.on_rollover_step(step, now));
+                return out;
+            }
+        }
         let escalation = Escalation::Compact;
         let model = match (self.cfg.compaction.enabled, self.model.clone()) {
             (true, Some(model)) => model,

@@ -96,6 +96,7 @@ fn order(effects: &[Effect]) -> Option<RecoveryOrder> {
 #[test]
 fn three_continues_in_the_window_escalate_to_a_compaction_instead_of_a_fourth() {
     let mut b = Bench::new(|r| {
+        r.handoff.enabled = false;
         r.recovery.max_recoveries = 10;
         r.recovery.max_auto_submits = 10;
     });
@@ -139,6 +140,36 @@ fn three_continues_in_the_window_escalate_to_a_compaction_instead_of_a_fourth() 
 }
 
 #[test]
+fn with_hand_off_enabled_three_continues_escalate_to_a_hand_off() {
+    let mut b = Bench::new(|r| {
+        r.handoff.enabled = true;
+        r.recovery.max_recoveries = 10;
+        r.recovery.max_auto_submits = 10;
+    });
+    b.user_turn(0, "msg_U", "build");
+    b.busy(0);
+    b.assistant(0, "msg_A");
+    let mut t = 0;
+    for _ in 0..3 {
+        t += 180;
+        order(&b.tick(t)).expect("a plain recovery");
+        b.continued(t);
+    }
+    let effects = b.tick(t + 180);
+    assert!(order(&effects).is_none(), "no fourth continue");
+    assert!(record(&effects, Action::Escalate).reason.contains("hand_off"));
+    let handoff = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::HandOff(o) => Some(o.clone()),
+            _ => None,
+        })
+        .expect("the hand-off starts");
+    assert!(handoff.abort_first, "the stalled turn is aborted first");
+    assert_eq!(b.core.deadline(), None, "no stall recovery while the hand-off runs");
+}
+
+#[test]
 fn continues_spread_beyond_the_window_do_not_escalate() {
     let mut b = Bench::new(|r| {
         r.recovery.max_recoveries = 10;
@@ -178,6 +209,7 @@ fn real_progress_clears_the_continue_count() {
 #[test]
 fn without_a_known_model_the_escalation_is_declined_and_the_stall_recovered_as_usual() {
     let mut b = Bench::new(|r| {
+        r.handoff.enabled = false;
         r.recovery.max_recoveries = 10;
         r.recovery.max_auto_submits = 10;
     });

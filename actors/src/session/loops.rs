@@ -21,8 +21,8 @@ use tokio::time::Instant;
 pub enum Escalation {
     /// Abort, compact the session (`POST /summarize`), then continue the compacted session.
     Compact,
-    /// Abort and hand the work to a fresh session. Chosen once hand-off exists and is
-    /// enabled (issue 5 builds it); until then the core never picks it.
+    /// Hand the work to a fresh session (the hand-off procedure, which aborts the turn
+    /// first). Chosen when `handoff.enabled`.
     HandOff,
 }
 
