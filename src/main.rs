@@ -249,8 +249,12 @@ fn status(args: StatusArgs) -> anyhow::Result<()> {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    print!("{}", shepherd::status::render::render_status(&doc, now_ms));
-    Ok(())
+    let text = shepherd::status::render::render_status(&doc, now_ms);
+    // `shepherd status | head` closes the pipe early: that is not an error.
+    match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 fn client_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
