@@ -3,7 +3,8 @@
 //! [`Daemon::start`] must be called inside a running actix `System`. The same wiring
 //! serves `shepherd run`, `shepherd demo` and the end-to-end tests, so what the tests
 //! prove is what users run. With `control.enabled`, the control API
-//! ([`crate::control`]) is served on a thread of its own beside the actors.
+//! ([`crate::control`]) is served on a thread of its own beside the actors; with
+//! `status.enabled`, the status file ([`crate::status`]) is written from another.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use tokio::task::JoinHandle;
 use crate::config::resolve_password;
 use crate::control::{ControlServer, ControlToken};
 use crate::opencode::{Credentials, EventPump, OpenCodeClient, PumpStats};
+use crate::status::{status_path, StatusWriter};
 
 /// A running Shepherd.
 pub struct Daemon {
@@ -31,6 +33,7 @@ pub struct Daemon {
     shutdown_grace: Duration,
     instance: String,
     control: Option<ControlServer>,
+    status: Option<StatusWriter>,
 }
 
 impl Daemon {
@@ -83,7 +86,13 @@ impl Daemon {
         }
         // Long enough for a recovery under way to finish: its waits plus a few requests.
         let shutdown_grace = recovery.abort_poll_max + recovery.wait_after_abort + slowest_request * 3;
-        Ok(Self { supervisor, journal, stop_pumps, pumps, pump_stats, shutdown_grace, instance, control })
+        let status = if cfg.status.enabled {
+            let path = status_path(&cfg.status, &|name| std::env::var_os(name))?;
+            Some(StatusWriter::start(&cfg.status, path, &journal, supervisor.clone(), instance.clone())?)
+        } else {
+            None
+        };
+        Ok(Self { supervisor, journal, stop_pumps, pumps, pump_stats, shutdown_grace, instance, control, status })
     }
 
     pub fn journal(&self) -> &Journal {
@@ -107,6 +116,11 @@ impl Daemon {
     /// The token control requests must carry (for tests and the demo; never log it).
     pub fn control_token(&self) -> Option<&ControlToken> {
         self.control.as_ref().map(ControlServer::token)
+    }
+
+    /// Where the status file is written, when it is enabled.
+    pub fn status_path(&self) -> Option<&std::path::Path> {
+        self.status.as_ref().map(StatusWriter::path)
     }
 
     /// Counters of each server's event pump.
@@ -141,6 +155,9 @@ impl Daemon {
             Ok(0) => tracing::info!("shutdown complete"),
             Ok(left) => tracing::warn!(recoveries = left, "shutdown complete with recoveries unfinished"),
             Err(e) => tracing::warn!(error = %e, "supervisor gone before shutdown"),
+        }
+        if let Some(status) = self.status {
+            status.stop().await; // the final state, after the last recovery
         }
     }
 }

@@ -103,6 +103,7 @@ pub async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
     let mut cfg = cfg;
     cfg.control.enabled = false;
     cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
+    cfg.status.enabled = false;
     cfg.validate()?;
     let daemon = Daemon::start(&cfg)?;
     let mut records = daemon.journal().subscribe();

@@ -11,6 +11,7 @@ pub mod guard;
 pub mod http_thread;
 pub mod logging;
 pub mod opencode;
+pub mod status;
 pub mod store;
 pub mod testbed;
 pub mod workspace;

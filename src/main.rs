@@ -43,6 +43,20 @@ enum Command {
     /// Hand a session over to a fresh one now, show where its hand-off stands
     /// (`--status`), or restore a stored snapshot (`--resume ID`).
     Handoff(HandoffArgs),
+    /// Print the status file (per-session recoveries, stalls, follow-ups) readably.
+    Status(StatusArgs),
+}
+
+#[derive(Args, Clone)]
+struct StatusArgs {
+    /// Read this file instead of the configured `status.path`.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Print the file's JSON as it is.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    daemon: DaemonArgs,
 }
 
 /// Where the running daemon's control API is: the same configuration `run` reads.
@@ -213,6 +227,33 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
         Command::Sessions(args) => client_runtime()?.block_on(sessions(args)),
         Command::Prompt(args) => client_runtime()?.block_on(prompt(args)),
         Command::Handoff(args) => client_runtime()?.block_on(handoff(args)),
+        Command::Status(args) => status(args),
+    }
+}
+
+fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let path = match args.file {
+        Some(p) => p,
+        None => {
+            let d = &args.daemon;
+            let sources = ConfigSources { file: d.config.clone(), overrides: d.set.clone(), server_url: None };
+            let cfg = load(&sources).context("invalid configuration")?;
+            shepherd::status::status_path(&cfg.status, &|name| std::env::var_os(name))?
+        }
+    };
+    let doc = shepherd::status::read(&path)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let text = shepherd::status::render::render_status(&doc, now_ms);
+    // `shepherd status | head` closes the pipe early: that is not an error.
+    match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
     }
 }
 

@@ -253,6 +253,7 @@ async fn the_control_api_answers_while_the_daemons_own_thread_is_blocked() -> an
     cfg.control.token_env = UNSET_TOKEN_ENV.into();
     cfg.control.token_file = token_file.to_string_lossy().into_owned();
     cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
+    cfg.status.enabled = false;
     let daemon = shepherd::daemon::Daemon::start(&cfg)?;
     let addr = daemon.control_url().unwrap().trim_start_matches("http://").to_string();
     let probe = std::thread::spawn(move || -> std::io::Result<String> {

@@ -122,8 +122,8 @@ async fn loop_protection_stops_after_three_unchanged_nudges_and_resumes_when_a_t
         quick(c);
         c.nudge.cooldown = Duration::ZERO;
         c.nudge.message = "[[fake:ok]] {pending} still open".into(); // the model never progresses
-        // Nudges come seconds apart here by design; the guard would drop the repeats
-        // (its own tests are in e2e_guard). This tests the nudge's loop protection.
+                                                                     // Nudges come seconds apart here by design; the guard would drop the repeats
+                                                                     // (its own tests are in e2e_guard). This tests the nudge's loop protection.
         c.guard.enabled = false;
     })
     .await?;
@@ -150,7 +150,7 @@ async fn review_fires_again_after_the_review_produced_new_todos_up_to_max_rounds
         quick(c);
         c.review.max_rounds = 2;
         c.guard.enabled = false; // review rounds seconds apart: see the loop-protection test
-        // The review makes the agent plan fixes (new open todos); the nudge finishes them.
+                                 // The review makes the agent plan fixes (new open todos); the nudge finishes them.
         c.review.message = "[[fake:todo:create]] Review round {attempts} of {maxAttempts}: run the tests.".into();
         c.nudge.message = "[[fake:todo:done]] Fix: {todoList}".into();
     })

@@ -183,11 +183,9 @@ async fn two_instances_sharing_redis_act_on_a_stall_once_and_one_takes_over_when
     .await;
     if taken_over.is_err() {
         let detail = survivor.fleet().await.sessions.into_iter().find(|s| s.id == id);
-        panic!(
-            "{:#?}\n{detail:#?}\nbusy: {:?}",
-            watch.0.lock().unwrap().iter().filter(|r| r.session == id).collect::<Vec<_>>(),
-            rig.client.is_busy(&id).await
-        );
+        let busy = rig.client.is_busy(&id).await;
+        let seen: Vec<ActionRecord> = watch.0.lock().unwrap().iter().filter(|r| r.session == id).cloned().collect();
+        panic!("{seen:#?}\n{detail:#?}\nbusy: {busy:?}");
     }
     survivor.shutdown().await;
     rig.opencode.stop().await;

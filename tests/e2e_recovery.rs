@@ -27,6 +27,9 @@ async fn stalled_session_is_aborted_and_continued_with_its_todos_then_finishes()
                 .into(),
         ..fast_recovery()
     };
+    // The session runs the `plan` agent, so it is planning: the planning continue is sent.
+    let recovery =
+        RecoveryConfig { continue_with_plan_message: recovery.continue_with_todos_message.clone(), ..recovery };
     let mut rig = Rig::start(recovery).await?;
     let id = rig.client.create_session(Some("stall")).await?;
     rig.client
@@ -267,6 +270,7 @@ async fn a_wrong_password_keeps_the_daemon_running_and_the_server_unready() -> a
     let mut cfg = shepherd_actors::config::Config { servers: vec![server], ..Default::default() };
     cfg.control.enabled = false;
     cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
+    cfg.status.enabled = false;
     let daemon = shepherd::daemon::Daemon::start(&cfg)?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let fleet = daemon.fleet().await;
@@ -331,6 +335,7 @@ async fn one_shepherd_supervises_two_servers_each_with_its_own_sessions() -> any
     };
     cfg.control.enabled = false;
     cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
+    cfg.status.enabled = false;
     let daemon = shepherd::daemon::Daemon::start(&cfg)?;
     let mut records = daemon.journal().subscribe();
     let (ca, cb) = (a.client(), b.client());

@@ -29,6 +29,7 @@ pub struct Config {
     pub handoff: HandoffConfig,
     pub loops: LoopsConfig,
     pub guard: GuardConfig,
+    pub status: StatusConfig,
     pub log: LogConfig,
 }
 
@@ -139,6 +140,27 @@ pub struct RecoveryConfig {
     /// Continue prompt for a session with open todos. Variables: `{pending}`, `{total}`,
     /// `{completed}`, `{todoList}` (at most five open items), `{attempts}`, `{maxAttempts}`.
     pub continue_with_todos_message: String,
+    /// Scan the recent assistant messages for tool calls written as text before a
+    /// continue or a nudge, and send `tool_call_as_text_message` when one is found.
+    pub detect_tool_calls_as_text: bool,
+    /// How many recent messages the scan reads.
+    pub tool_call_scan_messages: u32,
+    /// Sent instead of the continue (or nudge) when the model wrote a tool call as
+    /// text. Variables as for `continue_with_todos_message`, plus `{pattern}` (what
+    /// was found).
+    pub tool_call_as_text_message: String,
+    /// The stall timeout of a session that is planning (agent `plan`, or its latest
+    /// text announces a plan): thinking out a plan is slow and quiet.
+    #[serde(with = "duration_str")]
+    pub planning_timeout: Duration,
+    /// Continue prompt for a planning session. Variables as for
+    /// `continue_with_todos_message`.
+    pub continue_with_plan_message: String,
+    /// This many continues within `repeated_continue_window` without real progress:
+    /// another continue will not help, escalate (compact; hand off once hand-off exists).
+    pub repeated_continue_count: u32,
+    #[serde(with = "duration_str")]
+    pub repeated_continue_window: Duration,
 }
 
 impl Default for RecoveryConfig {
@@ -163,6 +185,20 @@ impl Default for RecoveryConfig {
                 open of {total} todos ({completed} done):\n{todoList}\nPlease continue \
                 working on them."
                 .to_string(),
+            detect_tool_calls_as_text: true,
+            tool_call_scan_messages: 20,
+            tool_call_as_text_message: "Your previous response wrote a tool call as text ({pattern}) instead \
+                of calling the tool, so nothing was executed. Make that call again through the \
+                proper tool-calling mechanism (a real tool call, not text in your reply), then \
+                continue with the task."
+                .to_string(),
+            planning_timeout: Duration::from_secs(5 * 60),
+            continue_with_plan_message: "Your previous response stalled while planning and was \
+                interrupted by the supervisor (attempt {attempts} of {maxAttempts}). Finish the \
+                plan, then start carrying it out."
+                .to_string(),
+            repeated_continue_count: 3,
+            repeated_continue_window: Duration::from_secs(10 * 60),
         }
     }
 }
@@ -502,11 +538,60 @@ pub struct LoopsConfig {
     pub runaway_count: usize,
     #[serde(with = "duration_str")]
     pub runaway_window: Duration,
+    /// The same tool with the same input called this many times in a row, within
+    /// `spin_window`, is a spinning tool: reported, and not counted as progress.
+    pub spin_count: usize,
+    #[serde(with = "duration_str")]
+    pub spin_window: Duration,
 }
 
 impl Default for LoopsConfig {
     fn default() -> Self {
-        Self { runaway_count: 5, runaway_window: Duration::from_secs(10) }
+        Self {
+            runaway_count: 5,
+            runaway_window: Duration::from_secs(10),
+            spin_count: 4,
+            spin_window: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
+/// The status file for external monitoring: per-session statistics and a rolling
+/// history, written atomically (temp file, fsync, rename).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatusConfig {
+    pub enabled: bool,
+    /// The file (a leading `~/` is the home directory); empty = the default
+    /// `$XDG_STATE_HOME/shepherd/status.json` (`~/.local/state/shepherd/status.json`).
+    pub path: String,
+    /// At most one write per this interval (changes in between are batched).
+    #[serde(with = "duration_str")]
+    pub min_interval: Duration,
+    /// Archives kept at start-up (`status.json.1` newest … `status.json.N`); 0 = none.
+    pub rotate: u32,
+    /// Entries of each session's rolling history.
+    pub max_history: usize,
+    /// Written at least this often (the live state — busy, todos, tokens — changes
+    /// without records).
+    #[serde(with = "duration_str")]
+    pub refresh_interval: Duration,
+    /// A session neither in memory nor acted on for this long leaves the file.
+    #[serde(with = "duration_str")]
+    pub forget_after: Duration,
+}
+
+impl Default for StatusConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            path: String::new(),
+            min_interval: Duration::from_secs(2),
+            rotate: 3,
+            max_history: 50,
+            refresh_interval: Duration::from_secs(30),
+            forget_after: Duration::from_secs(60 * 60),
+        }
     }
 }
 
@@ -671,6 +756,24 @@ impl Config {
         if r.continue_with_todos_message.trim().is_empty() {
             return Err(bad("recovery.continue_with_todos_message", "must not be empty"));
         }
+        if r.detect_tool_calls_as_text && r.tool_call_as_text_message.trim().is_empty() {
+            return Err(bad("recovery.tool_call_as_text_message", "must not be empty"));
+        }
+        if r.tool_call_scan_messages == 0 {
+            return Err(bad("recovery.tool_call_scan_messages", "must be at least 1"));
+        }
+        if r.planning_timeout.is_zero() {
+            return Err(bad("recovery.planning_timeout", "must be greater than zero"));
+        }
+        if r.continue_with_plan_message.trim().is_empty() {
+            return Err(bad("recovery.continue_with_plan_message", "must not be empty"));
+        }
+        if r.repeated_continue_count < 2 {
+            return Err(bad("recovery.repeated_continue_count", "must be at least 2"));
+        }
+        if r.repeated_continue_window.is_zero() {
+            return Err(bad("recovery.repeated_continue_window", "must be greater than zero"));
+        }
         let shares = [
             ("compaction.opportunistic", self.compaction.opportunistic),
             ("compaction.proactive", self.compaction.proactive),
@@ -747,6 +850,24 @@ impl Config {
         }
         if self.loops.runaway_count < 2 {
             return Err(bad("loops.runaway_count", "must be at least 2"));
+        }
+        if self.loops.spin_count < 2 {
+            return Err(bad("loops.spin_count", "must be at least 2"));
+        }
+        if self.loops.spin_window.is_zero() {
+            return Err(bad("loops.spin_window", "must be greater than zero"));
+        }
+        if self.status.enabled {
+            if self.status.refresh_interval < self.status.min_interval {
+                return Err(bad("status.refresh_interval", "must be at least status.min_interval"));
+            }
+            if self.status.max_history == 0 {
+                return Err(bad("status.max_history", "must be at least 1"));
+            }
+            let path = self.status.path.as_str();
+            if path.trim() != path || path.ends_with('/') || path == "~" {
+                return Err(bad("status.path", "must name a file, e.g. /var/lib/shepherd/status.json"));
+            }
         }
         if self.supervisor.discovery_interval.is_zero() {
             return Err(bad("supervisor.discovery_interval", "must be greater than zero"));

@@ -312,6 +312,9 @@ struct RawMessageInfo {
     role: Role,
     #[serde(default)]
     agent: Option<String>,
+    /// The older name of `agent` on assistant messages.
+    #[serde(default)]
+    mode: Option<String>,
     #[serde(default)]
     model: Option<ModelRef>,
     #[serde(default, rename = "providerID")]
@@ -340,7 +343,7 @@ impl From<RawMessageInfo> for MessageInfo {
             id: r.id,
             session_id: r.session_id,
             role: r.role,
-            agent: r.agent,
+            agent: r.agent.or(r.mode),
             model,
             finish: r.finish,
             error: r.error,
@@ -387,6 +390,8 @@ pub enum PartKind {
         tool: String,
         status: ToolStatus,
         child_session: Option<String>,
+        /// A hash of the call's input (to tell repeated identical calls), when present.
+        input: Option<u64>,
     },
     StepStart,
     StepFinish,
@@ -432,6 +437,8 @@ struct RawToolState {
     status: ToolStatus,
     #[serde(default)]
     metadata: Option<Value>,
+    #[serde(default)]
+    input: Option<Value>,
 }
 
 impl TryFrom<RawPart> for Part {
@@ -458,7 +465,8 @@ impl TryFrom<RawPart> for Part {
                     .and_then(|m| m.get("sessionId"))
                     .and_then(Value::as_str)
                     .map(str::to_string);
-                PartKind::Tool { tool: r.tool.unwrap_or_default(), status: state.status, child_session }
+                let input = state.input.as_ref().map(crate::session::loops::input_key);
+                PartKind::Tool { tool: r.tool.unwrap_or_default(), status: state.status, child_session, input }
             }
             "step-start" => PartKind::StepStart,
             "step-finish" => PartKind::StepFinish,

@@ -41,6 +41,10 @@ pub enum Action {
     Note,
     /// A hand-off phase: the work of a filling session moves to a fresh one.
     Handoff,
+    /// Repeated continues did not help: something stronger instead of another one.
+    Escalate,
+    /// The same tool with the same input called again and again.
+    SpinningTool,
 }
 
 impl Action {
@@ -60,6 +64,8 @@ impl Action {
             Action::Compact => "compact",
             Action::Note => "note",
             Action::Handoff => "handoff",
+            Action::Escalate => "escalate",
+            Action::SpinningTool => "spinning_tool",
         }
     }
 }
@@ -122,6 +128,13 @@ pub struct Numbers {
     /// The hand-off phase this record enters.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// The window a count was taken in (repeated continues, spinning tools).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_ms: Option<u64>,
+    /// The type of the session's last part before a stall (`text`, `reasoning`,
+    /// `tool:bash`, …): where sessions tend to get stuck.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_part: Option<String>,
 }
 
 /// One decision about one session.
@@ -184,6 +197,8 @@ impl Journal {
                     round = n.round,
                     context_tokens = n.context_tokens,
                     context_window = n.context_window,
+                    window_ms = n.window_ms,
+                    last_part = n.last_part.as_deref(),
                     "{} {}: {}", r.action.as_str(), r.outcome.as_str(), r.reason
                 )
             };

@@ -13,6 +13,7 @@
 //! - [`control`]: the questions the control API may ask the supervisor.
 //! - [`ledger`]: the durable-state port (what survives eviction and restarts).
 //! - [`journal`]: the record of every action Shepherd took or declined.
+//! - [`stats`]: per-session statistics folded from the journal, and the status document.
 //!
 //! Decision modules have no I/O, no clock of their own and no actix: they take `now`
 //! as an argument and return actions.
@@ -25,4 +26,5 @@ pub mod journal;
 pub mod ledger;
 pub mod ports;
 pub mod session;
+pub mod stats;
 pub mod supervisor;

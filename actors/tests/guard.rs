@@ -69,6 +69,7 @@ fn order(kind: PromptKind, text: &str) -> PromptOrder {
         require_open_todos: false,
         decision: format!("d-{text}"),
         not_before_ms: None,
+        tool_text_scan: None,
     }
 }
 

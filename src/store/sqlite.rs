@@ -101,15 +101,51 @@ pub struct SqliteLedger {
 type Reply<T> = oneshot::Sender<Result<T, LedgerError>>;
 
 enum Command {
-    Load { server: String, session: String, reply: Reply<Option<DurableState>> },
-    Save { server: String, session: String, state_json: String, updated_ms: i64, reply: Reply<()> },
-    Append { record: ActionRecord, reply: Reply<()> },
-    History { session: String, limit: u32, reply: Reply<Vec<ActionRecord>> },
-    SaveSnapshot { snapshot: Box<Snapshot>, readable: Option<PathBuf>, reply: Reply<()> },
-    Snapshots { server: String, session: String, reply: Reply<Vec<Result<Snapshot, LedgerError>>> },
-    Snapshot { id: String, reply: Reply<Option<Result<Snapshot, LedgerError>>> },
-    Claim { id: String, session: String, reply: Reply<Claim> },
-    UnfinishedHandoffs { server: String, reply: Reply<Vec<String>> },
+    Load {
+        server: String,
+        session: String,
+        reply: Reply<Option<DurableState>>,
+    },
+    Save {
+        server: String,
+        session: String,
+        state_json: String,
+        updated_ms: i64,
+        reply: Reply<()>,
+    },
+    /// Boxed: a record is several times the size of the other commands.
+    Append {
+        record: Box<ActionRecord>,
+        reply: Reply<()>,
+    },
+    History {
+        session: String,
+        limit: u32,
+        reply: Reply<Vec<ActionRecord>>,
+    },
+    SaveSnapshot {
+        snapshot: Box<Snapshot>,
+        readable: Option<PathBuf>,
+        reply: Reply<()>,
+    },
+    Snapshots {
+        server: String,
+        session: String,
+        reply: Reply<Vec<Result<Snapshot, LedgerError>>>,
+    },
+    Snapshot {
+        id: String,
+        reply: Reply<Option<Result<Snapshot, LedgerError>>>,
+    },
+    Claim {
+        id: String,
+        session: String,
+        reply: Reply<Claim>,
+    },
+    UnfinishedHandoffs {
+        server: String,
+        reply: Reply<Vec<String>>,
+    },
 }
 
 impl SqliteLedger {
@@ -178,7 +214,7 @@ impl Ledger for SqliteLedger {
 
     async fn append(&self, record: &ActionRecord) -> Result<(), LedgerError> {
         let record = record.clone();
-        self.ask(|reply| Command::Append { record, reply }).await
+        self.ask(|reply| Command::Append { record: Box::new(record), reply }).await
     }
 
     async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError> {

@@ -33,6 +33,7 @@ pub struct Rig {
 pub fn fast_recovery() -> RecoveryConfig {
     RecoveryConfig {
         stall_timeout: Duration::from_secs(4),
+        planning_timeout: Duration::from_secs(4),
         wait_after_abort: Duration::from_millis(300),
         abort_poll_interval: Duration::from_millis(100),
         abort_poll_max: Duration::from_secs(3),
@@ -94,6 +95,8 @@ impl Rig {
         cfg.servers[0].reconnect_max = Duration::from_secs(2);
         // Never the user's own ledger; tests that need persistence set a temp path.
         cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
+        // Never the user's own status file either.
+        cfg.status.enabled = false;
         configure(&mut cfg);
         cfg.validate()?;
         let daemon = Daemon::start(&cfg)?;

@@ -31,11 +31,15 @@ use crate::event::{
 use crate::journal::{Action, ActionRecord, Numbers, Outcome};
 use crate::ledger::DurableState;
 use crate::ports::{EngineError, TurnSettings};
-use crate::session::delivery::{Delivery, PromptKind, PromptOrder};
+use crate::session::delivery::{Delivery, PromptKind, PromptOrder, ToolTextScan};
 use crate::session::followup::{self, Decision, Facts, FollowUp, LastReply};
 use crate::session::handoff::{Phase, Rollover, Step};
 use crate::session::handover::{HandoffOrder, StepReport};
+pub use crate::session::loops::Escalation;
+use crate::session::loops::{ContinueHistory, SpinVerdict, ToolSpin};
+use crate::session::planning::Planning;
 use crate::session::prompt::PromptFacts;
+use crate::session::textual_tool_call::TextualToolCall;
 
 /// A moment, in both of the clocks the core compares with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +86,11 @@ pub struct RecoveryOrder {
     pub compact_first: Option<(ModelRef, Duration)>,
     /// Send the continue after the abort (false: a runaway loop that came back).
     pub continue_after: bool,
+    /// The session is planning: the continue uses `continue_with_plan_message`.
+    pub planning: bool,
+    /// Repeated continues did not help: this instead of a plain continue (`Compact`,
+    /// carried out as `compact_first`; a hand-off runs as its own procedure instead).
+    pub escalation: Option<Escalation>,
 }
 
 /// A compaction to run.
@@ -107,7 +116,15 @@ pub enum RecoveryReport {
     NotOurs(String),
     /// Aborted, then continued.
     /// Aborted, then continued (`compacted`: the hard gate's compaction, if one ran).
-    Continued { idle_after_ms: Option<u64>, open_todos: u32, compacted: Option<Result<(), String>>, waited_ms: u64 },
+    /// `tool_call_as_text`: the specialised prompt was sent because of this;
+    /// `waited_ms`: the guard's rate limit held the continue back this long.
+    Continued {
+        idle_after_ms: Option<u64>,
+        open_todos: u32,
+        compacted: Option<Result<(), String>>,
+        tool_call_as_text: Option<TextualToolCall>,
+        waited_ms: u64,
+    },
     /// Aborted; no continue was wanted.
     AbortedOnly { idle_after_ms: Option<u64> },
     /// Aborted, but the continue could not be sent.
@@ -145,6 +162,8 @@ impl Pause {
 #[derive(Debug, Clone)]
 struct Recovering {
     aborted_message: Option<String>,
+    /// This recovery is an escalation of repeated continues.
+    escalation: Option<Escalation>,
 }
 
 /// How many message roles to remember (to tell user parts from assistant parts). A
@@ -209,6 +228,13 @@ pub struct SessionCore {
     runaways: u32,
     /// The hand-off to a fresh session.
     rollover: Rollover,
+    /// Continues since the last real progress (repeated continues → escalation).
+    continues: ContinueHistory,
+    /// The current run of identical tool calls.
+    spin: ToolSpin,
+    planning: Planning,
+    /// The type of the latest part seen (`text`, `reasoning`, `tool:NAME`, …).
+    last_part: Option<String>,
 }
 
 /// How much of the last reply's text is kept for the question heuristic.
@@ -256,6 +282,10 @@ impl SessionCore {
             empty_finishes: VecDeque::new(),
             runaways: 0,
             rollover: Rollover::default(),
+            continues: ContinueHistory::default(),
+            spin: ToolSpin::default(),
+            planning: Planning::default(),
+            last_part: None,
         }
     }
 
@@ -351,7 +381,7 @@ impl SessionCore {
         if again {
             self.pause = Some(Pause::GaveUp);
         }
-        self.recovering = Some(Recovering { aborted_message: Some(message_id.to_string()) });
+        self.recovering = Some(Recovering { aborted_message: Some(message_id.to_string()), escalation: None });
         vec![
             self.record(Action::StallDetected, Outcome::Done, reason, numbers, now),
             Effect::Recover(RecoveryOrder {
@@ -364,6 +394,8 @@ impl SessionCore {
                 decided_ms: now.wall_ms,
                 compact_first: None,
                 continue_after: !again,
+                planning: false,
+                escalation: None,
             }),
         ]
     }
@@ -544,7 +576,11 @@ impl SessionCore {
             return self.cfg.orphan_wait;
         }
         if self.running_tools.is_empty() {
-            self.cfg.recovery.stall_timeout
+            if self.planning.active() {
+                self.cfg.recovery.planning_timeout
+            } else {
+                self.cfg.recovery.stall_timeout
+            }
         } else {
             self.cfg.recovery.stall_timeout.mul_f64(self.cfg.recovery.tool_grace_factor)
         }
@@ -606,12 +642,18 @@ impl SessionCore {
     /// A continue for an idle session that was left hanging (orphaned parent, turn
     /// cut off by a restart): no abort needed, delivered only if still idle.
     fn continue_when_idle(&self, why: &str, now: Now) -> PromptOrder {
+        let planning = self.planning.active();
+        let r = &self.cfg.recovery;
         PromptOrder {
             session_id: self.id.clone(),
             directory: self.directory.clone(),
             kind: PromptKind::Continue,
-            template: self.cfg.recovery.continue_with_todos_message.clone(),
-            template_without_open_todos: Some(self.cfg.recovery.continue_message.clone()),
+            template: if planning {
+                r.continue_with_plan_message.clone()
+            } else {
+                r.continue_with_todos_message.clone()
+            },
+            template_without_open_todos: (!planning).then(|| r.continue_message.clone()),
             facts: PromptFacts {
                 attempts: self.attempts + 1,
                 max_attempts: self.cfg.recovery.max_auto_submits,
@@ -623,6 +665,7 @@ impl SessionCore {
             require_open_todos: false,
             decision: format!("{}-{why}-{}", self.id, now.wall_ms),
             not_before_ms: None,
+            tool_text_scan: ToolTextScan::from_config(&self.cfg.recovery),
         }
     }
 
@@ -773,9 +816,13 @@ impl SessionCore {
     }
 
     fn on_message(&mut self, m: &MessageInfo, now: Now, out: &mut Vec<Effect>) {
+        let new_message = !self.roles.contains_key(&message_key(&m.id));
         self.remember_role(&m.id, m.role);
         match m.role {
             Role::User => {
+                if new_message {
+                    self.planning.on_user_turn(m.agent.as_deref());
+                }
                 // A user message's `message.updated` repeats after idle (diff summary):
                 // not activity. Its agent/model is what our prompts must repeat.
                 if m.agent.is_some() || m.model.is_some() {
@@ -792,6 +839,9 @@ impl SessionCore {
                     m.error.as_ref().and_then(|e| e.data.as_ref()).and_then(|d| d.message.clone());
                 if m.model.is_some() && !m.summary {
                     self.model.clone_from(&m.model);
+                }
+                if let (Some(agent), false) = (&m.agent, m.summary) {
+                    self.planning.on_agent(agent);
                 }
                 if let Some(err) = &m.error {
                     self.learn_from_overflow(err);
@@ -818,8 +868,11 @@ impl SessionCore {
                     return;
                 }
                 self.activity(now);
-                if matches!(m.finish.as_deref(), Some("stop" | "tool-calls" | "length")) {
-                    self.real_progress();
+                match m.finish.as_deref() {
+                    Some("stop" | "length") => self.real_progress(),
+                    // A step of a spinning tool run is not progress.
+                    Some("tool-calls") if !self.spin.is_spinning(self.cfg.loops.spin_count) => self.real_progress(),
+                    _ => {}
                 }
             }
         }
@@ -829,6 +882,11 @@ impl SessionCore {
         let msg = message_key(&p.message_id);
         if self.own_messages.contains(&msg) {
             return;
+        }
+        let users = matches!(p.kind, PartKind::Text { shepherd: Some(_), .. })
+            || (matches!(p.kind, PartKind::Text { .. }) && self.roles.get(&msg) == Some(&Role::User));
+        if !users {
+            self.last_part = Some(part_type(&p.kind));
         }
         match &p.kind {
             PartKind::Text { shepherd: Some(_), .. } => {
@@ -845,6 +903,7 @@ impl SessionCore {
             }
             PartKind::Text { text, .. } => {
                 self.activity(now);
+                self.planning.on_text(text);
                 if self.last_reply.message_id.as_deref() == Some(&p.message_id) && !text.is_empty() {
                     let start = text.char_indices().rev().nth(REPLY_TAIL_CHARS).map_or(0, |(i, _)| i);
                     self.last_reply.text_tail = text[start..].to_string();
@@ -854,8 +913,17 @@ impl SessionCore {
                 self.activity(now);
                 self.compacting = true;
             }
-            PartKind::Tool { status, tool, child_session } => {
+            PartKind::Tool { status, tool, child_session, input } => {
                 self.activity(now);
+                if matches!(status, ToolStatus::Running | ToolStatus::Completed) {
+                    self.planning.on_tool(tool);
+                }
+                let spinning = match (status, input) {
+                    (ToolStatus::Completed | ToolStatus::Error, Some(input)) => {
+                        self.on_tool_call_finished(tool, *input, now, out)
+                    }
+                    _ => false,
+                };
                 if let Some(child) = child_session {
                     self.children.insert(child.clone());
                 }
@@ -868,7 +936,9 @@ impl SessionCore {
                     }
                     ToolStatus::Completed => {
                         self.running_tools.remove(&p.id);
-                        self.real_progress();
+                        if !spinning {
+                            self.real_progress();
+                        }
                     }
                     ToolStatus::Error | ToolStatus::Pending => {
                         self.running_tools.remove(&p.id);
@@ -928,6 +998,32 @@ impl SessionCore {
         self.attempts = 0;
         self.auto_submits = 0;
         self.runaways = 0;
+        self.continues.on_progress();
+    }
+
+    /// A tool call finished: is it part of a spinning run (same tool, same input, again
+    /// and again)? Reported once per run; such calls are not progress.
+    fn on_tool_call_finished(&mut self, tool: &str, input: u64, now: Now, out: &mut Vec<Effect>) -> bool {
+        let loops = &self.cfg.loops;
+        let (count, window) = (loops.spin_count, loops.spin_window);
+        match self.spin.on_call(tool, input, now.mono, count, window) {
+            SpinVerdict::Normal => false,
+            SpinVerdict::StillSpinning => true,
+            SpinVerdict::Spinning { repeats } => {
+                let reason = format!(
+                    "spinning tool: {tool} called {repeats} times in a row with the same input within \
+                     loops.spin_window; not counted as progress"
+                );
+                let numbers = Numbers { round: Some(repeats), window_ms: Some(ms(window)), ..Numbers::default() };
+                out.push(self.record(Action::SpinningTool, Outcome::Done, &reason, numbers, now));
+                true
+            }
+        }
+    }
+
+    /// Whether the session is planning now (agent `plan`, or a plan announced).
+    pub fn is_planning(&self) -> bool {
+        self.planning.active()
     }
 
     fn remember_role(&mut self, message_id: &str, role: Role) {
@@ -1031,6 +1127,9 @@ impl SessionCore {
                     require_open_todos: kind == PromptKind::Nudge,
                     decision: format!("{}-{}-{}", self.id, kind.as_str(), now.wall_ms),
                     not_before_ms: None,
+                    tool_text_scan: (kind == PromptKind::Nudge)
+                        .then(|| ToolTextScan::from_config(&self.cfg.recovery))
+                        .flatten(),
                 })]
             }
             Decision::Decline { kind, reason, round } => {
@@ -1081,7 +1180,19 @@ impl SessionCore {
     pub fn on_prompt_finished(&mut self, order: &PromptOrder, delivery: &Delivery, now: Now) -> Vec<Effect> {
         let sent = matches!(delivery, Delivery::Sent { .. });
         self.followup.on_delivered(order.kind, sent);
+        if sent && order.kind == PromptKind::Continue {
+            self.continues.on_continue(now.mono);
+        }
         let (outcome, reason) = match delivery {
+            Delivery::Sent { tool_call_as_text: Some(found), .. } => (
+                Outcome::Done,
+                format!(
+                    "{} sent as the tool-call-as-text prompt: the model wrote {} as text ({})",
+                    order.kind.as_str(),
+                    found.pattern,
+                    found.excerpt
+                ),
+            ),
             Delivery::Sent { waited_ms: 0, .. } => (Outcome::Done, format!("{} sent", order.kind.as_str())),
             Delivery::Sent { waited_ms, .. } => {
                 (Outcome::Done, format!("{} sent (held {waited_ms} ms by the guard's rate limit)", order.kind.as_str()))
@@ -1119,6 +1230,7 @@ impl SessionCore {
             require_open_todos: false,
             decision: format!("{}-custom-{}", self.id, now.wall_ms),
             not_before_ms: None,
+            tool_text_scan: None,
         }
     }
 
@@ -1153,9 +1265,14 @@ impl SessionCore {
             attempt: Some(self.attempts + 1),
             max_attempts: Some(cfg.recovery.max_auto_submits),
             auto_submits: Some(self.auto_submits),
+            last_part: self.last_part.clone(),
             ..Numbers::default()
         };
 
+        let (count, window) = (cfg.recovery.repeated_continue_count, cfg.recovery.repeated_continue_window);
+        if let Some(continues) = self.continues.escalation_due(now.mono, count, window) {
+            return self.escalate(continues, base, now);
+        }
         if self.attempts >= cfg.recovery.max_recoveries && self.backoff_until.is_none() {
             let exp = (self.attempts - cfg.recovery.max_recoveries).min(20);
             let backoff = cfg.recovery.cooldown.saturating_mul(1u32 << exp).min(cfg.recovery.max_backoff);
@@ -1197,9 +1314,11 @@ impl SessionCore {
         self.attempts += 1;
         self.auto_submits += 1;
         self.backoff_until = None;
-        self.recovering = Some(Recovering { aborted_message: self.last_assistant.clone() });
+        self.recovering = Some(Recovering { aborted_message: self.last_assistant.clone(), escalation: None });
         let reason = if self.waits_on_idle_children() {
             "busy on a subagent task while every subagent is idle, for orphan_wait: the parent is orphaned"
+        } else if self.running_tools.is_empty() && self.planning.active() {
+            "planning with no progress for recovery.planning_timeout"
         } else if self.running_tools.is_empty() {
             "busy with no progress for the stall timeout"
         } else {
@@ -1220,13 +1339,92 @@ impl SessionCore {
                     .then(|| self.model.clone().map(|m| (m, self.cfg.compaction.max_wait)))
                     .flatten(),
                 continue_after: true,
+                planning: self.planning.active(),
+                escalation: None,
+            }),
+        ]
+    }
+
+    /// `repeated_continue_count` continues within the window did not bring progress:
+    /// instead of another, hand the work to a fresh session (hand-off enabled), or abort
+    /// and compact, then continue the compacted session. When neither is possible the
+    /// escalation is declined (recorded) and the stall is handled as usual at the next
+    /// deadline, which is already due.
+    fn escalate(&mut self, continues: u32, base: Numbers, now: Now) -> Vec<Effect> {
+        self.continues.mark_escalated();
+        let window = self.cfg.recovery.repeated_continue_window;
+        let numbers = Numbers { round: Some(continues), window_ms: Some(ms(window)), ..base.clone() };
+        // A fresh session is the stronger remedy: hand off when hand-off is enabled (the
+        // hand-off aborts the stalled turn itself), else compact.
+        if self.cfg.handoff.enabled {
+            let reason = format!(
+                "{continues} continues within recovery.repeated_continue_window without progress: another will \
+                 not help; escalating ({})",
+                Escalation::HandOff.as_str()
+            );
+            let why = format!("{continues} continues without progress (escalation)");
+            if let Some(step) = self.rollover.request(true, &why) {
+                let mut out = vec![
+                    self.record(
+                        Action::StallDetected,
+                        Outcome::Done,
+                        "stalled again after repeated continues",
+                        base,
+                        now,
+                    ),
+                    self.record(Action::Escalate, Outcome::Done, &reason, numbers, now),
+                ];
+                out.extend(self.on_rollover_step(step, now));
+                return out;
+            }
+        }
+        let escalation = Escalation::Compact;
+        let model = match (self.cfg.compaction.enabled, self.model.clone()) {
+            (true, Some(model)) => model,
+            (enabled, _) => {
+                let why = if enabled { "the session's model is not known yet" } else { "compaction is disabled" };
+                let reason = format!(
+                    "{continues} continues within recovery.repeated_continue_window without progress, but no \
+                     escalation is possible ({why}; hand-off not available): recovering as usual"
+                );
+                return vec![self.record(Action::Escalate, Outcome::Declined, &reason, numbers, now)];
+            }
+        };
+        self.attempts += 1;
+        self.auto_submits += 1;
+        self.backoff_until = None;
+        self.recovering =
+            Some(Recovering { aborted_message: self.last_assistant.clone(), escalation: Some(escalation) });
+        let reason = format!(
+            "{continues} continues within recovery.repeated_continue_window without progress: another will \
+             not help; escalating ({}: abort, compact, then continue)",
+            escalation.as_str()
+        );
+        vec![
+            self.record(Action::StallDetected, Outcome::Done, "stalled again after repeated continues", base, now),
+            self.record(Action::Escalate, Outcome::Done, &reason, numbers, now),
+            Effect::Recover(RecoveryOrder {
+                session_id: self.id.clone(),
+                directory: self.directory.clone(),
+                attempt: self.attempts,
+                known_todos: self.todos.clone(),
+                known_turn: self.turn.clone(),
+                decision: format!("{}-escalate-{}", self.id, now.wall_ms),
+                decided_ms: now.wall_ms,
+                compact_first: Some((model, self.cfg.compaction.max_wait)),
+                continue_after: true,
+                planning: self.planning.active(),
+                escalation: Some(escalation),
             }),
         ]
     }
 
     /// Feeds the recovery procedure's result in.
     pub fn on_recovery_finished(&mut self, report: &RecoveryReport, now: Now) -> Vec<Effect> {
-        let aborted = self.recovering.take().and_then(|r| r.aborted_message);
+        let (aborted, escalation) = match self.recovering.take() {
+            Some(r) => (r.aborted_message, r.escalation),
+            None => (None, None),
+        };
         let numbers = Numbers {
             attempt: Some(self.attempts),
             max_attempts: Some(self.cfg.recovery.max_auto_submits),
@@ -1261,8 +1459,9 @@ impl SessionCore {
                 };
                 out.push(self.record(Action::Recover, outcome, &reason, numbers, now));
             }
-            RecoveryReport::Continued { idle_after_ms, open_todos, compacted, waited_ms } => {
+            RecoveryReport::Continued { idle_after_ms, open_todos, compacted, tool_call_as_text, waited_ms } => {
                 self.recovery_ended = Some((now.mono, aborted));
+                self.continues.on_continue(now.mono);
                 self.activity(now);
                 let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
                 let abort_reason = match idle_after_ms {
@@ -1276,29 +1475,34 @@ impl SessionCore {
                         context_window: self.window,
                         ..Numbers::default()
                     };
+                    let why = match escalation {
+                        Some(_) => "escalation of repeated continues",
+                        None => "past handoff.hard",
+                    };
                     out.push(match result {
                         Ok(()) => {
                             self.context_tokens = None;
-                            self.record(
-                                Action::Compact,
-                                Outcome::Done,
-                                "past handoff.hard: compacted before the continue",
-                                n,
-                                now,
-                            )
+                            let reason = format!("{why}: compacted before the continue");
+                            self.record(Action::Compact, Outcome::Done, &reason, n, now)
                         }
                         Err(e) => {
-                            let reason = format!(
-                                "past handoff.hard: compaction before the continue failed ({e}); continuing anyway"
-                            );
+                            let reason =
+                                format!("{why}: compaction before the continue failed ({e}); continuing anyway");
                             self.record(Action::Compact, Outcome::Failed, &reason, n, now)
                         }
                     });
                 }
                 let numbers = Numbers { open_todos: Some(*open_todos), ..numbers };
-                let reason = match waited_ms {
-                    0 => "continue sent after the abort".to_string(),
-                    ms => format!("continue sent after the abort (held {ms} ms by the guard's rate limit)"),
+                let held = match waited_ms {
+                    0 => String::new(),
+                    ms => format!(" (held {ms} ms by the guard's rate limit)"),
+                };
+                let reason = match tool_call_as_text {
+                    Some(found) => format!(
+                        "tool-call-as-text prompt sent after the abort: the model wrote {} as text ({}){held}",
+                        found.pattern, found.excerpt
+                    ),
+                    None => format!("continue sent after the abort{held}"),
                 };
                 out.push(self.record(Action::Continue, Outcome::Done, &reason, numbers, now));
             }
@@ -1363,6 +1567,7 @@ impl SessionCore {
                 order.template = self.cfg.handoff.soft_message.replace("{percent}", &percent);
                 order.template_without_open_todos = None;
                 order.require_idle = true;
+                order.tool_text_scan = None; // a note, not a continue
                 let numbers = Numbers { phase: Some(Phase::Preparing.as_str().into()), ..self.context_numbers() };
                 vec![
                     self.record(
@@ -1533,6 +1738,19 @@ impl SessionCore {
     }
 }
 
+/// The type of a part as the statistics name it (`tool:NAME` for tools).
+fn part_type(kind: &PartKind) -> String {
+    match kind {
+        PartKind::Text { .. } => "text".to_string(),
+        PartKind::Reasoning => "reasoning".to_string(),
+        PartKind::Tool { tool, .. } => format!("tool:{tool}"),
+        PartKind::StepStart => "step-start".to_string(),
+        PartKind::StepFinish => "step-finish".to_string(),
+        PartKind::Compaction => "compaction".to_string(),
+        PartKind::Other(other) => other.clone(),
+    }
+}
+
 /// A message id as a 64-bit hash: the role memory needs identity, not the text.
 fn message_key(id: &str) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -1621,7 +1839,13 @@ mod tests {
         fn recovered(&mut self, secs: u64) -> Vec<Effect> {
             let now = self.at(secs);
             self.core.on_recovery_finished(
-                &RecoveryReport::Continued { idle_after_ms: Some(20), open_todos: 0, compacted: None, waited_ms: 0 },
+                &RecoveryReport::Continued {
+                    idle_after_ms: Some(20),
+                    open_todos: 0,
+                    compacted: None,
+                    tool_call_as_text: None,
+                    waited_ms: 0,
+                },
                 now,
             )
         }
@@ -1898,7 +2122,7 @@ mod tests {
                     let now = self.at_ms(ms);
                     self.core.on_prompt_finished(
                         order,
-                        &Delivery::Sent { text: String::new(), todos: vec![], waited_ms: 0 },
+                        &Delivery::Sent { text: String::new(), todos: vec![], tool_call_as_text: None, waited_ms: 0 },
                         now,
                     );
                 }
@@ -2353,7 +2577,13 @@ mod tests {
             .expect("abort");
         assert!(order.continue_after);
         b.core.on_recovery_finished(
-            &RecoveryReport::Continued { idle_after_ms: Some(10), open_todos: 0, compacted: None, waited_ms: 0 },
+            &RecoveryReport::Continued {
+                idle_after_ms: Some(10),
+                open_todos: 0,
+                compacted: None,
+                tool_call_as_text: None,
+                waited_ms: 0,
+            },
             b.at_ms(2_000),
         );
         b.busy(3);
@@ -2518,3 +2748,7 @@ mod tests {
         )
     }
 }
+
+#[cfg(test)]
+#[path = "core_intelligence_tests.rs"]
+mod intelligence_tests;

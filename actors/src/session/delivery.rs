@@ -8,10 +8,12 @@
 //! busy again, the todos were all done meanwhile) is decided here only as far as
 //! "do not send": the caller's core records why.
 
+use crate::config::RecoveryConfig;
 use crate::event::{Role, ShepherdTag, Status, Todo};
 use crate::guard::{GuardRequest, PromptGuard, Verdict};
-use crate::ports::{Engine, EngineError, HistoryPart, Prompt, TurnSettings};
-use crate::session::prompt::{render, PromptFacts, TodoCounts};
+use crate::ports::{Engine, EngineError, HistoryMessage, HistoryPart, Prompt, TurnSettings};
+use crate::session::prompt::{fill, render, PromptFacts, TodoCounts};
+use crate::session::textual_tool_call::{detect, AssistantText, TextualToolCall};
 
 /// Which kind of prompt; written into the part metadata (`shepherd.kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -62,6 +64,28 @@ pub struct PromptOrder {
     /// For the guard: prompts that reached the session before this moment (epoch ms)
     /// are not repeated by this one (the continue after Shepherd's own abort).
     pub not_before_ms: Option<i64>,
+    /// Look for a tool call written as text first; on a match send its template instead.
+    pub tool_text_scan: Option<ToolTextScan>,
+}
+
+/// The tool-call-as-text check of a continue or a nudge (see
+/// [`crate::session::textual_tool_call`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolTextScan {
+    /// How many recent messages to read.
+    pub messages: u32,
+    /// Sent on a match; `{pattern}` names what was found.
+    pub template: String,
+}
+
+impl ToolTextScan {
+    /// The scan as configured, or none when it is switched off.
+    pub fn from_config(cfg: &RecoveryConfig) -> Option<Self> {
+        cfg.detect_tool_calls_as_text.then(|| ToolTextScan {
+            messages: cfg.tool_call_scan_messages,
+            template: cfg.tool_call_as_text_message.clone(),
+        })
+    }
 }
 
 /// How the delivery ended.
@@ -72,6 +96,8 @@ pub enum Delivery {
         todos: Vec<Todo>,
         /// Held back by a rate limit this long before it went out.
         waited_ms: u64,
+        /// The specialised prompt was sent because of this.
+        tool_call_as_text: Option<TextualToolCall>,
     },
     /// Not sent, for this reason (fresh facts contradicted the decision).
     Skipped {
@@ -153,6 +179,27 @@ impl Outbound<'_> {
     }
 }
 
+/// The assistant messages of a history (oldest first), newest first, as the scan reads
+/// them: text and reasoning parts, and whether they called tools.
+fn assistant_texts(history: &[HistoryMessage]) -> Vec<AssistantText> {
+    history
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::Assistant)
+        .map(|m| AssistantText {
+            texts: m
+                .parts
+                .iter()
+                .filter_map(|p| match p {
+                    HistoryPart::Text { text, .. } | HistoryPart::Reasoning { text } => Some(text.clone()),
+                    HistoryPart::Tool { .. } => None,
+                })
+                .collect(),
+            called_tools: m.parts.iter().any(|p| matches!(p, HistoryPart::Tool { .. })),
+        })
+        .collect()
+}
+
 /// Delivers one prompt. Never panics; every outcome is a [`Delivery`].
 pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
     let engine = out.engine;
@@ -174,11 +221,24 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
         Ok(t) if t.agent.is_some() || t.model.is_some() => t,
         _ => order.known_turn.clone().unwrap_or_default(),
     };
-    let template = match &order.template_without_open_todos {
-        Some(t) if TodoCounts::of(&todos).open == 0 => t,
-        _ => &order.template,
+    // A failed read is no reason not to send: the plain prompt goes out.
+    let found = match &order.tool_text_scan {
+        Some(scan) => match engine.history(&order.session_id, scan.messages).await {
+            Ok(messages) => detect(&assistant_texts(&messages)).map(|f| (f, scan)),
+            Err(_) => None,
+        },
+        None => None,
     };
-    let text = render(template, &todos, &order.facts);
+    let text = match &found {
+        Some((f, scan)) => render(&fill(&scan.template, &[("pattern", f.pattern.to_string())]), &todos, &order.facts),
+        None => {
+            let template = match &order.template_without_open_todos {
+                Some(t) if TodoCounts::of(&todos).open == 0 => t,
+                _ => &order.template,
+            };
+            render(template, &todos, &order.facts)
+        }
+    };
     let verdict = out.admit(&order.session_id, order.kind, &text, order.not_before_ms).await;
     let waited_ms = match verdict {
         Verdict::Send { waited_ms } => waited_ms,
@@ -195,7 +255,7 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
         no_reply: order.kind == PromptKind::Note,
     };
     match engine.prompt(&order.session_id, &prompt).await {
-        Ok(()) => Delivery::Sent { text, todos, waited_ms },
+        Ok(()) => Delivery::Sent { text, todos, waited_ms, tool_call_as_text: found.map(|(f, _)| f) },
         Err(error) => {
             out.guard.forget(out.server, &order.session_id, &text, order.not_before_ms).await;
             Delivery::Failed { error }

@@ -3,11 +3,14 @@
 //! - [`core`]: the pure state machine — where a stall is decided.
 //! - [`prompt`]: the text of Shepherd's prompts, from the configured templates.
 //! - [`followup`]: nudge (idle with open todos) and review (all done) decisions.
+//! - [`loops`]: repeated continues and spinning tools (bookkeeping the core consults).
+//! - [`planning`]: is the session planning (agent `plan`, or a plan announced)?
 //! - [`question`]: does the agent's last reply ask the person something?
 //! - [`delivery`]: sending one prompt (fresh facts, render, tag, send).
 //! - [`recovery`]: the abort + continue procedure against the engine port.
 //! - [`handoff`]: when to hand a filling session over to a fresh one (phases);
 //!   [`continuation`]: what the fresh session is given; [`handover`]: the steps.
+//! - [`textual_tool_call`]: did the model write a tool call as text instead of calling it?
 //! - [`actor`]: the actix shell that feeds the core and runs its effects.
 
 pub mod actor;
@@ -17,9 +20,12 @@ pub mod delivery;
 pub mod followup;
 pub mod handoff;
 pub mod handover;
+pub mod loops;
+pub mod planning;
 pub mod prompt;
 pub mod question;
 pub mod recovery;
+pub mod textual_tool_call;
 
 pub use actor::{Observe, SessionActor, SessionEnv};
 pub use core::{Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};

@@ -7,7 +7,9 @@
 //! 3. poll the status every `abort_poll_interval` until idle, at most `abort_poll_max`;
 //! 4. wait `wait_after_abort`;
 //! 5. deliver the continue message ([`deliver`]: fresh todos, the last user turn's
-//!    agent/model, one synthetic part tagged as Shepherd's).
+//!    agent/model, one synthetic part tagged as Shepherd's) — the planning continue for
+//!    a planning session, the specialised prompt when the model wrote a tool call as
+//!    text. An escalation compacts between the abort and the continue.
 //!
 //! Once the abort is sent the procedure always goes on to its continue (or reports
 //! that it could not send it): shutdown is only honoured before step 2.
@@ -19,7 +21,7 @@ use crate::config::RecoveryConfig;
 use crate::event::Status;
 use crate::ports::EngineError;
 use crate::session::core::{RecoveryOrder, RecoveryReport};
-use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
+use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder, ToolTextScan};
 use crate::session::prompt::{PromptFacts, TodoCounts};
 
 /// Runs one recovery. `stopping` is checked before the abort only.
@@ -87,8 +89,12 @@ pub async fn recover(
         session_id: order.session_id.clone(),
         directory: Some(directory),
         kind: PromptKind::Continue,
-        template: cfg.continue_with_todos_message.clone(),
-        template_without_open_todos: Some(cfg.continue_message.clone()),
+        template: if order.planning {
+            cfg.continue_with_plan_message.clone()
+        } else {
+            cfg.continue_with_todos_message.clone()
+        },
+        template_without_open_todos: (!order.planning).then(|| cfg.continue_message.clone()),
         facts: PromptFacts {
             attempts: order.attempt,
             max_attempts: cfg.max_auto_submits,
@@ -100,13 +106,15 @@ pub async fn recover(
         require_open_todos: false,
         decision: order.decision.clone(),
         not_before_ms: Some(order.decided_ms),
+        tool_text_scan: ToolTextScan::from_config(cfg),
     };
     match deliver(out, &continue_order).await {
-        Delivery::Sent { todos, waited_ms, .. } => RecoveryReport::Continued {
+        Delivery::Sent { todos, waited_ms, tool_call_as_text, .. } => RecoveryReport::Continued {
             idle_after_ms,
             open_todos: TodoCounts::of(&todos).open as u32,
             compacted,
             waited_ms,
+            tool_call_as_text,
         },
         Delivery::Skipped { reason, .. } => RecoveryReport::ContinueFailed {
             idle_after_ms,

@@ -33,6 +33,9 @@ pub enum Behaviour {
     Todo(TodoStage),
     /// `xmltool`: plain text that looks like a tool call written as XML.
     XmlTool,
+    /// `saystall:TEXT`: text `TEXT`, then silence until the client goes away (a reply
+    /// that stops mid-stream after saying something in particular).
+    SayStall(String),
     /// `ctx400`: HTTP 400 "maximum context length" (`context_length_exceeded`).
     Ctx400,
     /// `err500`: HTTP 500.
@@ -182,6 +185,7 @@ impl Behaviour {
                 Some(_) => return Err(bad("expected create, partial or done")),
             }),
             "xmltool" => Behaviour::XmlTool,
+            "saystall" => Behaviour::SayStall(arg.ok_or_else(|| bad("saystall needs a text"))?.to_string()),
             "ctx400" => Behaviour::Ctx400,
             "err500" => Behaviour::Err500,
             "err429" => Behaviour::Err429(match arg {
@@ -224,6 +228,7 @@ impl Behaviour {
             Behaviour::Todo(TodoStage::Partial) => "todo:partial".into(),
             Behaviour::Todo(TodoStage::Done) => "todo:done".into(),
             Behaviour::XmlTool => "xmltool".into(),
+            Behaviour::SayStall(t) => format!("saystall:{t}"),
             Behaviour::Ctx400 => "ctx400".into(),
             Behaviour::Err500 => "err500".into(),
             Behaviour::Err429(s) => format!("err429:{s}"),

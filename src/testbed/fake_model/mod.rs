@@ -34,6 +34,7 @@
 //! | `hang[:S]` | no response headers for `S` s (default: forever), then like `ok` |
 //! | `todo:create` / `todo:partial` / `todo:done` | a `todowrite` call over the same three todos: first in progress + 2 pending / first completed, second in progress / all completed |
 //! | `xmltool` | text containing `<function=bash><parameter=command>ls</parameter></function>` |
+//! | `saystall:TEXT` | text `TEXT`, then silence until the client goes away |
 //! | `ctx400` | HTTP 400 `This model's maximum context length is 200000 tokens. However, your messages resulted in 250123 tokens…`, code `context_length_exceeded` |
 //! | `err500` | HTTP 500 `Internal server error (fake)` |
 //! | `err429[:S]` | HTTP 429 `Rate limit reached (fake)`, `retry-after: S` (default 3) |

@@ -295,6 +295,7 @@ pub fn plan(behaviour: &Behaviour, ctx: &ReplyContext) -> Reply {
             "I will list the files.\n<function=bash><parameter=command>ls</parameter></function>",
             "stop",
         )),
+        Behaviour::SayStall(t) => ok(vec![c.text(t), Frame::Pause(Wait::Forever)]),
         Behaviour::Ctx400 => Reply::Error {
             status: 400,
             body: error_body(

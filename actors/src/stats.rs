@@ -1,0 +1,541 @@
+//! Per-session statistics, built from the journal, and the status document made of them.
+//!
+//! Pure: [`StatsBook::apply`] folds one [`ActionRecord`] in; [`StatsBook::document`]
+//! joins the statistics with what the supervisor knows now (status, todos, tokens) into
+//! the [`StatusDocument`] the status file holds. Nothing here reads a clock or touches a
+//! file: the status writer (an edge adapter in the binary) does, off the actors' thread.
+//!
+//! [`SessionStats`] is a plain serialisable struct so a metrics endpoint can export it
+//! as it is.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::control::SessionDetail;
+use crate::journal::{Action, ActionRecord, Outcome};
+
+/// The status document's format version (bumped on incompatible changes).
+pub const STATUS_VERSION: u32 = 1;
+
+/// How many recovery times are kept for the histogram (the newest; older ones drop).
+const HISTOGRAM_SAMPLES: usize = 256;
+
+/// How many part types the stall patterns list.
+pub const TOP_PATTERNS: usize = 5;
+
+/// What Shepherd did to one session, counted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionStats {
+    pub server: String,
+    /// Epoch ms of the first record about the session.
+    pub first_seen_ms: i64,
+    pub last_record_ms: i64,
+    pub recovery: RecoveryStats,
+    pub stall: StallStats,
+    pub nudge: Counts,
+    pub review: Counts,
+    pub compaction: Counts,
+    /// Hand-offs: `done` = completed, `failed`, `declined` (e.g. the loop guard).
+    pub handoff: Counts,
+    /// Escalations after repeated continues.
+    pub escalations: u32,
+    /// Spinning tool runs reported.
+    pub spinning_tools: u32,
+    /// Prompts sent as the tool-call-as-text prompt.
+    pub tool_calls_as_text: u32,
+    /// The latest context size and window seen in a record.
+    pub tokens: Option<u64>,
+    pub window: Option<u64>,
+    /// The newest records, oldest first.
+    pub history: VecDeque<HistoryEntry>,
+}
+
+/// Recoveries: a stall detected (or an orphan/interrupted turn taken up) is an attempt;
+/// its continue sent is a success; a continue that could not be sent, a failed abort or
+/// giving up is a failure.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryStats {
+    pub attempts: u32,
+    pub successes: u32,
+    pub failures: u32,
+    pub last_attempt_ms: Option<i64>,
+    /// Time from the stall's detection to its continue, milliseconds (newest samples).
+    pub recover_ms: VecDeque<u64>,
+    /// The attempt under way (epoch ms of its detection).
+    #[serde(skip)]
+    pending_since_ms: Option<i64>,
+}
+
+/// Stalls and where they happened.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StallStats {
+    pub detections: u32,
+    /// The type of the last part before the latest stall.
+    pub last_part: Option<String>,
+    /// Stalls per last part type.
+    pub by_last_part: BTreeMap<String, u32>,
+}
+
+/// Done / declined / failed counts of one kind of action.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub done: u32,
+    pub declined: u32,
+    pub failed: u32,
+    pub last_ms: Option<i64>,
+}
+
+impl Counts {
+    fn add(&mut self, r: &ActionRecord) {
+        match r.outcome {
+            Outcome::Done => self.done += 1,
+            Outcome::Declined => self.declined += 1,
+            Outcome::Failed => self.failed += 1,
+        }
+        self.last_ms = Some(r.at_ms);
+    }
+}
+
+/// One record, as the history keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub at_ms: i64,
+    pub action: String,
+    pub outcome: String,
+    pub reason: String,
+}
+
+/// min / median / max of a set of durations, and how many there are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Histogram {
+    pub min_ms: Option<u64>,
+    pub median_ms: Option<u64>,
+    pub max_ms: Option<u64>,
+    pub samples: usize,
+}
+
+impl Histogram {
+    pub fn of<'a>(values: impl IntoIterator<Item = &'a u64>) -> Self {
+        let mut v: Vec<u64> = values.into_iter().copied().collect();
+        v.sort_unstable();
+        Histogram {
+            min_ms: v.first().copied(),
+            median_ms: (!v.is_empty()).then(|| v[v.len() / 2]),
+            max_ms: v.last().copied(),
+            samples: v.len(),
+        }
+    }
+}
+
+impl SessionStats {
+    fn apply(&mut self, r: &ActionRecord, max_history: usize) {
+        self.last_record_ms = r.at_ms;
+        if r.numbers.context_tokens.is_some() {
+            self.tokens = r.numbers.context_tokens;
+        }
+        if r.numbers.context_window.is_some() {
+            self.window = r.numbers.context_window;
+        }
+        let rec = &mut self.recovery;
+        match (r.action, r.outcome) {
+            (Action::StallDetected, Outcome::Done) => {
+                self.stall.detections += 1;
+                let part = r.numbers.last_part.clone().unwrap_or_else(|| "unknown".to_string());
+                *self.stall.by_last_part.entry(part.clone()).or_default() += 1;
+                self.stall.last_part = Some(part);
+                rec.attempts += 1;
+                rec.last_attempt_ms = Some(r.at_ms);
+                rec.pending_since_ms = Some(r.at_ms);
+            }
+            // An orphaned or interrupted turn taken up: an attempt without a stall.
+            (Action::Recover, Outcome::Done) => {
+                rec.attempts += 1;
+                rec.last_attempt_ms = Some(r.at_ms);
+                rec.pending_since_ms = Some(r.at_ms);
+            }
+            // Nothing reached the session: the attempt did not happen.
+            (Action::Recover, Outcome::Declined) if rec.pending_since_ms.take().is_some() => {
+                rec.attempts = rec.attempts.saturating_sub(1);
+            }
+            (Action::Recover | Action::Continue, Outcome::Failed) | (Action::GiveUp, Outcome::Done) => {
+                rec.failures += 1;
+                rec.pending_since_ms = None;
+            }
+            (Action::Continue, Outcome::Done) => {
+                if let Some(since) = rec.pending_since_ms.take() {
+                    rec.successes += 1;
+                    rec.recover_ms.push_back(r.at_ms.saturating_sub(since).max(0) as u64);
+                    if rec.recover_ms.len() > HISTOGRAM_SAMPLES {
+                        rec.recover_ms.pop_front();
+                    }
+                }
+            }
+            (Action::Nudge, _) => self.nudge.add(r),
+            (Action::Review, _) => self.review.add(r),
+            (Action::Compact, _) => self.compaction.add(r),
+            (Action::Handoff, outcome) => {
+                match outcome {
+                    Outcome::Done if r.numbers.phase.as_deref() == Some("completed") => self.handoff.done += 1,
+                    Outcome::Done => {}
+                    Outcome::Declined => self.handoff.declined += 1,
+                    Outcome::Failed => self.handoff.failed += 1,
+                }
+                self.handoff.last_ms = Some(r.at_ms);
+            }
+            (Action::Escalate, Outcome::Done) => self.escalations += 1,
+            (Action::SpinningTool, Outcome::Done) => self.spinning_tools += 1,
+            _ => {}
+        }
+        if matches!(r.action, Action::Continue | Action::Nudge)
+            && r.outcome == Outcome::Done
+            && r.reason.contains("tool-call-as-text")
+        {
+            self.tool_calls_as_text += 1;
+        }
+        self.history.push_back(HistoryEntry {
+            at_ms: r.at_ms,
+            action: r.action.as_str().to_string(),
+            outcome: r.outcome.as_str().to_string(),
+            reason: r.reason.clone(),
+        });
+        while self.history.len() > max_history {
+            self.history.pop_front();
+        }
+    }
+
+    /// The time-to-recover histogram.
+    pub fn recover_histogram(&self) -> Histogram {
+        Histogram::of(&self.recovery.recover_ms)
+    }
+
+    /// The [`TOP_PATTERNS`] part types most stalls happened after, most first.
+    pub fn top_patterns(&self) -> Vec<PatternCount> {
+        let mut v: Vec<PatternCount> = self
+            .stall
+            .by_last_part
+            .iter()
+            .map(|(part, count)| PatternCount { part: part.clone(), count: *count })
+            .collect();
+        v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.part.cmp(&b.part)));
+        v.truncate(TOP_PATTERNS);
+        v
+    }
+}
+
+/// Statistics of every session Shepherd acted on, keyed by session id.
+#[derive(Debug, Default)]
+pub struct StatsBook {
+    sessions: HashMap<String, SessionStats>,
+    max_history: usize,
+}
+
+impl StatsBook {
+    pub fn new(max_history: usize) -> Self {
+        Self { sessions: HashMap::new(), max_history }
+    }
+
+    /// Folds one record in.
+    pub fn apply(&mut self, r: &ActionRecord) {
+        let stats = self.sessions.entry(r.session.clone()).or_insert_with(|| SessionStats {
+            server: r.server.clone(),
+            first_seen_ms: r.at_ms,
+            ..SessionStats::default()
+        });
+        stats.apply(r, self.max_history);
+    }
+
+    pub fn get(&self, session: &str) -> Option<&SessionStats> {
+        self.sessions.get(session)
+    }
+
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// Forgets sessions that are not `live` and had no record for `forget_after_ms`.
+    pub fn forget_quiet(&mut self, live: &[SessionDetail], now_ms: i64, forget_after_ms: i64) {
+        let live: std::collections::HashSet<&str> = live.iter().map(|d| d.id.as_str()).collect();
+        self.sessions.retain(|id, s| live.contains(id.as_str()) || now_ms - s.last_record_ms < forget_after_ms);
+    }
+
+    /// The status document: every live session and every session with statistics.
+    pub fn document(&self, live: &[SessionDetail], now_ms: i64, instance: &str) -> StatusDocument {
+        let empty = SessionStats::default();
+        let mut sessions = BTreeMap::new();
+        for d in live {
+            let stats = self.sessions.get(&d.id).unwrap_or(&empty);
+            sessions.insert(d.id.clone(), SessionStatus::of(stats, Some(d), &d.server, now_ms));
+        }
+        for (id, stats) in &self.sessions {
+            if !sessions.contains_key(id) {
+                sessions.insert(id.clone(), SessionStatus::of(stats, None, &stats.server, now_ms));
+            }
+        }
+        StatusDocument { version: STATUS_VERSION, timestamp: now_ms, instance: instance.to_string(), sessions }
+    }
+}
+
+/// The status file's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusDocument {
+    pub version: u32,
+    /// Epoch ms of this write.
+    pub timestamp: i64,
+    /// The Shepherd instance that wrote it.
+    pub instance: String,
+    pub sessions: BTreeMap<String, SessionStatus>,
+}
+
+/// One session in the status file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStatus {
+    pub server: String,
+    /// Since Shepherd first acted on the session, ms (0 when it has not yet).
+    pub elapsed: i64,
+    /// `busy`, `idle`, `recovering`, `compacting`, `paused:<why>`, or `untracked`
+    /// (no longer in memory).
+    pub status: String,
+    pub recovery: RecoveryStatus,
+    pub stall: StallStatus,
+    pub compaction: Counts,
+    pub nudge: Counts,
+    pub review: Counts,
+    pub handoff: Counts,
+    /// The hand-off phase now (`monitoring`, `persisting`, …), when the session is tracked.
+    pub handoff_phase: Option<String>,
+    pub escalations: u32,
+    pub spinning_tools: u32,
+    pub tool_calls_as_text: u32,
+    pub todos: TodoCounts,
+    pub tokens: Option<u64>,
+    pub window: Option<u64>,
+    pub history: Vec<HistoryEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryStatus {
+    pub attempts: u32,
+    pub successes: u32,
+    pub failures: u32,
+    pub last_attempt_ms: Option<i64>,
+    pub histogram: Histogram,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StallStatus {
+    pub detections: u32,
+    pub last_part: Option<String>,
+    /// The part types stalls happened after, most first (at most [`TOP_PATTERNS`]).
+    pub patterns: Vec<PatternCount>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatternCount {
+    pub part: String,
+    pub count: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TodoCounts {
+    pub open: usize,
+    pub completed: usize,
+    pub total: usize,
+}
+
+impl SessionStatus {
+    fn of(s: &SessionStats, live: Option<&SessionDetail>, server: &str, now_ms: i64) -> Self {
+        let status = match live {
+            None => "untracked".to_string(),
+            Some(d) => match (&d.paused, d.recovering, d.compacting, d.busy) {
+                (Some(p), ..) => format!("paused:{p}"),
+                (None, true, ..) => "recovering".to_string(),
+                (None, false, true, _) => "compacting".to_string(),
+                (None, false, false, true) => "busy".to_string(),
+                (None, false, false, false) => "idle".to_string(),
+            },
+        };
+        let todos = live.map_or_else(TodoCounts::default, |d| {
+            let c = crate::session::prompt::TodoCounts::of(&d.todos);
+            TodoCounts { open: c.open, completed: c.completed, total: c.total }
+        });
+        SessionStatus {
+            server: server.to_string(),
+            elapsed: if s.first_seen_ms > 0 { (now_ms - s.first_seen_ms).max(0) } else { 0 },
+            status,
+            recovery: RecoveryStatus {
+                attempts: s.recovery.attempts,
+                successes: s.recovery.successes,
+                failures: s.recovery.failures,
+                last_attempt_ms: s.recovery.last_attempt_ms,
+                histogram: s.recover_histogram(),
+            },
+            stall: StallStatus {
+                detections: s.stall.detections,
+                last_part: s.stall.last_part.clone(),
+                patterns: s.top_patterns(),
+            },
+            compaction: s.compaction.clone(),
+            nudge: s.nudge.clone(),
+            review: s.review.clone(),
+            handoff: s.handoff.clone(),
+            handoff_phase: live.map(|d| d.handoff.phase.clone()),
+            escalations: s.escalations,
+            spinning_tools: s.spinning_tools,
+            tool_calls_as_text: s.tool_calls_as_text,
+            todos,
+            tokens: live.and_then(|d| d.context_tokens).or(s.tokens),
+            window: live.and_then(|d| d.context_window).or(s.window),
+            history: s.history.iter().cloned().collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::Numbers;
+
+    fn rec(at_ms: i64, action: Action, outcome: Outcome, reason: &str, numbers: Numbers) -> ActionRecord {
+        ActionRecord {
+            server: "local".into(),
+            session: "ses_A".into(),
+            action,
+            outcome,
+            reason: reason.into(),
+            numbers,
+            at_ms,
+        }
+    }
+
+    fn stall(at_ms: i64, part: &str) -> ActionRecord {
+        let n = Numbers { last_part: Some(part.into()), ..Numbers::default() };
+        rec(at_ms, Action::StallDetected, Outcome::Done, "stalled", n)
+    }
+
+    fn cont(at_ms: i64, outcome: Outcome) -> ActionRecord {
+        rec(at_ms, Action::Continue, outcome, "continue sent after the abort", Numbers::default())
+    }
+
+    #[test]
+    fn recoveries_are_counted_with_their_time_to_recover() {
+        let mut book = StatsBook::new(10);
+        for r in [
+            stall(1_000, "text"),
+            cont(3_000, Outcome::Done),
+            stall(10_000, "reasoning"),
+            cont(11_000, Outcome::Done),
+            stall(20_000, "text"),
+            cont(26_000, Outcome::Done),
+            stall(30_000, "tool:bash"),
+            cont(31_000, Outcome::Failed),
+        ] {
+            book.apply(&r);
+        }
+        let s = book.get("ses_A").unwrap();
+        assert_eq!((s.recovery.attempts, s.recovery.successes, s.recovery.failures), (4, 3, 1));
+        let h = s.recover_histogram();
+        assert_eq!((h.min_ms, h.median_ms, h.max_ms, h.samples), (Some(1_000), Some(2_000), Some(6_000), 3));
+        assert_eq!(s.stall.detections, 4);
+        assert_eq!(s.stall.last_part.as_deref(), Some("tool:bash"));
+        let top = s.top_patterns();
+        assert_eq!(top[0], PatternCount { part: "text".into(), count: 2 });
+        assert_eq!(top.len(), 3);
+    }
+
+    #[test]
+    fn only_the_top_five_patterns_are_listed() {
+        let mut book = StatsBook::new(10);
+        for (i, part) in ["a", "b", "c", "d", "e", "f", "a"].iter().enumerate() {
+            book.apply(&stall(i as i64, part));
+        }
+        let top = book.get("ses_A").unwrap().top_patterns();
+        assert_eq!(top.len(), TOP_PATTERNS);
+        assert_eq!(top[0].part, "a");
+    }
+
+    #[test]
+    fn a_recovery_that_reached_nothing_is_not_an_attempt() {
+        let mut book = StatsBook::new(10);
+        book.apply(&stall(1, "text"));
+        book.apply(&rec(2, Action::Recover, Outcome::Declined, "not busy", Numbers::default()));
+        assert_eq!(book.get("ses_A").unwrap().recovery.attempts, 0);
+    }
+
+    #[test]
+    fn the_history_rolls_at_max_history() {
+        let mut book = StatsBook::new(3);
+        for i in 0..5 {
+            book.apply(&rec(i, Action::Nudge, Outcome::Done, &format!("n{i}"), Numbers::default()));
+        }
+        let s = book.get("ses_A").unwrap();
+        assert_eq!(s.history.iter().map(|h| h.reason.as_str()).collect::<Vec<_>>(), vec!["n2", "n3", "n4"]);
+        assert_eq!(s.nudge.done, 5);
+    }
+
+    #[test]
+    fn the_document_joins_live_sessions_and_statistics() {
+        let mut book = StatsBook::new(10);
+        book.apply(&stall(1_000, "text"));
+        book.apply(&rec(
+            1_500,
+            Action::Continue,
+            Outcome::Done,
+            "tool-call-as-text prompt sent after the abort",
+            Numbers::default(),
+        ));
+        let live = SessionDetail {
+            server: "local".into(),
+            id: "ses_B".into(),
+            directory: None,
+            busy: true,
+            recovering: false,
+            paused: None,
+            attempts: 0,
+            todos: vec![],
+            context_tokens: Some(1200),
+            context_window: Some(8000),
+            context_percent: None,
+            compacting: false,
+            last_action: None,
+            handoff: crate::control::HandoffView { phase: "monitoring".into(), ..Default::default() },
+        };
+        let doc = book.document(&[live], 5_000, "inst");
+        assert_eq!(doc.version, STATUS_VERSION);
+        assert_eq!(doc.sessions["ses_B"].status, "busy");
+        assert_eq!(doc.sessions["ses_B"].tokens, Some(1200));
+        assert_eq!(doc.sessions["ses_B"].handoff_phase.as_deref(), Some("monitoring"));
+        let a = &doc.sessions["ses_A"];
+        assert_eq!(a.status, "untracked");
+        assert_eq!(a.elapsed, 4_000);
+        assert_eq!(a.tool_calls_as_text, 1);
+        let json = serde_json::to_string(&doc).unwrap();
+        assert_eq!(serde_json::from_str::<StatusDocument>(&json).unwrap(), doc, "round-trips");
+    }
+
+    #[test]
+    fn completed_and_failed_hand_offs_are_counted() {
+        let mut book = StatsBook::new(10);
+        let phase = |p: &str| Numbers { phase: Some(p.into()), ..Numbers::default() };
+        book.apply(&rec(1, Action::Handoff, Outcome::Done, "starts", phase("persisting")));
+        book.apply(&rec(2, Action::Handoff, Outcome::Done, "delivered", phase("resuming")));
+        book.apply(&rec(3, Action::Handoff, Outcome::Done, "continues", phase("completed")));
+        book.apply(&rec(4, Action::Handoff, Outcome::Failed, "failed", phase("failed")));
+        let h = &book.get("ses_A").unwrap().handoff;
+        assert_eq!((h.done, h.failed, h.last_ms), (1, 1, Some(4)));
+    }
+
+    #[test]
+    fn quiet_untracked_sessions_are_forgotten() {
+        let mut book = StatsBook::new(10);
+        book.apply(&stall(1_000, "text"));
+        book.forget_quiet(&[], 2_000, 5_000);
+        assert_eq!(book.len(), 1);
+        book.forget_quiet(&[], 7_000, 5_000);
+        assert!(book.is_empty());
+    }
+}
