@@ -7,9 +7,15 @@
 //! `sync`) decode to [`Event::Unknown`] so the caller can count them; a known type whose
 //! properties do not match its shape is a [`DecodeError`], never a panic. Only the
 //! fields Shepherd decides on are kept.
+//!
+//! Decoding is on the hot path (every frame of every session): the frame is read once
+//! into borrowed slices (`RawValue`), and only a known type's `properties` are then
+//! read into typed structs; fields Shepherd does not use are skipped, never built.
+
+use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// One decoded frame: the event and the directory (instance) it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -305,7 +311,7 @@ impl Tokens {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RawMessageInfo {
+struct RawMessageInfo<'a> {
     id: String,
     #[serde(rename = "sessionID")]
     session_id: String,
@@ -327,14 +333,15 @@ struct RawMessageInfo {
     error: Option<ErrorInfo>,
     #[serde(default)]
     time: Times,
-    #[serde(default)]
-    summary: Value,
+    /// `true` on a compaction summary; an object (the diff summary) on user messages.
+    #[serde(default, borrow)]
+    summary: Option<&'a RawValue>,
     #[serde(default)]
     tokens: Option<Tokens>,
 }
 
-impl From<RawMessageInfo> for MessageInfo {
-    fn from(r: RawMessageInfo) -> Self {
+impl From<RawMessageInfo<'_>> for MessageInfo {
+    fn from(r: RawMessageInfo<'_>) -> Self {
         let model = r.model.or(match (r.provider_id, r.model_id) {
             (Some(provider_id), Some(model_id)) => Some(ModelRef { provider_id, model_id }),
             _ => None,
@@ -348,7 +355,7 @@ impl From<RawMessageInfo> for MessageInfo {
             finish: r.finish,
             error: r.error,
             time: r.time,
-            summary: r.summary == Value::Bool(true),
+            summary: r.summary.is_some_and(|v| v.get().trim() == "true"),
             tokens: r.tokens,
         }
     }
@@ -410,61 +417,73 @@ pub enum ToolStatus {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RawPart {
+struct RawPart<'a> {
     id: String,
     #[serde(rename = "messageID")]
     message_id: String,
     #[serde(rename = "sessionID")]
     session_id: String,
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    text: Option<String>,
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    /// Kept only for text parts (reasoning text is never copied).
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
     #[serde(default)]
     synthetic: Option<bool>,
     #[serde(default)]
     ignored: Option<bool>,
-    #[serde(default)]
-    metadata: Option<Value>,
+    #[serde(default, borrow)]
+    metadata: Option<&'a RawValue>,
     #[serde(default)]
     tool: Option<String>,
-    #[serde(default)]
-    state: Option<RawToolState>,
+    #[serde(default, borrow)]
+    state: Option<RawToolState<'a>>,
 }
 
 #[derive(Deserialize)]
-struct RawToolState {
+struct RawToolState<'a> {
     status: ToolStatus,
+    #[serde(default, borrow)]
+    metadata: Option<&'a RawValue>,
     #[serde(default)]
-    metadata: Option<Value>,
-    #[serde(default)]
-    input: Option<Value>,
+    input: Option<serde_json::Value>,
 }
 
-impl TryFrom<RawPart> for Part {
+/// A text part's `metadata`: only Shepherd's tag is read.
+#[derive(Deserialize)]
+struct TextMetadata<'a> {
+    #[serde(default, borrow)]
+    shepherd: Option<&'a RawValue>,
+}
+
+/// A tool part's `state.metadata`: only the child session of a `task` is read.
+#[derive(Deserialize)]
+struct ToolMetadata<'a> {
+    #[serde(default, rename = "sessionId", borrow)]
+    session_id: Option<&'a RawValue>,
+}
+
+/// Metadata is free-form: a value of an unexpected shape is read as absent, never as
+/// a broken event.
+fn lenient<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<T> {
+    serde_json::from_str(raw?.get()).ok()
+}
+
+impl TryFrom<RawPart<'_>> for Part {
     type Error = String;
 
-    fn try_from(r: RawPart) -> Result<Self, String> {
-        let kind = match r.kind.as_str() {
+    fn try_from(r: RawPart<'_>) -> Result<Self, String> {
+        let kind = match r.kind.as_ref() {
             "text" => PartKind::Text {
-                text: r.text.unwrap_or_default(),
+                text: r.text.map(Cow::into_owned).unwrap_or_default(),
                 synthetic: r.synthetic.unwrap_or(false),
                 ignored: r.ignored.unwrap_or(false),
-                shepherd: r
-                    .metadata
-                    .as_ref()
-                    .and_then(|m| m.get("shepherd"))
-                    .and_then(|s| serde_json::from_value(s.clone()).ok()),
+                shepherd: lenient::<TextMetadata>(r.metadata).and_then(|m| lenient(m.shepherd)),
             },
             "reasoning" => PartKind::Reasoning,
             "tool" => {
                 let state = r.state.ok_or("tool part without state")?;
-                let child_session = state
-                    .metadata
-                    .as_ref()
-                    .and_then(|m| m.get("sessionId"))
-                    .and_then(Value::as_str)
-                    .map(str::to_string);
+                let child_session = lenient::<ToolMetadata>(state.metadata).and_then(|m| lenient(m.session_id));
                 let input = state.input.as_ref().map(crate::session::loops::input_key);
                 PartKind::Tool { tool: r.tool.unwrap_or_default(), status: state.status, child_session, input }
             }
@@ -513,6 +532,28 @@ pub enum DecodeError {
     BadShape { kind: String, reason: String },
 }
 
+/// Either stream shape, read in one pass: `properties` stays an unparsed slice until
+/// the type says what it holds. `directory` is free-form (a non-string is ignored).
+#[derive(Deserialize)]
+struct RawFrame<'a> {
+    #[serde(default, borrow)]
+    directory: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    payload: Option<RawPayload<'a>>,
+    #[serde(default, rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    properties: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RawPayload<'a> {
+    #[serde(default, rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    properties: Option<&'a RawValue>,
+}
+
 /// Decodes one SSE `data:` payload (either stream shape).
 pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
     // `sync` duplicates are over a quarter of the global stream and only counted:
@@ -522,65 +563,163 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
     if frame.contains(r#""payload":{"type":"sync","#) {
         return Ok(Envelope { directory: None, event: Event::Sync });
     }
-    let mut value: Value = serde_json::from_str(frame).map_err(DecodeError::NotJson)?;
-    let directory = value.get("directory").and_then(Value::as_str).map(str::to_string);
-    let payload = match value.get_mut("payload") {
-        Some(p) => p.take(),
-        None => value,
+    let raw: RawFrame = serde_json::from_str(frame).map_err(|e| {
+        if e.is_data() {
+            DecodeError::NoType // JSON, but not an event object (or a non-string type)
+        } else {
+            DecodeError::NotJson(e)
+        }
+    })?;
+    let directory = lenient::<String>(raw.directory);
+    let (kind, props) = match raw.payload {
+        Some(p) => (p.kind, p.properties),
+        None => (raw.kind, raw.properties),
     };
-    let kind = payload.get("type").and_then(Value::as_str).ok_or(DecodeError::NoType)?.to_string();
-    let props = payload.get("properties").cloned().unwrap_or(Value::Null);
-    let event = decode_event(&kind, props).map_err(|reason| DecodeError::BadShape { kind: kind.clone(), reason })?;
+    let kind = kind.ok_or(DecodeError::NoType)?;
+    let props = props.map_or("{}", RawValue::get);
+    let event = decode_event(&kind, props)
+        .map_err(|reason| DecodeError::BadShape { kind: kind.clone().into_owned(), reason })?;
     Ok(Envelope { directory, event })
 }
 
-fn decode_event(kind: &str, props: Value) -> Result<Event, String> {
-    fn field<T: serde::de::DeserializeOwned>(props: &Value, name: &str) -> Result<T, String> {
-        let v = props.get(name).ok_or_else(|| format!("missing `{name}`"))?;
-        serde_json::from_value(v.clone()).map_err(|e| format!("`{name}`: {e}"))
+/// `properties` of the events that name only their session.
+#[derive(Deserialize)]
+struct OfSession {
+    #[serde(rename = "sessionID")]
+    session_id: String,
+}
+
+#[derive(Deserialize)]
+struct OfSessionInfo {
+    info: SessionInfo,
+}
+
+#[derive(Deserialize)]
+struct OfStatus {
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    status: Status,
+}
+
+#[derive(Deserialize)]
+struct OfError<'a> {
+    /// Absent (or not a string) on errors of no particular session.
+    #[serde(default, rename = "sessionID", borrow)]
+    session_id: Option<&'a RawValue>,
+    error: ErrorInfo,
+}
+
+#[derive(Deserialize)]
+struct OfMessage<'a> {
+    #[serde(borrow)]
+    info: RawMessageInfo<'a>,
+}
+
+#[derive(Deserialize)]
+struct OfMessageId {
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    #[serde(rename = "messageID")]
+    message_id: String,
+}
+
+#[derive(Deserialize)]
+struct OfPart<'a> {
+    #[serde(borrow)]
+    part: RawPart<'a>,
+}
+
+#[derive(Deserialize)]
+struct OfPartId {
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    #[serde(rename = "messageID")]
+    message_id: String,
+    #[serde(rename = "partID")]
+    part_id: String,
+}
+
+#[derive(Deserialize)]
+struct OfTodos {
+    #[serde(rename = "sessionID")]
+    session_id: String,
+    todos: Vec<Todo>,
+}
+
+#[derive(Deserialize)]
+struct OfRequest {
+    id: String,
+    #[serde(rename = "sessionID")]
+    session_id: String,
+}
+
+#[derive(Deserialize)]
+struct OfReply {
+    #[serde(rename = "requestID")]
+    request_id: String,
+    #[serde(rename = "sessionID")]
+    session_id: String,
+}
+
+fn decode_event(kind: &str, props: &str) -> Result<Event, String> {
+    fn read<'a, T: Deserialize<'a>>(props: &'a str) -> Result<T, String> {
+        serde_json::from_str(props).map_err(|e| e.to_string())
     }
-    let sid = |p: &Value| field::<String>(p, "sessionID");
     Ok(match kind {
         "server.connected" => Event::ServerConnected,
         "server.heartbeat" => Event::Heartbeat,
         "sync" => Event::Sync,
-        "session.created" => Event::SessionCreated(field(&props, "info")?),
-        "session.updated" => Event::SessionUpdated(field(&props, "info")?),
-        "session.deleted" => Event::SessionDeleted(field(&props, "info")?),
-        "session.status" => Event::SessionStatus { session_id: sid(&props)?, status: field(&props, "status")? },
-        "session.idle" => Event::SessionIdle { session_id: sid(&props)? },
-        "session.error" => Event::SessionError {
-            session_id: props.get("sessionID").and_then(Value::as_str).map(str::to_string),
-            error: field(&props, "error")?,
-        },
-        "session.compacted" => Event::SessionCompacted { session_id: sid(&props)? },
-        "session.diff" => Event::SessionDiff { session_id: sid(&props)? },
-        "message.updated" => Event::MessageUpdated(field::<RawMessageInfo>(&props, "info")?.into()),
+        "session.created" => Event::SessionCreated(read::<OfSessionInfo>(props)?.info),
+        "session.updated" => Event::SessionUpdated(read::<OfSessionInfo>(props)?.info),
+        "session.deleted" => Event::SessionDeleted(read::<OfSessionInfo>(props)?.info),
+        "session.status" => {
+            let p: OfStatus = read(props)?;
+            Event::SessionStatus { session_id: p.session_id, status: p.status }
+        }
+        "session.idle" => Event::SessionIdle { session_id: read::<OfSession>(props)?.session_id },
+        "session.error" => {
+            let p: OfError = read(props)?;
+            Event::SessionError { session_id: lenient(p.session_id), error: p.error }
+        }
+        "session.compacted" => Event::SessionCompacted { session_id: read::<OfSession>(props)?.session_id },
+        "session.diff" => Event::SessionDiff { session_id: read::<OfSession>(props)?.session_id },
+        "message.updated" => Event::MessageUpdated(read::<OfMessage>(props)?.info.into()),
         "message.removed" => {
-            Event::MessageRemoved { session_id: sid(&props)?, message_id: field(&props, "messageID")? }
+            let p: OfMessageId = read(props)?;
+            Event::MessageRemoved { session_id: p.session_id, message_id: p.message_id }
         }
-        "message.part.updated" => Event::PartUpdated(field::<RawPart>(&props, "part")?.try_into()?),
-        "message.part.delta" => Event::PartDelta {
-            session_id: sid(&props)?,
-            message_id: field(&props, "messageID")?,
-            part_id: field(&props, "partID")?,
-        },
-        "message.part.removed" => Event::PartRemoved {
-            session_id: sid(&props)?,
-            message_id: field(&props, "messageID")?,
-            part_id: field(&props, "partID")?,
-        },
-        "todo.updated" => Event::TodoUpdated { session_id: sid(&props)?, todos: field(&props, "todos")? },
-        "permission.asked" => Event::PermissionAsked { id: field(&props, "id")?, session_id: sid(&props)? },
+        "message.part.updated" => Event::PartUpdated(read::<OfPart>(props)?.part.try_into()?),
+        "message.part.delta" => {
+            let p: OfPartId = read(props)?;
+            Event::PartDelta { session_id: p.session_id, message_id: p.message_id, part_id: p.part_id }
+        }
+        "message.part.removed" => {
+            let p: OfPartId = read(props)?;
+            Event::PartRemoved { session_id: p.session_id, message_id: p.message_id, part_id: p.part_id }
+        }
+        "todo.updated" => {
+            let p: OfTodos = read(props)?;
+            Event::TodoUpdated { session_id: p.session_id, todos: p.todos }
+        }
+        "permission.asked" => {
+            let p: OfRequest = read(props)?;
+            Event::PermissionAsked { id: p.id, session_id: p.session_id }
+        }
         "permission.replied" => {
-            Event::PermissionReplied { request_id: field(&props, "requestID")?, session_id: sid(&props)? }
+            let p: OfReply = read(props)?;
+            Event::PermissionReplied { request_id: p.request_id, session_id: p.session_id }
         }
-        "question.asked" => Event::QuestionAsked { id: field(&props, "id")?, session_id: sid(&props)? },
+        "question.asked" => {
+            let p: OfRequest = read(props)?;
+            Event::QuestionAsked { id: p.id, session_id: p.session_id }
+        }
         "question.replied" => {
-            Event::QuestionReplied { request_id: field(&props, "requestID")?, session_id: sid(&props)? }
+            let p: OfReply = read(props)?;
+            Event::QuestionReplied { request_id: p.request_id, session_id: p.session_id }
         }
         "question.rejected" => {
-            Event::QuestionRejected { request_id: field(&props, "requestID")?, session_id: sid(&props)? }
+            let p: OfReply = read(props)?;
+            Event::QuestionRejected { request_id: p.request_id, session_id: p.session_id }
         }
         other => Event::Unknown { kind: other.to_string() },
     })
@@ -616,7 +755,30 @@ mod tests {
     #[test]
     fn a_known_type_with_a_wrong_shape_is_a_clear_error() {
         let err = decode(r#"{"type":"session.status","properties":{"sessionID":"s"}}"#).unwrap_err();
-        assert_eq!(err.to_string(), "session.status: unexpected shape: missing `status`");
+        assert!(err.to_string().starts_with("session.status: unexpected shape: missing field `status`"), "{err}");
+    }
+
+    #[test]
+    fn free_form_fields_of_an_unexpected_shape_read_as_absent() {
+        let frame = r#"{"directory":5,"payload":{"type":"message.part.updated","properties":{"part":{"id":"p","messageID":"m","sessionID":"s","type":"tool","tool":"task","state":{"status":"running","metadata":{"sessionId":4}}}}}}"#;
+        let env = decode(frame).unwrap();
+        assert_eq!(env.directory, None);
+        let Event::PartUpdated(p) = env.event else { panic!() };
+        assert_eq!(
+            p.kind,
+            PartKind::Tool { tool: "task".into(), status: ToolStatus::Running, child_session: None, input: None }
+        );
+        let frame = r#"{"type":"message.part.updated","properties":{"part":{"id":"p","messageID":"m","sessionID":"s","type":"text","metadata":{"shepherd":{"kind":1}}}}}"#;
+        let Event::PartUpdated(p) = decode(frame).unwrap().event else { panic!() };
+        assert!(matches!(p.kind, PartKind::Text { shepherd: None, .. }));
+    }
+
+    #[test]
+    fn json_that_is_not_an_event_has_no_type() {
+        for frame in ["{}", "[]", "1", r#"{"payload":1}"#, r#"{"payload":{"type":1}}"#] {
+            assert!(matches!(decode(frame), Err(DecodeError::NoType)), "{frame}");
+        }
+        assert!(matches!(decode("{"), Err(DecodeError::NotJson(_))));
     }
 
     #[test]
