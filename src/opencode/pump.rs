@@ -121,14 +121,9 @@ impl EventPump {
         let mut body = resp.bytes_stream();
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| format!("read: {e}"))?;
-            let frames = decoder.push(&chunk);
-            if frames.dropped > 0 {
-                self.stats.malformed.fetch_add(frames.dropped as u64, Ordering::Relaxed);
-                tracing::warn!(server = %name, dropped = frames.dropped, "dropped oversized or non-UTF-8 event frames");
-            }
-            for data in frames.data {
+            let dropped = decoder.push_each(&chunk, |data| {
                 self.stats.frames.fetch_add(1, Ordering::Relaxed);
-                match decode(&data) {
+                match decode(data) {
                     Ok(envelope) => self.supervisor.do_send(Ingest { server: name.clone(), envelope }),
                     Err(e) => {
                         self.stats.malformed.fetch_add(1, Ordering::Relaxed);
@@ -136,6 +131,10 @@ impl EventPump {
                         tracing::warn!(server = %name, error = %e, frame = %excerpt, "skipping a malformed event frame");
                     }
                 }
+            });
+            if dropped > 0 {
+                self.stats.malformed.fetch_add(dropped as u64, Ordering::Relaxed);
+                tracing::warn!(server = %name, dropped, "dropped oversized or non-UTF-8 event frames");
             }
         }
         Ok(())

@@ -19,12 +19,27 @@ pub struct Frames {
 }
 
 /// Incremental decoder of one SSE stream.
+///
+/// Lines are found with `memchr`; a frame that lies whole inside one chunk (nearly all
+/// of them) is handed out as a slice of that chunk, never copied. Only a line or frame
+/// split across chunks is assembled in a buffer.
 #[derive(Debug, Default)]
 pub struct SseDecoder {
+    /// The start of a line whose end is in a later chunk.
     line: Vec<u8>,
+    /// The rest of a line that grew past the limit is skipped up to its end.
+    skipping_line: bool,
+    /// The data of the frame so far, once it could not stay a slice of the chunk.
     data: String,
     has_data: bool,
     oversized: bool,
+}
+
+/// The data of the frame being read: still a slice of the current chunk, or copied.
+enum Pending {
+    None,
+    Borrowed(usize, usize),
+    Owned,
 }
 
 impl SseDecoder {
@@ -34,58 +49,135 @@ impl SseDecoder {
 
     /// Feeds a chunk; returns the frames it completed.
     pub fn push(&mut self, chunk: &[u8]) -> Frames {
-        let mut out = Frames::default();
-        for &b in chunk {
-            if b == b'\n' {
-                let line = std::mem::take(&mut self.line);
-                self.end_line(&line, &mut out);
-            } else if self.line.len() <= MAX_FRAME_BYTES {
-                self.line.push(b);
-            } else {
-                self.oversized = true;
-            }
-        }
-        out
+        let mut data = Vec::new();
+        let dropped = self.push_each(chunk, |frame| data.push(frame.to_string()));
+        Frames { data, dropped }
     }
 
-    fn end_line(&mut self, raw: &[u8], out: &mut Frames) {
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+    /// Feeds a chunk and hands each completed frame's data to `on_frame`, in order;
+    /// returns how many frames were dropped (too large or not UTF-8).
+    pub fn push_each(&mut self, chunk: &[u8], mut on_frame: impl FnMut(&str)) -> usize {
+        let mut dropped = 0;
+        let mut pending = if self.has_data { Pending::Owned } else { Pending::None };
+        let mut pos = 0;
+        while pos < chunk.len() {
+            let Some(nl) = memchr::memchr(b'\n', &chunk[pos..]).map(|i| pos + i) else {
+                // An unfinished line: keep it (bounded) for the next chunk.
+                self.keep_partial(&chunk[pos..]);
+                break;
+            };
+            if self.skipping_line {
+                self.skipping_line = false;
+            } else if self.line.is_empty() {
+                self.end_line(chunk, true, pos, nl, &mut pending, &mut dropped, &mut on_frame);
+            } else {
+                self.keep_partial(&chunk[pos..nl]);
+                if self.skipping_line {
+                    self.skipping_line = false;
+                } else {
+                    let line = std::mem::take(&mut self.line);
+                    self.end_line(&line, false, 0, line.len(), &mut pending, &mut dropped, &mut on_frame);
+                    self.line = line;
+                    self.line.clear();
+                }
+            }
+            pos = nl + 1;
+        }
+        // A frame still open at the chunk's end must outlive the chunk.
+        if let Pending::Borrowed(a, b) = pending {
+            self.own(&chunk[a..b]);
+        }
+        dropped
+    }
+
+    /// Buffers part of a line, up to the frame limit; a longer line marks the frame
+    /// oversized and is skipped to its end.
+    fn keep_partial(&mut self, part: &[u8]) {
+        if self.skipping_line {
+            return;
+        }
+        if self.line.len() + part.len() > MAX_FRAME_BYTES {
+            self.oversized = true;
+            self.skipping_line = true;
+            self.line = Vec::new();
+        } else {
+            self.line.extend_from_slice(part);
+        }
+    }
+
+    /// Copies borrowed frame data into the buffer (the frame continues past this chunk
+    /// or has more than one `data:` line).
+    fn own(&mut self, text: &[u8]) {
+        // Only valid UTF-8 is ever borrowed.
+        self.data.push_str(std::str::from_utf8(text).unwrap_or_default());
+    }
+
+    /// One complete line, `buf[start..end]` (without its `\n`). `in_chunk`: `buf` is the
+    /// chunk being pushed (so the frame's data may stay a slice of it).
+    #[allow(clippy::too_many_arguments)] // one call site per buffer; a struct would only rename them
+    fn end_line(
+        &mut self,
+        buf: &[u8],
+        in_chunk: bool,
+        start: usize,
+        end: usize,
+        pending: &mut Pending,
+        dropped: &mut usize,
+        on_frame: &mut impl FnMut(&str),
+    ) {
+        let end = if end > start && buf[end - 1] == b'\r' { end - 1 } else { end };
+        let raw = &buf[start..end];
         if raw.is_empty() {
             if self.oversized {
-                out.dropped += 1;
-            } else if self.has_data {
-                out.data.push(std::mem::take(&mut self.data));
+                *dropped += 1;
+            } else {
+                match *pending {
+                    Pending::Borrowed(a, b) => on_frame(std::str::from_utf8(&buf[a..b]).unwrap_or_default()),
+                    Pending::Owned => on_frame(&self.data),
+                    Pending::None => {}
+                }
             }
+            *pending = Pending::None;
             self.data.clear();
             self.has_data = false;
             self.oversized = false;
             return;
         }
-        if raw.starts_with(b":") {
+        if raw[0] == b':' {
             return; // comment / keep-alive
         }
-        let (field, value) = match raw.iter().position(|&b| b == b':') {
-            Some(i) => {
-                let v = &raw[i + 1..];
-                (&raw[..i], v.strip_prefix(b" ").unwrap_or(v))
-            }
-            None => (raw, &b""[..]),
+        let (field, value_start) = match memchr::memchr(b':', raw) {
+            Some(i) => (&raw[..i], start + i + 1 + usize::from(raw.get(i + 1) == Some(&b' '))),
+            None => (raw, end),
         };
         if field != b"data" {
             return;
         }
-        let Ok(text) = std::str::from_utf8(value) else {
-            self.oversized = true; // treat as unusable: the frame is dropped whole
+        let value = &buf[value_start..end];
+        if self.oversized || std::str::from_utf8(value).is_err() {
+            self.oversized = true; // unusable: the frame is dropped whole
             return;
-        };
-        if self.has_data {
-            self.data.push('\n');
         }
-        if self.data.len() + text.len() > MAX_FRAME_BYTES {
+        let so_far = match *pending {
+            Pending::Borrowed(a, b) => b - a,
+            _ => self.data.len(),
+        };
+        if so_far + usize::from(self.has_data) + value.len() > MAX_FRAME_BYTES {
             self.oversized = true;
             return;
         }
-        self.data.push_str(text);
+        if !self.has_data && in_chunk {
+            *pending = Pending::Borrowed(value_start, end);
+        } else {
+            if let Pending::Borrowed(a, b) = *pending {
+                self.own(&buf[a..b]);
+            }
+            if self.has_data {
+                self.data.push('\n');
+            }
+            self.own(value);
+            *pending = Pending::Owned;
+        }
         self.has_data = true;
     }
 }
@@ -112,6 +204,36 @@ mod tests {
     fn multi_line_data_is_joined_with_newlines() {
         let mut d = SseDecoder::new();
         assert_eq!(d.push(b"data: a\ndata: b\n\n").data, vec!["a\nb".to_string()]);
+    }
+
+    #[test]
+    fn any_split_of_a_stream_gives_the_same_frames() {
+        let stream: &[u8] = b"data: {\"a\":1}\n\n: ping\r\n\r\ndata: one\r\ndata: two\n\nevent: e\ndata:x\n\ndata: \xff\n\ndata: last\n\n";
+        let whole = SseDecoder::new().push(stream);
+        assert_eq!(whole.data, vec!["{\"a\":1}", "one\ntwo", "x", "last"]);
+        assert_eq!(whole.dropped, 1);
+        for size in 1..stream.len() {
+            let mut d = SseDecoder::new();
+            let mut got = Frames::default();
+            for chunk in stream.chunks(size) {
+                let f = d.push(chunk);
+                got.data.extend(f.data);
+                got.dropped += f.dropped;
+            }
+            assert_eq!(got, whole, "chunks of {size} bytes");
+        }
+    }
+
+    #[test]
+    fn a_frame_past_the_limit_is_dropped_and_the_next_one_kept() {
+        let mut d = SseDecoder::new();
+        let big = vec![b'x'; MAX_FRAME_BYTES / 2 + 1];
+        assert_eq!(d.push(b"data: ").dropped, 0);
+        for _ in 0..3 {
+            assert!(d.push(&big).data.is_empty());
+        }
+        let f = d.push(b"\n\ndata: ok\n\n");
+        assert_eq!((f.data, f.dropped), (vec!["ok".to_string()], 1));
     }
 
     #[test]
