@@ -88,3 +88,76 @@ fn an_abort_by_someone_else_in_a_real_stream_pauses_the_session() {
 fn a_normal_turn_in_a_real_stream_needs_no_action() {
     assert_eq!(replay("basic_turn"), vec![]);
 }
+
+/// The durable state with the last nudge reduced to "was there one" (its exported
+/// value moves with the clock, not with the session).
+fn durable(core: &SessionCore, now: Now) -> shepherd_actors::ledger::DurableState {
+    let mut d = core.export(now);
+    d.last_nudge_ms = d.last_nudge_ms.map(|_| 0);
+    d
+}
+
+/// The session actor writes the ledger only when the core's durable generation moved:
+/// replaying every capture in its own time (deadlines firing, prompts and recoveries
+/// reported back), every change of the exported state must come with a new generation.
+#[test]
+fn every_change_of_the_durable_state_moves_the_generation() {
+    use shepherd_actors::session::delivery::Delivery;
+    let rules = Arc::new(SessionRules::default());
+    let mut changes = 0;
+    for (name, lines) in captures() {
+        let t0 = tokio::time::Instant::now();
+        let mut first_ms = None;
+        let mut cores: std::collections::HashMap<String, SessionCore> = Default::default();
+        for (i, line) in lines.iter().enumerate() {
+            let recv_ms = serde_json::from_str::<serde_json::Value>(line).unwrap()["_recv"]
+                .as_f64()
+                .map_or(i as i64, |s| (s * 1000.0) as i64);
+            let elapsed = recv_ms - *first_ms.get_or_insert(recv_ms);
+            let now = Now { mono: t0 + Duration::from_millis(elapsed as u64), wall_ms: recv_ms };
+            let mut step = |core: &mut SessionCore, what: &str, f: &mut dyn FnMut(&mut SessionCore) -> Vec<Effect>| {
+                let (before, generation) = (durable(core, now), core.durable_generation());
+                let mut effects = f(core);
+                while let Some(effect) = effects.pop() {
+                    effects.extend(match effect {
+                        Effect::Prompt(order) => {
+                            let sent = Delivery::Sent {
+                                text: String::new(),
+                                todos: order.known_todos.clone(),
+                                waited_ms: 0,
+                                tool_call_as_text: None,
+                            };
+                            core.on_prompt_finished(&order, &sent, now)
+                        }
+                        Effect::Recover(_) => core.on_recovery_finished(
+                            &shepherd_actors::session::RecoveryReport::Continued {
+                                idle_after_ms: Some(1),
+                                open_todos: 0,
+                                compacted: None,
+                                waited_ms: 0,
+                                tool_call_as_text: None,
+                            },
+                            now,
+                        ),
+                        Effect::Compact(order) => core.on_compaction_finished(&order, Ok(()), now),
+                        Effect::Record(_) | Effect::Stop | Effect::HandOff(_) => Vec::new(),
+                    });
+                }
+                if durable(core, now) != before {
+                    changes += 1;
+                    assert_ne!(core.durable_generation(), generation, "{name}:{}: {what} changed the state", i + 1);
+                }
+            };
+            for core in cores.values_mut() {
+                if core.deadline().is_some_and(|d| d <= now.mono) {
+                    step(core, "a deadline", &mut |c| c.on_deadline(now));
+                }
+            }
+            let event = decode(&frame(line)).unwrap().event;
+            let Some(id) = event.session_id().map(str::to_string) else { continue };
+            let core = cores.entry(id.clone()).or_insert_with(|| SessionCore::new("srv", &id, Arc::clone(&rules), now));
+            step(core, event.kind(), &mut |c| c.observe(&event, now));
+        }
+    }
+    assert!(changes >= 10, "the captures exercise the durable state ({changes} changes)");
+}

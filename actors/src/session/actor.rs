@@ -86,14 +86,26 @@ pub struct SessionActor {
     stop_after_recovery: bool,
     /// The latest record about this session.
     last_action: Option<ActionRecord>,
-    /// The durable state as last written (to write only changes).
-    saved: Option<DurableState>,
+    /// The core's durable generation when the state was last written or loaded (to
+    /// write only changes); `None` until then.
+    saved_generation: Option<u64>,
+    /// A record was made since the last write (its action is part of the state).
+    record_unsaved: bool,
 }
 
 impl SessionActor {
     pub fn new(id: &str, cfg: Arc<SessionRules>, env: SessionEnv) -> Self {
         let core = SessionCore::new(env.server.clone(), id, Arc::clone(&cfg), env.now());
-        Self { core, cfg, env, timer: None, stop_after_recovery: false, last_action: None, saved: None }
+        Self {
+            core,
+            cfg,
+            env,
+            timer: None,
+            stop_after_recovery: false,
+            last_action: None,
+            saved_generation: None,
+            record_unsaved: false,
+        }
     }
 
     fn apply(&mut self, effects: Vec<Effect>, ctx: &mut Context<Self>) {
@@ -101,6 +113,7 @@ impl SessionActor {
             match effect {
                 Effect::Record(r) => {
                     self.last_action = Some(r.clone());
+                    self.record_unsaved = true;
                     let ledger = Arc::clone(&self.env.ledger);
                     let entry = r.clone();
                     ctx.spawn(
@@ -124,21 +137,16 @@ impl SessionActor {
         self.rearm(ctx);
     }
 
-    /// Writes the durable state when it changed since the last write.
+    /// Writes the durable state when it changed since the last write: the core counts
+    /// its changes, so most events (deltas, part updates) cost one comparison here.
     fn persist(&mut self, ctx: &mut Context<Self>) {
-        let mut state = self.core.export(self.env.now());
-        if let Some(r) = &self.last_action {
-            state.last_action = Some(format!("{}:{}", r.action.as_str(), r.outcome.as_str()));
-            state.last_action_ms = Some(r.at_ms);
-        }
-        let unchanged = self.saved.as_ref().is_some_and(|old| {
-            // The nudge time is derived from two clocks and may drift by a millisecond.
-            DurableState { last_nudge_ms: state.last_nudge_ms, ..old.clone() } == state
-        });
-        if unchanged {
+        let generation = self.core.durable_generation();
+        if self.saved_generation == Some(generation) && !self.record_unsaved {
             return;
         }
-        self.saved = Some(state.clone());
+        self.saved_generation = Some(generation);
+        self.record_unsaved = false;
+        let state = self.durable_state();
         let ledger = Arc::clone(&self.env.ledger);
         let (server, id) = (self.env.server.clone(), self.core.id().to_string());
         ctx.spawn(
@@ -149,6 +157,16 @@ impl SessionActor {
             }
             .into_actor(self),
         );
+    }
+
+    /// The core's durable state plus the latest record.
+    fn durable_state(&self) -> DurableState {
+        let mut state = self.core.export(self.env.now());
+        if let Some(r) = &self.last_action {
+            state.last_action = Some(format!("{}:{}", r.action.as_str(), r.outcome.as_str()));
+            state.last_action_ms = Some(r.at_ms);
+        }
+        state
     }
 
     /// Keeps exactly one timer, at the core's next deadline.
@@ -279,7 +297,7 @@ impl Actor for SessionActor {
         ctx.wait(load.into_actor(self).map(|loaded, act, ctx| match loaded {
             Ok(Some(state)) => {
                 act.core.restore(&state, act.env.now());
-                act.saved = Some(state);
+                act.saved_generation = Some(act.core.durable_generation());
                 let effects = act.core.resume_interrupted_handoff(act.env.now());
                 if !effects.is_empty() {
                     act.apply(effects, ctx);
@@ -484,11 +502,7 @@ impl Handler<Evict> for SessionActor {
         if self.core.is_recovering() || self.core.is_busy() || self.core.handoff().phase().is_running() {
             return Box::pin(actix::fut::ready(false));
         }
-        let mut state = self.core.export(self.env.now());
-        if let Some(r) = &self.last_action {
-            state.last_action = Some(format!("{}:{}", r.action.as_str(), r.outcome.as_str()));
-            state.last_action_ms = Some(r.at_ms);
-        }
+        let state = self.durable_state();
         let ledger = Arc::clone(&self.env.ledger);
         let (server, id) = (self.env.server.clone(), self.core.id().to_string());
         Box::pin(

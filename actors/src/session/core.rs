@@ -235,6 +235,8 @@ pub struct SessionCore {
     planning: Planning,
     /// The type of the latest part seen (`text`, `reasoning`, `tool:NAME`, …).
     last_part: Option<String>,
+    /// Bumped whenever a durable field (what [`SessionCore::export`] returns) changes.
+    generation: u64,
 }
 
 /// How much of the last reply's text is kept for the question heuristic.
@@ -286,7 +288,22 @@ impl SessionCore {
             spin: ToolSpin::default(),
             planning: Planning::default(),
             last_part: None,
+            generation: 0,
         }
+    }
+
+    /// Changes whenever the durable state ([`SessionCore::export`]) may have changed,
+    /// so the actor writes it only then instead of exporting it after every event.
+    pub fn durable_generation(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (self.generation, self.followup.generation(), self.rollover.durable_fingerprint()).hash(&mut h);
+        h.finish()
+    }
+
+    /// Marks a change of a durable field.
+    fn touch(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
     }
 
     pub fn id(&self) -> &str {
@@ -380,6 +397,7 @@ impl SessionCore {
         };
         if again {
             self.pause = Some(Pause::GaveUp);
+            self.touch();
         }
         self.recovering = Some(Recovering { aborted_message: Some(message_id.to_string()), escalation: None });
         vec![
@@ -529,6 +547,7 @@ impl SessionCore {
 
     /// Resumes from what the ledger remembered: counters, flags, the todo snapshot.
     pub fn restore(&mut self, d: &DurableState, now: Now) {
+        self.touch();
         self.attempts = d.attempts;
         self.auto_submits = d.auto_submits;
         self.pause = match d.paused.as_deref() {
@@ -739,7 +758,10 @@ impl SessionCore {
                 }
                 let idle = self.busy == RunState::Idle;
                 self.followup.on_todos(&self.todos, todos, now.mono, idle, &self.cfg.review);
-                self.todos.clone_from(todos);
+                if self.todos != *todos {
+                    self.todos.clone_from(todos);
+                    self.touch();
+                }
             }
             Event::PermissionAsked { id, .. } | Event::QuestionAsked { id, .. } => {
                 self.waiting_on_person.insert(id.clone());
@@ -954,6 +976,7 @@ impl SessionCore {
         self.rollover.on_person_wrote();
         self.followup.on_user_message(now.mono);
         if let Some(pause) = self.pause.take() {
+            self.touch();
             let reason = match pause {
                 Pause::UserAbort => "the person wrote after aborting",
                 Pause::GaveUp => "the person wrote after Shepherd gave up",
@@ -979,6 +1002,7 @@ impl SessionCore {
             return; // the same abort seen twice (event + message error)
         }
         self.pause = Some(Pause::UserAbort);
+        self.touch();
         self.backoff_until = None;
         out.push(self.record(
             Action::Pause,
@@ -995,6 +1019,9 @@ impl SessionCore {
     }
 
     fn real_progress(&mut self) {
+        if self.attempts != 0 || self.auto_submits != 0 {
+            self.touch();
+        }
         self.attempts = 0;
         self.auto_submits = 0;
         self.runaways = 0;
@@ -1163,6 +1190,7 @@ impl SessionCore {
             return vec![self.record(Action::Recover, Outcome::Declined, &reason, Numbers::default(), now)];
         }
         self.interrupted_continued = Some(message_id.to_string());
+        self.touch();
         let order = self.continue_when_idle("interrupted", now);
         vec![
             self.record(
@@ -1290,6 +1318,7 @@ impl SessionCore {
             let age_ms = now.wall_ms.saturating_sub(created).max(0) as u64;
             if age_ms > ms(cfg.recovery.max_session_age) {
                 self.pause = Some(Pause::GaveUp);
+                self.touch();
                 let numbers = Numbers { age_ms: Some(age_ms), ..base };
                 return vec![self.record(
                     Action::GiveUp,
@@ -1302,6 +1331,7 @@ impl SessionCore {
         }
         if self.auto_submits >= cfg.recovery.max_auto_submits {
             self.pause = Some(Pause::GaveUp);
+            self.touch();
             return vec![self.record(
                 Action::GiveUp,
                 Outcome::Done,
@@ -1313,6 +1343,7 @@ impl SessionCore {
 
         self.attempts += 1;
         self.auto_submits += 1;
+        self.touch();
         self.backoff_until = None;
         self.recovering = Some(Recovering { aborted_message: self.last_assistant.clone(), escalation: None });
         let reason = if self.waits_on_idle_children() {
@@ -1392,6 +1423,7 @@ impl SessionCore {
         };
         self.attempts += 1;
         self.auto_submits += 1;
+        self.touch();
         self.backoff_until = None;
         self.recovering =
             Some(Recovering { aborted_message: self.last_assistant.clone(), escalation: Some(escalation) });
@@ -1440,6 +1472,7 @@ impl SessionCore {
                 // Nothing reached the session: the attempt does not count.
                 self.attempts = self.attempts.saturating_sub(1);
                 self.auto_submits = self.auto_submits.saturating_sub(1);
+                self.touch();
                 self.activity(now);
                 let (outcome, reason) = match report {
                     RecoveryReport::NotBusy => {

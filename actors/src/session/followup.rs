@@ -80,6 +80,9 @@ pub struct FollowUp {
     review_due: Option<Instant>,
     review_rounds: u32,
     in_flight: Option<PromptKind>,
+    /// Bumped whenever a field of [`FollowUpMemory`] changes, so the actor writes the
+    /// durable state only then (see [`FollowUp::generation`]).
+    generation: u64,
 }
 
 /// The part of [`FollowUp`] that must survive eviction and restarts.
@@ -104,7 +107,18 @@ impl FollowUp {
         }
     }
 
+    /// Changes whenever what [`FollowUp::export`] returns may have changed (apart from
+    /// the passing of time).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn touch(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+    }
+
     pub fn restore(&mut self, m: FollowUpMemory, now: Instant) {
+        self.touch();
         self.nudges_without_progress = m.nudges_without_progress;
         self.nudge_snapshot = m.nudge_snapshot;
         self.last_nudge = m.since_last_nudge.and_then(|d| now.checked_sub(d));
@@ -172,14 +186,21 @@ impl FollowUp {
     /// A new todo list. Detects the open→all-done edge (arms a review) and progress.
     pub fn on_todos(&mut self, before: &[Todo], after: &[Todo], now: Instant, idle: bool, review: &ReviewConfig) {
         let (was, is) = (TodoCounts::of(before), TodoCounts::of(after));
-        if snapshot(before) != snapshot(after) {
+        if snapshot(before) != snapshot(after) && self.nudges_without_progress != 0 {
             self.nudges_without_progress = 0;
+            self.touch();
         }
         if is.open > 0 {
-            self.review_armed = false;
+            if self.review_armed {
+                self.review_armed = false;
+                self.touch();
+            }
             self.review_due = None;
         } else if was.open > 0 && is.total > 0 && review.enabled && self.review_rounds < review.max_rounds {
-            self.review_armed = true;
+            if !self.review_armed {
+                self.review_armed = true;
+                self.touch();
+            }
             if idle {
                 self.review_due = Some(now + review.debounce);
             }
@@ -189,8 +210,11 @@ impl FollowUp {
     /// A real user message: the person is here; loop protection starts over.
     pub fn on_user_message(&mut self, now: Instant) {
         self.last_user_message = Some(now);
-        self.nudges_without_progress = 0;
-        self.nudge_snapshot = None;
+        if self.nudges_without_progress != 0 || self.nudge_snapshot.is_some() {
+            self.nudges_without_progress = 0;
+            self.nudge_snapshot = None;
+            self.touch();
+        }
     }
 
     /// Decides whatever is due at `now`.
@@ -266,6 +290,7 @@ impl FollowUp {
         self.nudges_without_progress = if unchanged { self.nudges_without_progress + 1 } else { 1 };
         self.nudge_snapshot = Some(snap);
         self.last_nudge = Some(now);
+        self.touch();
         self.in_flight = Some(PromptKind::Nudge);
         Some(Decision::Send { kind: PromptKind::Nudge, round: self.nudges_without_progress })
     }
@@ -278,6 +303,7 @@ impl FollowUp {
         let decline = |reason: String| Some(Decision::Decline { kind: PromptKind::Review, reason, round });
         if TodoCounts::of(f.todos).open > 0 {
             self.review_armed = false;
+            self.touch();
             return None;
         }
         if let Some(p) = f.pause {
@@ -295,6 +321,7 @@ impl FollowUp {
         }
         self.review_armed = false;
         self.review_rounds = round;
+        self.touch();
         self.in_flight = Some(PromptKind::Review);
         Some(Decision::Send { kind: PromptKind::Review, round })
     }
@@ -308,6 +335,7 @@ impl FollowUp {
         if !sent && kind == PromptKind::Review {
             self.review_rounds = self.review_rounds.saturating_sub(1);
             self.review_armed = true;
+            self.touch();
         }
     }
 }

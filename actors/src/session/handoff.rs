@@ -301,6 +301,23 @@ impl Rollover {
         }
     }
 
+    /// A hash of what [`Rollover::export`] and [`Rollover::from`] return, without
+    /// building them: the session's durable generation includes it, so a hand-off step
+    /// is written to the ledger without every mutation here having to say so.
+    pub fn durable_fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.phase.as_str().hash(&mut h);
+        self.id.hash(&mut h);
+        self.mode.map(|m| m.as_str()).hash(&mut h);
+        self.new_session.hash(&mut h);
+        self.reason.hash(&mut h);
+        self.abort_first.hash(&mut h);
+        self.started_ms.hash(&mut h);
+        self.from.hash(&mut h);
+        h.finish()
+    }
+
     pub fn export(&self) -> HandoffMemory {
         HandoffMemory {
             phase: self.phase.as_str().to_string(),
