@@ -155,6 +155,13 @@ impl LastTurn {
 pub trait Engine: Send + Sync + 'static {
     /// The non-idle sessions of one directory (`GET /session/status`); absent = idle.
     async fn statuses(&self, directory: &str) -> Result<HashMap<String, Status>, EngineError>;
+    /// One session's entry of its directory's status map (`None`: idle). A recovery
+    /// needs only this; the HTTP adapter reads the map without building it and shares
+    /// one request among concurrent readers of a directory (10,000 sessions stalling
+    /// together), so override it where that matters.
+    async fn status(&self, directory: &str, session_id: &str) -> Result<Option<Status>, EngineError> {
+        Ok(self.statuses(directory).await?.remove(session_id))
+    }
     /// Sessions across all directories, newest first, at most `limit`.
     async fn list_sessions(&self, limit: u32) -> Result<Vec<SessionInfo>, EngineError>;
     /// One session's description.

@@ -205,8 +205,8 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
     let engine = out.engine;
     if order.require_idle {
         let directory = order.directory.clone().unwrap_or_default();
-        match engine.statuses(&directory).await {
-            Ok(map) if matches!(map.get(&order.session_id), Some(Status::Busy | Status::Retry { .. })) => {
+        match engine.status(&directory, &order.session_id).await {
+            Ok(Some(Status::Busy | Status::Retry { .. })) => {
                 return Delivery::Skipped { reason: "the session is busy again", todos: order.known_todos.clone() };
             }
             Ok(_) => {}

@@ -41,8 +41,8 @@ pub async fn recover(
             Err(e) => return RecoveryReport::StatusUnavailable(e),
         },
     };
-    match engine.statuses(&directory).await {
-        Ok(map) if matches!(map.get(&order.session_id), Some(Status::Busy)) => {}
+    match engine.status(&directory, &order.session_id).await {
+        Ok(Some(Status::Busy)) => {}
         Ok(_) => return RecoveryReport::NotBusy,
         Err(e) => return RecoveryReport::StatusUnavailable(e),
     }
@@ -61,8 +61,8 @@ pub async fn recover(
     let idle_after_ms = loop {
         tokio::time::sleep(cfg.abort_poll_interval).await;
         let waited = started.elapsed();
-        match engine.statuses(&directory).await {
-            Ok(map) if !map.contains_key(&order.session_id) => break Some(waited.as_millis() as u64),
+        match engine.status(&directory, &order.session_id).await {
+            Ok(None) => break Some(waited.as_millis() as u64),
             Ok(_) | Err(_) if waited >= cfg.abort_poll_max => break None,
             _ => {}
         }
