@@ -1,6 +1,7 @@
 //! The actors with a fake engine and paused tokio time: no sockets, no real waiting.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +21,8 @@ struct FakeEngine {
     busy: Mutex<HashMap<String, Status>>,
     prompts: Mutex<Vec<(String, Prompt)>>,
     todos: Mutex<Vec<Todo>>,
+    /// This many `model_windows` reads fail first (a server still booting).
+    windows_failures: std::sync::atomic::AtomicUsize,
 }
 
 impl FakeEngine {
@@ -72,6 +75,11 @@ impl Engine for FakeEngine {
         Ok(())
     }
     async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
+        self.log("windows".into());
+        let failures = &self.windows_failures;
+        if failures.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok() {
+            return Err(EngineError::Unreachable("booting".into()));
+        }
         Ok(HashMap::from([("fake/fake-model".to_string(), 200_000)]))
     }
     async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
@@ -220,6 +228,33 @@ async fn reconnect_reconciliation_finds_a_busy_session_the_stream_never_mentione
     settle().await;
     assert!(w.engine.calls().contains(&"abort ses_Q".to_string()));
     assert!(w.drain().contains(&(Action::Continue, Outcome::Done)));
+}
+
+#[actix::test]
+async fn context_windows_a_booting_server_did_not_give_are_read_again_with_the_reconnect_back_off() {
+    tokio::time::pause();
+    let w = world(cfg());
+    w.engine.windows_failures.store(1, SeqCst);
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    settle().await;
+    let reply = |n: u32| {
+        format!(
+            r#"{{"directory":"/p","payload":{{"type":"message.updated","properties":{{"sessionID":"ses_W","info":{{"id":"msg_{n}","sessionID":"ses_W","role":"assistant","providerID":"fake","modelID":"fake-model","finish":"stop","time":{{"created":1,"completed":2}},"tokens":{{"input":50000,"output":10,"cache":{{"read":0,"write":0}}}}}}}}}}}}"#
+        )
+    };
+    w.send(&reply(1));
+    settle().await;
+    let window = |fleet: shepherd_actors::supervisor::FleetView| {
+        fleet.sessions.iter().find(|s| s.id == "ses_W").and_then(|s| s.context_window)
+    };
+    assert_eq!(window(w.supervisor.send(InspectFleet).await.unwrap()), None, "the first read failed");
+
+    tokio::time::sleep(Duration::from_secs(1)).await; // past retry_initial (250 ms)
+    settle().await;
+    assert_eq!(w.engine.calls().iter().filter(|c| *c == "windows").count(), 2);
+    w.send(&reply(2));
+    settle().await;
+    assert_eq!(window(w.supervisor.send(InspectFleet).await.unwrap()), Some(200_000));
 }
 
 #[actix::test]

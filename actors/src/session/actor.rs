@@ -11,7 +11,7 @@ use actix::prelude::*;
 use crate::config::SessionRules;
 use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
 use crate::control::{HandoffView, SessionDetail};
-use crate::event::{Event, SessionInfo};
+use crate::event::{Event, ModelRef, SessionInfo};
 use crate::guard::PromptGuard;
 use crate::journal::{ActionRecord, Journal};
 use crate::ledger::{DurableState, Ledger};
@@ -33,8 +33,8 @@ pub struct SessionEnv {
     pub instance: String,
     /// Where durable state and the journal go.
     pub ledger: Arc<dyn Ledger>,
-    /// Context windows of this server's models (`provider/model` → tokens).
-    pub windows: Arc<std::sync::RwLock<std::collections::HashMap<String, u64>>>,
+    /// Context windows of this server's models.
+    pub windows: Arc<ModelWindows>,
     /// The sessions' directories as Shepherd can see them (read-only `git`).
     pub workspace: Arc<dyn Workspace>,
     /// Sessions Shepherd made for its own questions: the supervisor leaves them alone.
@@ -57,6 +57,33 @@ impl Scratch {
 
     pub fn contains(&self, id: &str) -> bool {
         self.0.lock().map(|set| set.contains(id)).unwrap_or(false)
+    }
+}
+
+/// Context windows of one server's models (`provider/model` → tokens), read by the
+/// supervisor and looked up by each session when its model or the table changes.
+#[derive(Debug, Default)]
+pub struct ModelWindows {
+    table: std::sync::RwLock<std::collections::HashMap<String, u64>>,
+    /// Bumped on every replacement, so sessions look up again only then.
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl ModelWindows {
+    pub fn replace(&self, table: std::collections::HashMap<String, u64>) {
+        if let Ok(mut t) = self.table.write() {
+            *t = table;
+        }
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub fn get(&self, model: &ModelRef) -> Option<u64> {
+        let key = format!("{}/{}", model.provider_id, model.model_id);
+        self.table.read().ok()?.get(&key).copied()
     }
 }
 
@@ -91,6 +118,8 @@ pub struct SessionActor {
     saved_generation: Option<u64>,
     /// A record was made since the last write (its action is part of the state).
     record_unsaved: bool,
+    /// (window table, core model) generations at the last window lookup.
+    window_seen: Option<(u64, u64)>,
 }
 
 impl SessionActor {
@@ -105,6 +134,7 @@ impl SessionActor {
             last_action: None,
             saved_generation: None,
             record_unsaved: false,
+            window_seen: None,
         }
     }
 
@@ -276,12 +306,17 @@ impl SessionActor {
         }));
     }
 
-    /// Looks the session's model up in the server's window table.
+    /// Looks the session's model up in the server's window table, when the model or
+    /// the table changed since the last look (not on every event).
     fn learn_window(&mut self) {
-        if let Some(key) = self.core.model_key() {
-            let window = self.env.windows.read().ok().and_then(|w| w.get(&key).copied());
-            self.core.set_window(window);
+        let Some(model) = self.core.model() else { return };
+        let seen = (self.env.windows.generation(), self.core.model_generation());
+        if self.window_seen == Some(seen) {
+            return;
         }
+        self.window_seen = Some(seen);
+        let window = self.env.windows.get(model);
+        self.core.set_window(window);
     }
 }
 

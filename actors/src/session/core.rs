@@ -237,6 +237,8 @@ pub struct SessionCore {
     last_part: Option<String>,
     /// Bumped whenever a durable field (what [`SessionCore::export`] returns) changes.
     generation: u64,
+    /// Bumped whenever `model` changes.
+    model_generation: u64,
 }
 
 /// How much of the last reply's text is kept for the question heuristic.
@@ -289,6 +291,7 @@ impl SessionCore {
             planning: Planning::default(),
             last_part: None,
             generation: 0,
+            model_generation: 0,
         }
     }
 
@@ -350,6 +353,16 @@ impl SessionCore {
     /// `provider/model` of the session's model, the key of the window table.
     pub fn model_key(&self) -> Option<String> {
         self.model.as_ref().map(|m| format!("{}/{}", m.provider_id, m.model_id))
+    }
+
+    /// The model of the latest assistant message.
+    pub fn model(&self) -> Option<&ModelRef> {
+        self.model.as_ref()
+    }
+
+    /// Changes whenever [`SessionCore::model`] does.
+    pub fn model_generation(&self) -> u64 {
+        self.model_generation
     }
 
     /// The window of the session's model, as the server lists it.
@@ -859,8 +872,9 @@ impl SessionCore {
                 self.last_reply.error = m.error.as_ref().map(|e| e.name.clone());
                 self.last_reply.error_text =
                     m.error.as_ref().and_then(|e| e.data.as_ref()).and_then(|d| d.message.clone());
-                if m.model.is_some() && !m.summary {
+                if m.model.is_some() && !m.summary && self.model != m.model {
                     self.model.clone_from(&m.model);
+                    self.model_generation = self.model_generation.wrapping_add(1);
                 }
                 if let (Some(agent), false) = (&m.agent, m.summary) {
                     self.planning.on_agent(agent);

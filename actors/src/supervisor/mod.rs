@@ -42,6 +42,9 @@ struct Server {
     directories: HashSet<String>,
     connected: bool,
     reconciled: bool,
+    /// The models' context windows are to be (re)read: after every connect (they may
+    /// change with the server's config) until one read succeeds.
+    windows_stale: bool,
     events: BTreeMap<String, u64>,
 }
 
@@ -247,8 +250,10 @@ impl Supervisor {
         let engine = Arc::clone(&srv.env.engine);
         let limit = srv.list_limit;
         let mut directories = srv.directories.clone();
+        let read_windows = srv.windows_stale;
         let server = server.to_string();
         let work = async move {
+            let windows = if read_windows { Some(engine.model_windows().await) } else { None };
             let listed = engine.list_sessions(limit).await;
             if let Ok(infos) = &listed {
                 directories.extend(infos.iter().filter_map(|i| i.directory.clone()));
@@ -258,13 +263,25 @@ impl Supervisor {
                 let result = engine.statuses(&dir).await;
                 statuses.push((dir, result));
             }
-            Reconciled { server, listed, statuses, after_connect }
+            Reconciled { server, listed, statuses, windows, after_connect }
         };
         ctx.spawn(work.into_actor(self).map(|r, act, ctx| act.apply_reconciliation(r, ctx)));
     }
 
     fn apply_reconciliation(&mut self, r: Reconciled, ctx: &mut Context<Self>) {
         let mut failed = r.listed.is_err();
+        match (r.windows, self.servers.get_mut(&r.server)) {
+            (Some(Ok(windows)), Some(srv)) => {
+                srv.env.windows.replace(windows);
+                srv.windows_stale = false;
+            }
+            (Some(Err(e)), _) => {
+                // A booting OpenCode may answer its stream before its config: retried below.
+                tracing::warn!(server = %r.server, error = %e, "could not read the models' context windows");
+                failed = true;
+            }
+            _ => {}
+        }
         let infos: HashMap<String, SessionInfo> = match r.listed {
             Ok(list) => list.into_iter().map(|i| (i.id.clone(), i)).collect(),
             Err(e) => {
@@ -399,6 +416,8 @@ type DirectoryStatuses = (String, Result<HashMap<String, Status>, EngineError>);
 struct Reconciled {
     server: String,
     after_connect: bool,
+    /// `None` when the windows were not due for a read.
+    windows: Option<Result<HashMap<String, u64>, EngineError>>,
     listed: Result<Vec<SessionInfo>, EngineError>,
     statuses: Vec<DirectoryStatuses>,
 }
@@ -443,6 +462,7 @@ impl Handler<AttachServer> for Supervisor {
                 directories: HashSet::new(),
                 connected: false,
                 reconciled: false,
+                windows_stale: true,
                 events: BTreeMap::new(),
             },
         );
@@ -532,21 +552,9 @@ impl Handler<StreamUp> for Supervisor {
         if let Some(srv) = self.servers.get_mut(&msg.server) {
             srv.connected = true;
             srv.reconciled = false;
-            // Model windows may change with the server's config: re-read on every connect.
-            let (engine, windows, server) =
-                (Arc::clone(&srv.env.engine), Arc::clone(&srv.env.windows), msg.server.clone());
-            actix::spawn(async move {
-                match engine.model_windows().await {
-                    Ok(w) => {
-                        if let Ok(mut table) = windows.write() {
-                            *table = w;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(server = %server, error = %e, "could not read the models' context windows")
-                    }
-                }
-            });
+            // Model windows may change with the server's config: re-read on every
+            // connect, as part of the reconciliation (retried with it).
+            srv.windows_stale = true;
         }
         self.reconcile(&msg.server, true, ctx);
         self.resume_handoffs(&msg.server, ctx);
