@@ -21,10 +21,9 @@ use crate::session::delivery::{deliver, Delivery, Outbound, PromptOrder};
 use crate::session::handover::{run_step, HandoffOrder, Tools};
 use crate::session::recovery::{recover, InFlight};
 
-/// What every session actor of one server shares.
-#[derive(Clone)]
+/// What every session actor of one server shares (one `Arc` for all of them).
 pub struct SessionEnv {
-    pub server: String,
+    pub server: Arc<str>,
     pub engine: Arc<dyn Engine>,
     pub clock: Arc<dyn Clock>,
     pub journal: Journal,
@@ -107,12 +106,12 @@ impl SessionEnv {
 pub struct SessionActor {
     core: SessionCore,
     cfg: Arc<SessionRules>,
-    env: SessionEnv,
+    env: Arc<SessionEnv>,
     timer: Option<SpawnHandle>,
     /// A stop arrived during a recovery: stop once it has finished.
     stop_after_recovery: bool,
-    /// The latest record about this session.
-    last_action: Option<ActionRecord>,
+    /// The latest record about this session (boxed: most sessions never have one).
+    last_action: Option<Box<ActionRecord>>,
     /// The core's durable generation when the state was last written or loaded (to
     /// write only changes); `None` until then.
     saved_generation: Option<u64>,
@@ -123,8 +122,8 @@ pub struct SessionActor {
 }
 
 impl SessionActor {
-    pub fn new(id: &str, cfg: Arc<SessionRules>, env: SessionEnv) -> Self {
-        let core = SessionCore::new(env.server.clone(), id, Arc::clone(&cfg), env.now());
+    pub fn new(id: &str, cfg: Arc<SessionRules>, env: Arc<SessionEnv>) -> Self {
+        let core = SessionCore::new(Arc::clone(&env.server), id, Arc::clone(&cfg), env.now());
         Self {
             core,
             cfg,
@@ -142,7 +141,7 @@ impl SessionActor {
         for effect in effects {
             match effect {
                 Effect::Record(r) => {
-                    self.last_action = Some(r.clone());
+                    self.last_action = Some(Box::new(r.clone()));
                     self.record_unsaved = true;
                     let ledger = Arc::clone(&self.env.ledger);
                     let entry = r.clone();
@@ -412,7 +411,7 @@ impl Handler<Inspect> for SessionActor {
 
     fn handle(&mut self, _: Inspect, _: &mut Context<Self>) -> Self::Result {
         MessageResult(SessionDetail {
-            server: self.env.server.clone(),
+            server: self.env.server.to_string(),
             id: self.core.id().to_string(),
             directory: self.core.directory().map(str::to_string),
             busy: self.core.is_busy(),
@@ -424,7 +423,7 @@ impl Handler<Inspect> for SessionActor {
             context_window: self.core.context().1,
             context_percent: self.core.context_share().map(|s| (s * 1000.0).round() / 10.0),
             compacting: self.core.is_compacting(),
-            last_action: self.last_action.clone(),
+            last_action: self.last_action.as_deref().cloned(),
             handoff: HandoffView::of(self.core.handoff()),
         })
     }

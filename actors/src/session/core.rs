@@ -174,7 +174,8 @@ const ROLE_MEMORY: usize = 32;
 /// The state of one session and the rules that move it.
 #[derive(Debug)]
 pub struct SessionCore {
-    server: String,
+    /// Shared by every session of the server.
+    server: Arc<str>,
     id: String,
     cfg: Arc<SessionRules>,
     directory: Option<String>,
@@ -185,10 +186,8 @@ pub struct SessionCore {
     running_tools: HashMap<String, String>,
     waiting_on_person: HashSet<String>,
     todos: Vec<Todo>,
-    /// Keyed by [`message_key`] (a hash of the id): a few bytes per remembered message.
-    roles: HashMap<u64, Role>,
-    role_order: VecDeque<u64>,
-    own_messages: HashSet<u64>,
+    /// Role and ownership of the last [`ROLE_MEMORY`] messages seen.
+    messages: MessageMemory,
     turn: Option<TurnSettings>,
     last_assistant: Option<String>,
     attempts: u32,
@@ -221,7 +220,8 @@ pub struct SessionCore {
     compaction_in_flight: bool,
     last_compaction: Option<Instant>,
     /// A follow-up prompt waiting behind the hard gate's compaction.
-    held_prompt: Option<PromptOrder>,
+    /// Boxed: rare, and a `PromptOrder` is large to carry inline in every session.
+    held_prompt: Option<Box<PromptOrder>>,
     /// Recent assistant messages that ended with `finish: "unknown"` and no output.
     empty_finishes: VecDeque<(String, Instant)>,
     /// Runaway loops already broken for this session since the last real progress.
@@ -241,11 +241,8 @@ pub struct SessionCore {
     model_generation: u64,
 }
 
-/// How much of the last reply's text is kept for the question heuristic.
-const REPLY_TAIL_CHARS: usize = 600;
-
 impl SessionCore {
-    pub fn new(server: impl Into<String>, id: impl Into<String>, cfg: Arc<SessionRules>, now: Now) -> Self {
+    pub fn new(server: impl Into<Arc<str>>, id: impl Into<String>, cfg: Arc<SessionRules>, now: Now) -> Self {
         Self {
             server: server.into(),
             id: id.into(),
@@ -257,9 +254,7 @@ impl SessionCore {
             running_tools: HashMap::new(),
             waiting_on_person: HashSet::new(),
             todos: Vec::new(),
-            roles: HashMap::new(),
-            role_order: VecDeque::new(),
-            own_messages: HashSet::new(),
+            messages: MessageMemory::default(),
             turn: None,
             last_assistant: None,
             attempts: 0,
@@ -527,7 +522,7 @@ impl SessionCore {
         }];
         let mut out = out;
         if let Some(held) = self.held_prompt.take() {
-            out.push(Effect::Prompt(held)); // the hard gate's prompt, compacted or not
+            out.push(Effect::Prompt(*held)); // the hard gate's prompt, compacted or not
         } else if self.busy == RunState::Idle {
             // Follow-ups held back while compacting get their turn now.
             self.followup.on_idle_edge(now.mono, &self.todos, false, &self.cfg.nudge, &self.cfg.review);
@@ -761,9 +756,7 @@ impl SessionCore {
             Event::SessionError { error, .. } if error.is_abort() => self.on_abort_seen(None, now, &mut out),
             Event::MessageUpdated(m) => self.on_message(m, now, &mut out),
             Event::PartUpdated(p) => self.on_part(p, now, &mut out),
-            Event::PartDelta { message_id, .. } if !self.own_messages.contains(&message_key(message_id)) => {
-                self.activity(now)
-            }
+            Event::PartDelta { message_id, .. } if !self.messages.is_own(message_key(message_id)) => self.activity(now),
             Event::TodoUpdated { todos, .. } => {
                 self.activity(now);
                 if followup::snapshot(todos) != followup::snapshot(&self.todos) {
@@ -843,15 +836,17 @@ impl SessionCore {
                     }
                 }
                 self.busy = RunState::Idle;
-                self.running_tools.clear();
-                self.waiting_on_person.clear();
+                // Emptied by replacing, not `clear()`: an idle session keeps no
+                // capacity (it is most of the fleet, most of the time).
+                self.running_tools = HashMap::new();
+                self.waiting_on_person = HashSet::new();
                 self.backoff_until = None;
             }
         }
     }
 
     fn on_message(&mut self, m: &MessageInfo, now: Now, out: &mut Vec<Effect>) {
-        let new_message = !self.roles.contains_key(&message_key(&m.id));
+        let new_message = self.messages.role(message_key(&m.id)).is_none();
         self.remember_role(&m.id, m.role);
         match m.role {
             Role::User => {
@@ -916,20 +911,20 @@ impl SessionCore {
 
     fn on_part(&mut self, p: &Part, now: Now, out: &mut Vec<Effect>) {
         let msg = message_key(&p.message_id);
-        if self.own_messages.contains(&msg) {
+        if self.messages.is_own(msg) {
             return;
         }
         let users = matches!(p.kind, PartKind::Text { shepherd: Some(_), .. })
-            || (matches!(p.kind, PartKind::Text { .. }) && self.roles.get(&msg) == Some(&Role::User));
+            || (matches!(p.kind, PartKind::Text { .. }) && self.messages.role(msg) == Some(Role::User));
         if !users {
             self.last_part = Some(part_type(&p.kind));
         }
         match &p.kind {
             PartKind::Text { shepherd: Some(_), .. } => {
                 // Ours (this instance or another): neither activity nor the person.
-                self.own_messages.insert(msg);
+                self.messages.mark_own(msg);
             }
-            PartKind::Text { synthetic, ignored, text, .. } if self.roles.get(&msg) == Some(&Role::User) => {
+            PartKind::Text { synthetic, ignored, text, .. } if self.messages.role(msg) == Some(Role::User) => {
                 self.activity(now);
                 // OpenCode's notice that a background child ended: not an orphan.
                 self.orphan_due.retain(|child, _| !text.contains(&format!("<task id=\"{child}\"")));
@@ -941,8 +936,8 @@ impl SessionCore {
                 self.activity(now);
                 self.planning.on_text(text);
                 if self.last_reply.message_id.as_deref() == Some(&p.message_id) && !text.is_empty() {
-                    let start = text.char_indices().rev().nth(REPLY_TAIL_CHARS).map_or(0, |(i, _)| i);
-                    self.last_reply.text_tail = text[start..].to_string();
+                    // The verdict, not the text: a session keeps no reply text.
+                    self.last_reply.text_asks = crate::session::question::asks_the_person(text);
                 }
             }
             PartKind::Compaction => {
@@ -1068,16 +1063,7 @@ impl SessionCore {
     }
 
     fn remember_role(&mut self, message_id: &str, role: Role) {
-        let key = message_key(message_id);
-        if self.roles.insert(key, role).is_none() {
-            self.role_order.push_back(key);
-            if self.role_order.len() > ROLE_MEMORY {
-                if let Some(old) = self.role_order.pop_front() {
-                    self.roles.remove(&old);
-                    self.own_messages.remove(&old);
-                }
-            }
-        }
+        self.messages.set_role(message_key(message_id), role);
     }
 
     /// Called when [`SessionCore::deadline`] has passed: decides whether the session
@@ -1126,7 +1112,7 @@ impl SessionCore {
         };
         match (gate, self.model.clone(), effects.as_slice()) {
             (Some(why), Some(model), [Effect::Prompt(order)]) => {
-                self.held_prompt = Some(order.clone());
+                self.held_prompt = Some(Box::new(order.clone()));
                 self.compaction_in_flight = true;
                 self.last_compaction = Some(now.mono);
                 let reason = format!("{why}: compacting before the {}", order.kind.as_str());
@@ -1670,7 +1656,7 @@ impl SessionCore {
     fn handoff_order(&self, step: Phase) -> HandoffOrder {
         HandoffOrder {
             id: self.rollover.id().unwrap_or_default().to_string(),
-            server: self.server.clone(),
+            server: self.server.to_string(),
             session_id: self.id.clone(),
             directory: self.directory.clone(),
             mode: self.rollover.mode().unwrap_or(self.cfg.handoff.mode),
@@ -1774,7 +1760,7 @@ impl SessionCore {
 
     fn record(&self, action: Action, outcome: Outcome, reason: &str, numbers: Numbers, now: Now) -> Effect {
         Effect::Record(ActionRecord {
-            server: self.server.clone(),
+            server: self.server.to_string(),
             session: self.id.clone(),
             action,
             outcome,
@@ -1799,6 +1785,70 @@ fn part_type(kind: &PartKind) -> String {
 }
 
 /// A message id as a 64-bit hash: the role memory needs identity, not the text.
+/// Role and "ours" flag of the last [`ROLE_MEMORY`] messages, in one ring of words:
+/// each is a message's [`message_key`] with its low three bits replaced by the flags
+/// (61 bits of hash: collisions among 32 ids are out of the question). 256 bytes when
+/// full, searched linearly (32 words: cheaper than hashing again).
+#[derive(Debug, Default)]
+struct MessageMemory {
+    slots: Vec<u64>,
+    /// The oldest slot, overwritten next once the ring is full.
+    next: usize,
+}
+
+impl MessageMemory {
+    const FLAGS: u64 = 0b111;
+    const USER: u64 = 0b001;
+    const ASSISTANT: u64 = 0b010;
+    const OWN: u64 = 0b100;
+
+    fn find(&self, key: u64) -> Option<usize> {
+        self.slots.iter().position(|s| s & !Self::FLAGS == key & !Self::FLAGS)
+    }
+
+    /// Sets `flags` on the message (remembering it, the oldest forgotten if full).
+    fn set(&mut self, key: u64, flags: u64, keep: u64) {
+        match self.find(key) {
+            Some(i) => self.slots[i] = (self.slots[i] & keep) | flags,
+            None => {
+                let slot = (key & !Self::FLAGS) | flags;
+                if self.slots.len() < ROLE_MEMORY {
+                    self.slots.reserve_exact(ROLE_MEMORY);
+                    self.slots.push(slot);
+                } else {
+                    self.slots[self.next] = slot;
+                    self.next = (self.next + 1) % ROLE_MEMORY;
+                }
+            }
+        }
+    }
+
+    fn set_role(&mut self, key: u64, role: Role) {
+        let flag = match role {
+            Role::User => Self::USER,
+            Role::Assistant => Self::ASSISTANT,
+        };
+        self.set(key, flag, !(Self::USER | Self::ASSISTANT));
+    }
+
+    fn mark_own(&mut self, key: u64) {
+        self.set(key, Self::OWN, u64::MAX);
+    }
+
+    fn role(&self, key: u64) -> Option<Role> {
+        let slot = self.slots[self.find(key)?];
+        match slot & (Self::USER | Self::ASSISTANT) {
+            Self::USER => Some(Role::User),
+            Self::ASSISTANT => Some(Role::Assistant),
+            _ => None,
+        }
+    }
+
+    fn is_own(&self, key: u64) -> bool {
+        self.find(key).is_some_and(|i| self.slots[i] & Self::OWN != 0)
+    }
+}
+
 fn message_key(id: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -16,7 +16,6 @@ use crate::event::{Todo, TodoStatus};
 use crate::session::core::Pause;
 use crate::session::delivery::PromptKind;
 use crate::session::prompt::TodoCounts;
-use crate::session::question::asks_the_person;
 
 /// `content:status` of every todo: equal snapshots mean no progress on the list.
 pub type Snapshot = Vec<(String, TodoStatus)>;
@@ -33,8 +32,10 @@ pub struct LastReply {
     pub error: Option<String>,
     /// The error's message text (e.g. "Session too large to compact").
     pub error_text: Option<String>,
-    /// The end of its text (the last text part as closed by OpenCode).
-    pub text_tail: String,
+    /// The end of its text (the last text part as closed by OpenCode) asks the
+    /// person something ([`crate::session::question::asks_the_person`], decided when
+    /// the part closed).
+    pub text_asks: bool,
     /// It called the `question` tool.
     pub used_question_tool: bool,
 }
@@ -46,7 +47,7 @@ impl LastReply {
     }
 
     pub fn asks_the_person(&self) -> bool {
-        self.used_question_tool || asks_the_person(&self.text_tail)
+        self.used_question_tool || self.text_asks
     }
 }
 

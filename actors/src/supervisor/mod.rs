@@ -32,7 +32,7 @@ use crate::session::{Observe, SessionActor, SessionEnv};
 
 /// One supervised OpenCode server.
 struct Server {
-    env: SessionEnv,
+    env: Arc<SessionEnv>,
     list_limit: u32,
     /// A failed reconciliation is retried after this long, doubling up to `retry_max`
     /// (a freshly restarted OpenCode may not answer REST yet while its stream does).
@@ -176,7 +176,7 @@ impl Supervisor {
             }
         }
         let srv = self.servers.get(server)?;
-        let addr = SessionActor::new(id, Arc::clone(&self.cfg), srv.env.clone()).start();
+        let addr = SessionActor::new(id, Arc::clone(&self.cfg), Arc::clone(&srv.env)).start();
         tracing::debug!(server, session = id, "tracking session");
         match info {
             Some(info) => addr.do_send(Hydrate(info.clone())),
@@ -438,8 +438,8 @@ impl Handler<AttachServer> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, msg: AttachServer, _: &mut Context<Self>) {
-        let env = SessionEnv {
-            server: msg.name.clone(),
+        let env = Arc::new(SessionEnv {
+            server: msg.name.as_str().into(),
             engine: msg.engine,
             clock: Arc::clone(&self.clock),
             journal: self.journal.clone(),
@@ -450,7 +450,7 @@ impl Handler<AttachServer> for Supervisor {
             workspace: Arc::clone(&self.workspace),
             scratch: self.scratch.clone(),
             guard: Arc::clone(&self.guard),
-        };
+        });
         self.servers.insert(
             msg.name,
             Server {
