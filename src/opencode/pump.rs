@@ -116,6 +116,7 @@ impl EventPump {
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
         tracing::info!(server = %name, url = %url, "event stream connected");
         self.supervisor.do_send(StreamUp { server: name.clone() });
+        let shared_name: Arc<str> = name.as_str().into();
 
         let mut decoder = SseDecoder::new();
         let mut body = resp.bytes_stream();
@@ -124,7 +125,7 @@ impl EventPump {
             let dropped = decoder.push_each(&chunk, |data| {
                 self.stats.frames.fetch_add(1, Ordering::Relaxed);
                 match decode(data) {
-                    Ok(envelope) => self.supervisor.do_send(Ingest { server: name.clone(), envelope }),
+                    Ok(envelope) => self.supervisor.do_send(Ingest { server: Arc::clone(&shared_name), envelope }),
                     Err(e) => {
                         self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                         let excerpt: String = data.chars().take(LOGGED_FRAME_CHARS).collect();

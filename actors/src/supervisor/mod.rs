@@ -7,7 +7,9 @@
 //! On shutdown it stops new recoveries, waits (bounded) for those under way, then stops
 //! every session actor.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,15 +60,62 @@ pub struct Supervisor {
     in_flight: InFlight,
     instance: String,
     servers: HashMap<String, Server>,
-    sessions: HashMap<(String, String), SessionSlot>,
+    sessions: HashMap<SessionKey, SessionSlot>,
     /// (server, child session) → parent session, from `parentID` and task parts.
-    parents: HashMap<(String, String), String>,
+    parents: HashMap<SessionKey, String>,
     /// How session directories are read (hand-off continuations).
     workspace: Arc<dyn Workspace>,
     /// Sessions Shepherd made for its own questions: not supervised.
     scratch: Scratch,
     /// The guard every prompt passes.
     guard: Arc<dyn PromptGuard>,
+}
+
+/// `(server, session id)`: a session's identity everywhere. Maps keyed by it are looked
+/// up with borrowed strings ([`key`]), so routing an event copies no id.
+type SessionKey = (String, String);
+
+/// A session key, owned or borrowed; hashes and compares like `(&str, &str)`.
+trait KeyParts {
+    fn parts(&self) -> (&str, &str);
+}
+
+impl KeyParts for SessionKey {
+    fn parts(&self) -> (&str, &str) {
+        (&self.0, &self.1)
+    }
+}
+
+impl KeyParts for (&str, &str) {
+    fn parts(&self) -> (&str, &str) {
+        *self
+    }
+}
+
+impl<'a> Borrow<dyn KeyParts + 'a> for SessionKey {
+    fn borrow(&self) -> &(dyn KeyParts + 'a) {
+        self
+    }
+}
+
+/// `(String, String)` hashes as its two `str`s, in order: so does this.
+impl Hash for dyn KeyParts + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.parts().hash(state);
+    }
+}
+
+impl PartialEq for dyn KeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyParts + '_ {}
+
+/// The borrowed form of a [`SessionKey`], for lookups.
+fn key<'a>(parts: &'a (&'a str, &'a str)) -> &'a (dyn KeyParts + 'a) {
+    parts
 }
 
 /// A tracked session: its actor and the directory (OpenCode instance) it lives in.
@@ -166,8 +215,7 @@ impl Supervisor {
         directory: Option<&str>,
         ctx: &mut Context<Self>,
     ) -> Option<Addr<SessionActor>> {
-        let key = (server.to_string(), id.to_string());
-        if let Some(slot) = self.sessions.get_mut(&key) {
+        if let Some(slot) = self.sessions.get_mut(key(&(server, id))) {
             if slot.addr.connected() {
                 if slot.directory.is_none() {
                     slot.directory = info.and_then(|i| i.directory.clone());
@@ -206,7 +254,8 @@ impl Supervisor {
         }
         let directory = info.and_then(|i| i.directory.clone()).or(directory.map(str::to_string));
         let last_seen = self.clock.now();
-        self.sessions.insert(key, SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None });
+        let slot = SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None };
+        self.sessions.insert((server.to_string(), id.to_string()), slot);
         Some(addr)
     }
 
@@ -473,7 +522,8 @@ impl Handler<AttachServer> for Supervisor {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Ingest {
-    pub server: String,
+    /// Shared with the pump (one name per event would be one copy per event).
+    pub server: Arc<str>,
     pub envelope: Envelope,
 }
 
@@ -482,7 +532,8 @@ impl Handler<Ingest> for Supervisor {
 
     fn handle(&mut self, msg: Ingest, ctx: &mut Context<Self>) {
         let Envelope { directory, event } = msg.envelope;
-        let Some(srv) = self.servers.get_mut(&msg.server) else { return };
+        let server: &str = &msg.server;
+        let Some(srv) = self.servers.get_mut(server) else { return };
         match srv.events.get_mut(event.kind()) {
             Some(n) => *n += 1,
             None => {
@@ -493,23 +544,26 @@ impl Handler<Ingest> for Supervisor {
             return;
         }
         if let Event::Unknown { kind } = &event {
-            tracing::trace!(server = %msg.server, kind = %kind, "ignoring an event type Shepherd does not act on");
+            tracing::trace!(server = %server, kind = %kind, "ignoring an event type Shepherd does not act on");
             return;
         }
         if let Some(dir) = &directory {
-            srv.directories.insert(dir.clone());
+            if !srv.directories.contains(dir) {
+                srv.directories.insert(dir.clone());
+            }
         }
-        let Some(id) = event.session_id().map(str::to_string) else { return };
-        if self.scratch.contains(&id) {
+        let Some(id) = event.session_id() else { return };
+        if self.scratch.contains(id) {
             // Shepherd's own fork: not supervised (stop an actor made before it was known).
-            if let Some(slot) = self.sessions.remove(&(msg.server.clone(), id)) {
+            if let Some(slot) = self.sessions.remove(key(&(server, id))) {
                 slot.addr.do_send(StopSession);
             }
             return;
         }
         if let Event::SessionDeleted(_) = event {
-            self.parents.remove(&(msg.server.clone(), id.clone()));
-            if let Some(slot) = self.sessions.remove(&(msg.server.clone(), id)) {
+            let id = id.to_string();
+            self.parents.remove(key(&(server, &id)));
+            if let Some(slot) = self.sessions.remove(key(&(server, &id))) {
                 slot.addr.do_send(Observe(event));
             }
             return;
@@ -518,21 +572,21 @@ impl Handler<Ingest> for Supervisor {
             Event::SessionCreated(i) | Event::SessionUpdated(i) => Some(i.clone()),
             _ => None,
         };
-        self.learn_family(&msg.server, &id, &event, info.as_ref());
-        if let Some(parent) = self.parents.get(&(msg.server.clone(), id.clone())).cloned() {
-            if let Some(addr) = self.session(&msg.server, &parent, None, directory.as_deref(), ctx) {
-                addr.do_send(ChildObserve { child: id.clone(), event: event.clone() });
+        self.learn_family(server, id, &event, info.as_ref());
+        if let Some(parent) = self.parents.get(key(&(server, id))).cloned() {
+            if let Some(addr) = self.session(server, &parent, None, directory.as_deref(), ctx) {
+                addr.do_send(ChildObserve { child: id.to_string(), event: event.clone() });
             }
         }
-        let key = (msg.server.clone(), id.clone());
-        if let Some(slot) = self.sessions.get_mut(&key) {
-            slot.last_seen = self.clock.now();
+        let now = self.clock.now();
+        if let Some(slot) = self.sessions.get_mut(key(&(server, id))) {
+            slot.last_seen = now;
             if let Some(waiting) = slot.evicting.as_mut() {
                 waiting.push(event);
                 return;
             }
         }
-        if let Some(addr) = self.session(&msg.server, &id, info.as_ref(), directory.as_deref(), ctx) {
+        if let Some(addr) = self.session(server, id, info.as_ref(), directory.as_deref(), ctx) {
             addr.do_send(Observe(event));
         }
     }
