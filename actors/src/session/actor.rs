@@ -107,7 +107,8 @@ pub struct SessionActor {
     core: SessionCore,
     cfg: Arc<SessionRules>,
     env: Arc<SessionEnv>,
-    timer: Option<SpawnHandle>,
+    /// The armed timer and when it fires.
+    timer: Option<(SpawnHandle, tokio::time::Instant)>,
     /// A stop arrived during a recovery: stop once it has finished.
     stop_after_recovery: bool,
     /// The latest record about this session (boxed: most sessions never have one).
@@ -198,19 +199,32 @@ impl SessionActor {
         state
     }
 
-    /// Keeps exactly one timer, at the core's next deadline.
+    /// Keeps at most one timer, never later than the core's next deadline. Activity
+    /// only pushes a busy session's deadline back, so the timer is left where it is
+    /// and, when it fires early, re-armed at the deadline then: one timer per stall
+    /// timeout instead of a cancel and a new timer per event. A session without a
+    /// deadline (idle) has no timer: it wakes nothing.
     fn rearm(&mut self, ctx: &mut Context<Self>) {
-        if let Some(handle) = self.timer.take() {
+        let deadline = self.core.deadline();
+        if let Some((handle, armed)) = self.timer {
+            if deadline.is_some_and(|d| armed <= d) {
+                return; // fires first; re-armed then
+            }
             ctx.cancel_future(handle);
+            self.timer = None;
         }
-        if let Some(deadline) = self.core.deadline() {
-            let delay = deadline.saturating_duration_since(self.env.clock.now());
-            self.timer = Some(ctx.run_later(delay, |act, ctx| {
-                act.timer = None;
+        let Some(deadline) = deadline else { return };
+        let delay = deadline.saturating_duration_since(self.env.clock.now());
+        let handle = ctx.run_later(delay, |act, ctx| {
+            act.timer = None;
+            if act.core.deadline().is_some_and(|d| d <= act.env.clock.now()) {
                 let effects = act.core.on_deadline(act.env.now());
                 act.apply(effects, ctx);
-            }));
-        }
+            } else {
+                act.rearm(ctx); // the deadline moved later meanwhile
+            }
+        });
+        self.timer = Some((handle, deadline));
     }
 
     fn start_recovery(&mut self, order: RecoveryOrder, ctx: &mut Context<Self>) {
