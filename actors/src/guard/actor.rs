@@ -182,6 +182,8 @@ impl PromptGuard for GuardHandle {
             return Verdict::NotOurs { holder };
         }
         let started = tokio::time::Instant::now();
+        // Only the time spent waiting for a limit counts as "held", not the round trips.
+        let mut waited = Duration::ZERO;
         let waits = Self::waits(req.kind);
         let mut skip_limits = false;
         loop {
@@ -196,7 +198,9 @@ impl PromptGuard for GuardHandle {
                         skip_limits = true;
                         continue;
                     }
-                    tokio::time::sleep(Duration::from_millis(ms).min(left)).await;
+                    let pause = Duration::from_millis(ms).min(left);
+                    tokio::time::sleep(pause).await;
+                    waited += pause;
                 }
             }
         }
@@ -214,7 +218,9 @@ impl PromptGuard for GuardHandle {
                         if left.is_zero() {
                             break;
                         }
-                        tokio::time::sleep(Duration::from_millis(ms).min(left)).await;
+                        let pause = Duration::from_millis(ms).min(left);
+                        tokio::time::sleep(pause).await;
+                        waited += pause;
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "guard: shared rate limit unreachable: using this instance's judgement (fail open)");
@@ -235,7 +241,7 @@ impl PromptGuard for GuardHandle {
                 Err(e) => tracing::warn!(error = %e, "guard: shared fingerprints unreachable: sending (fail open)"),
             }
         }
-        Verdict::Send { waited_ms: started.elapsed().as_millis() as u64 }
+        Verdict::Send { waited_ms: waited.as_millis() as u64 }
     }
 
     async fn forget(&self, server: &str, session: &str, text: &str, not_before_ms: Option<i64>) {
