@@ -30,6 +30,7 @@ pub struct Config {
     pub loops: LoopsConfig,
     pub guard: GuardConfig,
     pub status: StatusConfig,
+    pub advisor: AdvisorConfig,
     pub log: LogConfig,
 }
 
@@ -595,6 +596,77 @@ impl Default for StatusConfig {
     }
 }
 
+/// The advisor: a model that advises before an abort or a nudge ("the model advises,
+/// rules decide"), with a heuristic fallback that is always there. Off by default.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdvisorConfig {
+    /// Consult before a stall recovery's abort and before a nudge. Off: neither is
+    /// ever held back (no advice, no heuristics).
+    pub enabled: bool,
+    /// OpenAI-compatible API root (`POST {base_url}/chat/completions`), e.g.
+    /// `https://api.openai.com/v1`. Empty: heuristics only, no model is ever called.
+    pub base_url: String,
+    /// The model id sent in the request.
+    pub model: String,
+    /// NAME of the environment variable holding the API key (never the key itself, so
+    /// config files can be shared and printed). Empty: no `Authorization` header.
+    pub api_key_env: String,
+    /// One model call, start to answer; past it the heuristic decides.
+    #[serde(with = "duration_str")]
+    pub timeout: Duration,
+    pub max_tokens: u32,
+    pub temperature: f64,
+    /// Advice `wait` at least this confident postpones an abort once, and skips a nudge.
+    pub wait_confidence: f64,
+    /// Advice `abort` at least this confident skips a nudge.
+    pub abort_confidence: f64,
+    /// How long a postponed abort waits (once per stall).
+    #[serde(with = "duration_str")]
+    pub postpone: Duration,
+    /// Model calls under way at once, across all sessions; further consultations queue.
+    pub max_concurrent: usize,
+    /// How long an answer is reused for the same session in the same state.
+    #[serde(with = "duration_str")]
+    pub cache_ttl: Duration,
+    /// A heuristic at least this confident is an obvious case: the model is not called.
+    pub obvious_confidence: f64,
+    /// Heuristic: a session younger than this is new (advice `wait`).
+    #[serde(with = "duration_str")]
+    pub new_session: Duration,
+    /// Heuristic: planning (reasoning, or the `plan` agent) quiet for longer → `abort`.
+    #[serde(with = "duration_str")]
+    pub planning_limit: Duration,
+    /// Heuristic: past this share of the window, `continue` (open todos) or `compact`.
+    pub context_share: f64,
+    /// How many of the session's latest messages the model is shown.
+    pub history_messages: u32,
+}
+
+impl Default for AdvisorConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            base_url: String::new(),
+            model: String::new(),
+            api_key_env: String::new(),
+            timeout: Duration::from_secs(5),
+            max_tokens: 500,
+            temperature: 0.1,
+            wait_confidence: 0.7,
+            abort_confidence: 0.6,
+            postpone: Duration::from_secs(60),
+            max_concurrent: 4,
+            cache_ttl: Duration::from_secs(300),
+            obvious_confidence: 0.9,
+            new_session: Duration::from_secs(30),
+            planning_limit: Duration::from_secs(60),
+            context_share: 0.8,
+            history_messages: 3,
+        }
+    }
+}
+
 /// The HTTP control API (status, custom prompts).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -689,6 +761,7 @@ pub struct SessionRules {
     /// `handoff.redact_patterns`, compiled (validated at start-up).
     pub redactions: Vec<regex::Regex>,
     pub loops: LoopsConfig,
+    pub advisor: AdvisorConfig,
 }
 
 impl Config {
@@ -703,6 +776,7 @@ impl Config {
             error_patterns: self.context.error_patterns.iter().filter_map(|p| regex::Regex::new(p).ok()).collect(),
             redactions: self.handoff.redact_patterns.iter().filter_map(|p| regex::Regex::new(p).ok()).collect(),
             loops: self.loops.clone(),
+            advisor: self.advisor.clone(),
         }
     }
 }
@@ -848,6 +922,45 @@ impl Config {
                 return Err(bad("guard.key_prefix", "must not be empty"));
             }
         }
+        let a = &self.advisor;
+        for (key, v) in [
+            ("advisor.temperature", a.temperature),
+            ("advisor.wait_confidence", a.wait_confidence),
+            ("advisor.abort_confidence", a.abort_confidence),
+            ("advisor.obvious_confidence", a.obvious_confidence),
+            ("advisor.context_share", a.context_share),
+        ] {
+            let max = if key == "advisor.temperature" { 2.0 } else { 1.0 };
+            if !(v.is_finite() && (0.0..=max).contains(&v)) {
+                return Err(bad(key, &format!("must be a number between 0 and {max}")));
+            }
+        }
+        if a.timeout.is_zero() {
+            return Err(bad("advisor.timeout", "must be greater than zero"));
+        }
+        if a.max_tokens == 0 {
+            return Err(bad("advisor.max_tokens", "must be at least 1"));
+        }
+        if a.max_concurrent == 0 {
+            return Err(bad("advisor.max_concurrent", "must be at least 1"));
+        }
+        if a.postpone.is_zero() || a.postpone > Duration::from_secs(3600) {
+            return Err(bad("advisor.postpone", "must be between 1ms and 1h (a postponed abort is bounded)"));
+        }
+        if a.history_messages == 0 || a.history_messages > 50 {
+            return Err(bad("advisor.history_messages", "must be between 1 and 50"));
+        }
+        if !a.base_url.is_empty() {
+            if !(a.base_url.starts_with("http://") || a.base_url.starts_with("https://")) {
+                return Err(bad(
+                    "advisor.base_url",
+                    "must start with http:// or https:// (or be empty: heuristics only)",
+                ));
+            }
+            if a.model.trim().is_empty() {
+                return Err(bad("advisor.model", "must name a model when advisor.base_url is set"));
+            }
+        }
         if self.loops.runaway_count < 2 {
             return Err(bad("loops.runaway_count", "must be at least 2"));
         }
@@ -974,6 +1087,28 @@ mod tests {
         let mut c = Config::default();
         c.recovery.max_backoff = Duration::from_secs(1);
         assert_eq!(c.validate().unwrap_err().key, "recovery.max_backoff");
+    }
+
+    #[test]
+    fn the_advisor_is_off_by_default_with_the_documented_numbers() {
+        let a = Config::default().advisor;
+        assert!(!a.enabled);
+        assert_eq!(a.timeout, Duration::from_secs(5));
+        assert_eq!((a.max_tokens, a.temperature), (500, 0.1));
+        assert_eq!((a.wait_confidence, a.abort_confidence), (0.7, 0.6));
+    }
+
+    #[test]
+    fn advisor_values_out_of_range_are_rejected_with_their_key() {
+        let mut c = Config::default();
+        c.advisor.wait_confidence = 1.5;
+        assert_eq!(c.validate().unwrap_err().key, "advisor.wait_confidence");
+        let mut c = Config::default();
+        c.advisor.max_concurrent = 0;
+        assert_eq!(c.validate().unwrap_err().key, "advisor.max_concurrent");
+        let mut c = Config::default();
+        c.advisor.base_url = "http://model".into();
+        assert_eq!(c.validate().unwrap_err().key, "advisor.model", "a URL without a model");
     }
 
     #[test]

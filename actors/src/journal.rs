@@ -45,6 +45,8 @@ pub enum Action {
     Escalate,
     /// The same tool with the same input called again and again.
     SpinningTool,
+    /// The advisor was consulted before an abort or a nudge (and what it changed).
+    Advise,
 }
 
 impl Action {
@@ -66,6 +68,7 @@ impl Action {
             Action::Handoff => "handoff",
             Action::Escalate => "escalate",
             Action::SpinningTool => "spinning_tool",
+            Action::Advise => "advise",
         }
     }
 }
@@ -135,6 +138,13 @@ pub struct Numbers {
     /// `tool:bash`, …): where sessions tend to get stuck.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_part: Option<String>,
+    /// The advice heard before the decision (`wait:0.90`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice: Option<String>,
+    /// Where that advice came from: `model`, `cached`, `heuristic (obvious)`,
+    /// `heuristic (no model configured)`, `heuristic (fallback: WHY)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice_source: Option<String>,
 }
 
 /// One decision about one session.
@@ -199,6 +209,8 @@ impl Journal {
                     context_window = n.context_window,
                     window_ms = n.window_ms,
                     last_part = n.last_part.as_deref(),
+                    advice = n.advice.as_deref(),
+                    advice_source = n.advice_source.as_deref(),
                     "{} {}: {}", r.action.as_str(), r.outcome.as_str(), r.reason
                 )
             };

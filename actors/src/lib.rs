@@ -1,6 +1,7 @@
 //! Shepherd's actor system and, beside each actor, its pure decision core.
 //!
 //! Module map (read top-down):
+//! - [`advisor`]: advice before an abort or a nudge (model + heuristic fallback).
 //! - [`config`]: the configuration schema — the one home of every default number.
 //! - [`event`]: typed OpenCode events, decoded from the JSON the server sends.
 //! - [`ports`]: the narrow traits the cores need from the world ([`ports::Engine`] for
@@ -18,6 +19,7 @@
 //! Decision modules have no I/O, no clock of their own and no actix: they take `now`
 //! as an argument and return actions.
 
+pub mod advisor;
 pub mod config;
 pub mod control;
 pub mod event;

@@ -247,3 +247,32 @@ impl Clock for SystemClock {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
     }
 }
+
+/// One chat-completions request to the advisor's model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    pub model: String,
+    pub system: String,
+    pub user: String,
+    pub max_tokens: u32,
+    pub temperature: f64,
+}
+
+/// What went wrong asking the model. The text never carries the API key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    #[error("model unreachable: {0}")]
+    Unreachable(String),
+    #[error("model answered HTTP {status}")]
+    Http { status: u16 },
+    #[error("model answer not understood: {0}")]
+    Decode(String),
+}
+
+/// The advisor's model: an OpenAI-compatible chat-completions endpoint (the adapter in
+/// the binary), or a fake in tests. Timeouts are the caller's (the advisor actor).
+#[async_trait]
+pub trait ModelPort: Send + Sync + 'static {
+    /// The text of the model's answer.
+    async fn complete(&self, request: &ChatRequest) -> Result<String, ModelError>;
+}

@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
+use crate::advisor::actor::{heuristic_answer, AdvisorActor, Consult};
+use crate::advisor::gate::AdviceRequest;
+use crate::advisor::Source;
 use crate::config::SessionRules;
 use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
 use crate::control::{HandoffView, SessionDetail};
@@ -40,6 +43,8 @@ pub struct SessionEnv {
     pub scratch: Scratch,
     /// The guard every prompt passes (dedupe, rate limits, leases).
     pub guard: Arc<dyn PromptGuard>,
+    /// The advisor (`advisor.enabled`); without it advice comes from the heuristic.
+    pub advisor: Option<Addr<AdvisorActor>>,
 }
 
 /// Session ids Shepherd created for its own use (a fork to ask the model in): they are
@@ -163,6 +168,7 @@ impl SessionActor {
                 Effect::Prompt(order) => self.start_delivery(order, ctx),
                 Effect::Compact(order) => self.start_compaction(order, ctx),
                 Effect::HandOff(order) => self.start_handoff_step(order, ctx),
+                Effect::Advise(request) => self.start_consultation(request, ctx),
                 Effect::Stop => ctx.stop(),
             }
         }
@@ -279,6 +285,30 @@ impl SessionActor {
 }
 
 impl SessionActor {
+    /// Asks the advisor actor; its answer goes back into the core, which decides.
+    fn start_consultation(&mut self, request: AdviceRequest, ctx: &mut Context<Self>) {
+        let Some(advisor) = self.env.advisor.clone() else {
+            let answer = heuristic_answer(&request.situation, &self.cfg.advisor, Source::NoModel);
+            let effects = self.core.on_advice(&request, &answer, self.env.now());
+            // Deferred: `apply` is running; the answer is applied as its own step.
+            ctx.spawn(actix::fut::ready(()).map(move |_, act: &mut Self, ctx| act.apply(effects, ctx)));
+            return;
+        };
+        let consult = Consult {
+            server: self.env.server.to_string(),
+            session: self.core.id().to_string(),
+            situation: request.situation.clone(),
+            engine: Arc::clone(&self.env.engine),
+        };
+        ctx.spawn(advisor.send(consult).into_actor(self).map(move |answer, act, ctx| {
+            let answer = answer.unwrap_or_else(|_| {
+                heuristic_answer(&request.situation, &act.cfg.advisor, Source::Fallback("advisor stopped".into()))
+            });
+            let effects = act.core.on_advice(&request, &answer, act.env.now());
+            act.apply(effects, ctx);
+        }));
+    }
+
     /// Runs one hand-off step; the core journals it, the state is persisted, and the
     /// next step (if any) follows — so a restart resumes at the step it was in.
     fn start_handoff_step(&mut self, order: HandoffOrder, ctx: &mut Context<Self>) {

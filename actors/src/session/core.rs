@@ -24,6 +24,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::advisor::gate::{AdviceGate, AdviceRequest};
+use crate::advisor::{About, Situation};
 use crate::config::SessionRules;
 use crate::event::{
     ErrorInfo, Event, MessageInfo, ModelRef, Part, PartKind, Role, SessionInfo, Status, Todo, ToolStatus,
@@ -62,6 +64,8 @@ pub enum Effect {
     Compact(CompactOrder),
     /// Run one step of a hand-off.
     HandOff(HandoffOrder),
+    /// Ask the advisor; its answer goes to [`SessionCore::on_advice`].
+    Advise(AdviceRequest),
     /// The session is gone: stop the actor.
     Stop,
 }
@@ -239,6 +243,8 @@ pub struct SessionCore {
     generation: u64,
     /// Bumped whenever `model` changes.
     model_generation: u64,
+    /// Advice before an abort or a nudge (`advisor.enabled`): see `advice.rs`.
+    advice: AdviceGate,
 }
 
 impl SessionCore {
@@ -287,6 +293,7 @@ impl SessionCore {
             last_part: None,
             generation: 0,
             model_generation: 0,
+            advice: AdviceGate::default(),
         }
     }
 
@@ -731,7 +738,10 @@ impl SessionCore {
         {
             return None;
         }
-        let stall_at = self.last_activity + self.stall_timeout();
+        if self.advice.pending() == Some(About::Abort) {
+            return None; // the advisor is being asked
+        }
+        let stall_at = self.advice.postponed(self.last_activity + self.stall_timeout());
         Some(self.backoff_until.map_or(stall_at, |b| b.max(stall_at)))
     }
 
@@ -918,6 +928,7 @@ impl SessionCore {
             || (matches!(p.kind, PartKind::Text { .. }) && self.messages.role(msg) == Some(Role::User));
         if !users {
             self.last_part = Some(part_type(&p.kind));
+            self.advice.on_part(&p.kind);
         }
         match &p.kind {
             PartKind::Text { shepherd: Some(_), .. } => {
@@ -1025,6 +1036,7 @@ impl SessionCore {
     fn activity(&mut self, now: Now) {
         self.last_activity = now.mono;
         self.backoff_until = None;
+        self.advice.on_activity();
     }
 
     fn real_progress(&mut self) {
@@ -1100,6 +1112,13 @@ impl SessionCore {
     /// cheap moment to compact). Either way it is sent whatever the compaction gives, so
     /// the session is never stranded.
     fn decision_effects(&mut self, d: Decision, now: Now) -> Vec<Effect> {
+        if let Some(ask) = self.advice_before_nudge(&d, now) {
+            return vec![ask];
+        }
+        self.decision_effects_advised(d, now)
+    }
+
+    fn decision_effects_advised(&mut self, d: Decision, now: Now) -> Vec<Effect> {
         let effects = self.decision_effects_ungated(d, now);
         let gate = if self.compaction_in_flight {
             None
@@ -1341,6 +1360,9 @@ impl SessionCore {
             )];
         }
 
+        if let Some(ask) = self.advice_before_abort(now) {
+            return vec![ask];
+        }
         self.attempts += 1;
         self.auto_submits += 1;
         self.touch();
@@ -1884,6 +1906,8 @@ fn action_of(kind: PromptKind) -> Action {
 fn ms(d: Duration) -> u64 {
     d.as_millis().min(u64::MAX as u128) as u64
 }
+
+mod advice;
 
 #[cfg(test)]
 mod tests {

@@ -69,6 +69,8 @@ pub struct Supervisor {
     scratch: Scratch,
     /// The guard every prompt passes.
     guard: Arc<dyn PromptGuard>,
+    /// The advisor actor every session consults (`advisor.enabled`).
+    advisor: Option<Addr<crate::advisor::actor::AdvisorActor>>,
 }
 
 /// `(server, session id)`: a session's identity everywhere. Maps keyed by it are looked
@@ -151,12 +153,19 @@ impl Supervisor {
             workspace: Arc::new(NoWorkspace),
             scratch: Scratch::default(),
             guard: Arc::new(NoGuard),
+            advisor: None,
         }
     }
 
     /// Puts every prompt through this guard (the daemon passes the guard actor's handle).
     pub fn with_guard(mut self, guard: Arc<dyn PromptGuard>) -> Self {
         self.guard = guard;
+        self
+    }
+
+    /// Lets sessions consult the advisor actor before an abort or a nudge.
+    pub fn with_advisor(mut self, advisor: Addr<crate::advisor::actor::AdvisorActor>) -> Self {
+        self.advisor = Some(advisor);
         self
     }
 
@@ -499,6 +508,7 @@ impl Handler<AttachServer> for Supervisor {
             workspace: Arc::clone(&self.workspace),
             scratch: self.scratch.clone(),
             guard: Arc::clone(&self.guard),
+            advisor: self.advisor.clone(),
         });
         self.servers.insert(
             msg.name,
