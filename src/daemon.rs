@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use actix::{Actor, Addr};
 use anyhow::Context as _;
+use shepherd_actors::advisor::actor::AdvisorActor;
 use shepherd_actors::config::Config;
 use shepherd_actors::journal::Journal;
 use shepherd_actors::ports::SystemClock;
@@ -55,7 +56,18 @@ impl Daemon {
             instance.clone(),
         )
         .with_workspace(Arc::new(crate::workspace::GitWorkspace))
-        .with_guard(crate::guard::start(&cfg.guard, Arc::new(SystemClock), &instance)?)
+        .with_guard(crate::guard::start(&cfg.guard, Arc::new(SystemClock), &instance)?);
+        let supervisor = if cfg.advisor.enabled {
+            let model = crate::advisor::ChatCompletions::from_config(&cfg.advisor)?;
+            tracing::info!(
+                model = model.is_some(),
+                "advisor enabled{}",
+                if model.is_some() { "" } else { " (heuristics only)" }
+            );
+            supervisor.with_advisor(AdvisorActor::new(cfg.advisor.clone(), model).start())
+        } else {
+            supervisor
+        }
         .start();
         // Before the pumps: a control port already taken fails start-up with nothing running.
         let control =

@@ -3,6 +3,7 @@
 //! OpenCode server) and the wiring that connects them to the actor system in
 //! `shepherd-actors`.
 
+pub mod advisor;
 pub mod config;
 pub mod control;
 pub mod daemon;

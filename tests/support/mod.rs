@@ -76,6 +76,16 @@ impl Rig {
         tweak: impl FnOnce(OpenCodeOptions) -> OpenCodeOptions,
         via: impl FnOnce(String) -> anyhow::Result<String>,
     ) -> anyhow::Result<Rig> {
+        Self::start_with_fake(|c, _| configure(c), tweak, via).await
+    }
+
+    /// Like [`Rig::start_full`], with the fake model at hand while configuring (e.g. to
+    /// point the advisor at it).
+    pub async fn start_with_fake(
+        configure: impl FnOnce(&mut Config, &FakeModel),
+        tweak: impl FnOnce(OpenCodeOptions) -> OpenCodeOptions,
+        via: impl FnOnce(String) -> anyhow::Result<String>,
+    ) -> anyhow::Result<Rig> {
         let fake = FakeModel::start()?;
         let opencode = OpenCodeServer::start(tweak(OpenCodeOptions::for_fake(&fake))).await?;
         let client = opencode.client();
@@ -97,7 +107,7 @@ impl Rig {
         cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
         // Never the user's own status file either.
         cfg.status.enabled = false;
-        configure(&mut cfg);
+        configure(&mut cfg, &fake);
         cfg.validate()?;
         let daemon = Daemon::start(&cfg)?;
         let records = daemon.journal().subscribe();

@@ -68,6 +68,10 @@
 //! `bash {command[, timeout, workdir]}` (the fake also sends `description: "Run a
 //! command"`, as in the study's captures; OpenCode keeps it in the part's input).
 //!
+//! A request for the model `advisor-model` ([`ADVISOR_MODEL`]) is Shepherd's advisor asking,
+//! never a session's turn: it is answered from [`FakeModel::set_advisor_answers`] (a good
+//! answer, garbage, `hang`, `err500`), so tests script the advisor without touching turns.
+//!
 //! Every chat request is logged ([`FakeModel::requests`]): what the model saw, the step,
 //! the behaviour chosen, and whether the client read the stream to the end or went away.
 
@@ -76,4 +80,4 @@ pub mod reply;
 mod server;
 
 pub use marker::{Behaviour, MarkerError, Script, StepChoice, TodoStage};
-pub use server::{FakeModel, FakeRequest, RequestKind, StreamEnd};
+pub use server::{FakeModel, FakeRequest, RequestKind, StreamEnd, ADVISOR_MODEL};

@@ -23,6 +23,9 @@ use super::reply::{self, Frame, Reply, ReplyContext, RequestView, Wait};
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// Model ids listed by `GET /v1/models`.
 const MODEL_IDS: [&str; 2] = ["fake-model", "fake-model-2"];
+/// Requests for this model are Shepherd's advisor asking, never a session's turn: they
+/// are answered from [`FakeModel::set_advisor_answers`].
+pub const ADVISOR_MODEL: &str = "advisor-model";
 
 /// How the fake chose its answer to one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +43,8 @@ pub enum RequestKind {
     HelperOverride(Behaviour),
     /// The marker for this step did not parse; the message says why.
     InvalidMarker(String),
+    /// A request for [`ADVISOR_MODEL`], answered with the next scripted advisor answer.
+    Advisor(Behaviour),
 }
 
 /// How the response to a request ended, as far as the fake can tell.
@@ -77,6 +82,11 @@ pub struct FakeRequest {
 }
 
 impl FakeRequest {
+    /// Whether this was Shepherd's advisor asking (model [`ADVISOR_MODEL`]).
+    pub fn is_advisor(&self) -> bool {
+        matches!(self.kind, RequestKind::Advisor(_))
+    }
+
     /// Whether this was a helper call (no tools).
     pub fn is_helper(&self) -> bool {
         matches!(self.kind, RequestKind::Helper | RequestKind::HelperOverride(_))
@@ -85,7 +95,10 @@ impl FakeRequest {
     /// The behaviour run for this request, if any (scripted or default).
     pub fn behaviour(&self) -> Option<&Behaviour> {
         match &self.kind {
-            RequestKind::Scripted(b) | RequestKind::Default(b) | RequestKind::HelperOverride(b) => Some(b),
+            RequestKind::Scripted(b)
+            | RequestKind::Default(b)
+            | RequestKind::HelperOverride(b)
+            | RequestKind::Advisor(b) => Some(b),
             _ => None,
         }
     }
@@ -96,6 +109,7 @@ impl FakeRequest {
         match &self.kind {
             RequestKind::Scripted(b) | RequestKind::Default(b) => b.spec(),
             RequestKind::HelperOverride(b) => format!("helper:{}", b.spec()),
+            RequestKind::Advisor(b) => format!("advisor:{}", b.spec()),
             RequestKind::Finished => "done".into(),
             RequestKind::Helper => "helper".into(),
             RequestKind::InvalidMarker(_) => "invalid".into(),
@@ -118,6 +132,8 @@ struct Shared {
     log: Mutex<Vec<FakeRequest>>,
     default: Mutex<Behaviour>,
     helper: Mutex<Option<Behaviour>>,
+    /// Answers for advisor requests, in order; the last one repeats.
+    advisor: Mutex<VecDeque<Behaviour>>,
     counter: AtomicU64,
 }
 
@@ -155,6 +171,7 @@ impl FakeModel {
             log: Mutex::new(Vec::new()),
             default: Mutex::new(Behaviour::Ok),
             helper: Mutex::new(None),
+            advisor: Mutex::new(VecDeque::new()),
             counter: AtomicU64::new(0),
         });
         let app_shared = shared.clone();
@@ -198,7 +215,7 @@ impl FakeModel {
 
     /// The logged requests that were not helper calls (the model turns), oldest first.
     pub fn turn_requests(&self) -> Vec<FakeRequest> {
-        self.shared.log().iter().filter(|r| !r.is_helper()).cloned().collect()
+        self.shared.log().iter().filter(|r| !r.is_helper() && !r.is_advisor()).cloned().collect()
     }
 
     /// Polls the request log until `pred` holds or `timeout` passes; returns whether it held.
@@ -230,6 +247,19 @@ impl FakeModel {
     /// E.g. `Some(Behaviour::Ctx400)` makes OpenCode's compaction overflow too.
     pub fn set_helper_behaviour(&self, behaviour: Option<Behaviour>) {
         *self.shared.helper.lock().unwrap_or_else(|p| p.into_inner()) = behaviour;
+    }
+
+    /// How requests for [`ADVISOR_MODEL`] are answered, in order (the last answer
+    /// repeats; none set: `say:@continue:0.5`). E.g. `Say("@wait:0.9")` for a good
+    /// answer, `Say("no idea")` for garbage, `Hang(None)` for a timeout, `Err500`.
+    /// Sessions' own turns are untouched: they never ask for that model.
+    pub fn set_advisor_answers(&self, answers: Vec<Behaviour>) {
+        *self.shared.advisor.lock().unwrap_or_else(|p| p.into_inner()) = answers.into();
+    }
+
+    /// The logged advisor requests, oldest first.
+    pub fn advisor_requests(&self) -> Vec<FakeRequest> {
+        self.shared.log().iter().filter(|r| r.is_advisor()).cloned().collect()
     }
 
     /// Stops the server (open streams are dropped) and joins its thread.
@@ -307,7 +337,19 @@ async fn chat_completions(shared: web::Data<Shared>, body: Bytes) -> HttpRespons
     };
 
     let helper_override = shared.helper.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let (kind, planned) = if view.is_helper() {
+    let (kind, planned) = if view.model == ADVISOR_MODEL {
+        let b = {
+            let mut answers = shared.advisor.lock().unwrap_or_else(|p| p.into_inner());
+            if answers.len() > 1 {
+                answers.pop_front()
+            } else {
+                answers.front().cloned()
+            }
+        }
+        .unwrap_or_else(|| Behaviour::Say("@continue:0.5".into()));
+        let r = reply::plan(&b, &ctx);
+        (RequestKind::Advisor(b), r)
+    } else if view.is_helper() {
         match helper_override {
             Some(b) => {
                 let r = reply::plan(&b, &ctx);

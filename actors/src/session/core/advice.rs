@@ -92,3 +92,135 @@ impl SessionCore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The hooks as a specification: a stall or a nudge stops to ask, the answer decides.
+    use super::*;
+    use crate::advisor::{Advice, AdviceAction, Source};
+    use crate::event::decode;
+
+    const CREATED_MS: i64 = 1_000_000;
+
+    struct Bench {
+        core: SessionCore,
+        t0: Instant,
+    }
+
+    impl Bench {
+        fn new() -> Self {
+            let mut rules = SessionRules::default();
+            rules.advisor.enabled = true;
+            rules.advisor.new_session = Duration::ZERO;
+            let t0 = Instant::now();
+            let mut core = SessionCore::new("srv", "ses_A", Arc::new(rules), Now { mono: t0, wall_ms: CREATED_MS });
+            core.hydrate(&SessionInfo {
+                id: "ses_A".into(),
+                parent_id: None,
+                directory: Some("/p".into()),
+                title: None,
+                time: crate::event::Times { created: Some(CREATED_MS), ..Default::default() },
+                metadata: None,
+            });
+            Self { core, t0 }
+        }
+        fn at(&self, secs: u64) -> Now {
+            Now { mono: self.t0 + Duration::from_secs(secs), wall_ms: CREATED_MS + secs as i64 * 1000 }
+        }
+        fn feed(&mut self, secs: u64, json: &str) -> Vec<Effect> {
+            let event = decode(json).expect("test event decodes").event;
+            let now = self.at(secs);
+            self.core.observe(&event, now)
+        }
+        fn tick(&mut self, secs: u64) -> Vec<Effect> {
+            let now = self.at(secs);
+            self.core.on_deadline(now)
+        }
+        fn answer(&mut self, secs: u64, req: &AdviceRequest, action: AdviceAction, confidence: f64) -> Vec<Effect> {
+            let answer = Consulted { advice: Advice { action, confidence }, source: Source::Model, why: "test".into() };
+            let now = self.at(secs);
+            self.core.on_advice(req, &answer, now)
+        }
+    }
+
+    fn asked(effects: &[Effect]) -> AdviceRequest {
+        match effects {
+            [Effect::Advise(r)] => r.clone(),
+            other => panic!("expected one consultation, got {other:?}"),
+        }
+    }
+
+    fn recovers(effects: &[Effect]) -> bool {
+        effects.iter().any(|e| matches!(e, Effect::Recover(_)))
+    }
+
+    fn record(effects: &[Effect], action: Action) -> Option<&ActionRecord> {
+        effects.iter().find_map(|e| match e {
+            Effect::Record(r) if r.action == action => Some(r),
+            _ => None,
+        })
+    }
+
+    const BUSY: &str = r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#;
+
+    #[test]
+    fn a_sure_wait_postpones_the_abort_once_then_it_happens_without_asking_again() {
+        let mut b = Bench::new();
+        b.feed(0, BUSY);
+        let req = asked(&b.tick(180));
+        assert_eq!(req.situation.about, About::Abort);
+        assert_eq!(b.core.deadline(), None, "no stall deadline while the advisor is asked");
+        let out = b.answer(181, &req, AdviceAction::Wait, 0.9);
+        let r = record(&out, Action::Advise).expect("the consultation is journalled");
+        assert!(r.reason.contains("postponed once"), "{}", r.reason);
+        assert_eq!(r.numbers.advice.as_deref(), Some("wait:0.90"));
+        assert_eq!(r.numbers.advice_source.as_deref(), Some("model"));
+        assert!(!recovers(&out));
+        let postpone = b.core.cfg.advisor.postpone.as_secs();
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(181 + postpone)));
+        assert!(b.tick(181 + postpone - 1).is_empty());
+        let out = b.tick(181 + postpone);
+        assert!(recovers(&out), "the second time the abort goes ahead: {out:?}");
+        assert!(!out.iter().any(|e| matches!(e, Effect::Advise(_))));
+    }
+
+    #[test]
+    fn any_other_advice_lets_the_abort_go_ahead_at_once() {
+        let mut b = Bench::new();
+        b.feed(0, BUSY);
+        let req = asked(&b.tick(180));
+        let out = b.answer(180, &req, AdviceAction::Wait, 0.5);
+        assert!(record(&out, Action::Advise).is_some_and(|r| r.reason.contains("goes ahead")));
+        assert!(recovers(&out));
+    }
+
+    #[test]
+    fn activity_during_the_consultation_means_no_abort() {
+        let mut b = Bench::new();
+        b.feed(0, BUSY);
+        let req = asked(&b.tick(180));
+        b.feed(181, r#"{"type":"message.part.delta","properties":{"sessionID":"ses_A","messageID":"msg_B","partID":"prt_1","field":"text","delta":"x"}}"#);
+        let out = b.answer(182, &req, AdviceAction::Abort, 0.9);
+        assert!(!recovers(&out), "the session moved meanwhile: {out:?}");
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(181 + 180)));
+    }
+
+    #[test]
+    fn an_obvious_new_session_is_asked_about_like_any_other_the_actor_decides_the_source() {
+        // The core always asks when the advisor is on; obviousness is the actor's
+        // business (it answers from the heuristic without calling the model).
+        let mut b = Bench::new();
+        b.feed(0, BUSY);
+        assert!(matches!(b.tick(180).as_slice(), [Effect::Advise(_)]));
+    }
+
+    #[test]
+    fn with_the_advisor_off_nothing_is_asked() {
+        let mut b = Bench::new();
+        let mut rules = (*b.core.cfg).clone();
+        rules.advisor.enabled = false;
+        b.core.set_config(Arc::new(rules));
+        b.feed(0, BUSY);
+        assert!(recovers(&b.tick(180)));
+    }
+}
