@@ -2,9 +2,9 @@
 //!
 //! This module decides what may be shown: every string under a key that looks secret
 //! (`password`, `token`, `secret`, `api_key`) is printed as `"***"`; a key ending in
-//! `_env` holds the NAME of a variable, is shown, and for `servers[].password_env` a
-//! comment says whether that variable is set — never its value. Durations are printed as
-//! the human strings the schema parses back (`"3m"`, `"1s 500ms"`), so the output is a
+//! `_env` holds the NAME of a variable, is shown, and for `servers[].password_env` and
+//! `advisor.api_key_env` a comment says whether that variable is set — never its value.
+//! Durations are printed as the human strings the schema parses back (`"3m"`, `"1s 500ms"`), so the output is a
 //! valid config file.
 
 use std::ffi::OsString;
@@ -83,6 +83,13 @@ fn mask_every_string(value: &mut Value) {
 
 /// Appends `# VAR is set` (or `is not set`, …) to every `password_env` line.
 fn note_password_vars(doc: &mut DocumentMut, lookup: &impl Fn(&str) -> Option<OsString>) {
+    // The advisor's key variable likewise (an empty name means no key: no note).
+    if let Some(value) = doc.get_mut("advisor").and_then(|a| a.get_mut("api_key_env")).and_then(Item::as_value_mut) {
+        if let Some(name) = value.as_str().filter(|n| !n.is_empty()).map(str::to_owned) {
+            let state = PasswordVar::read(&name, lookup);
+            value.decor_mut().set_suffix(format!(" # {name} {state}"));
+        }
+    }
     let Some(servers) = doc.get_mut("servers").and_then(Item::as_array_of_tables_mut) else {
         return;
     };
@@ -153,6 +160,15 @@ mod tests {
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("password_env = \"OPENCODE_PW\" # OPENCODE_PW is set"), "{text}");
         assert!(text.contains("password_env = \"OTHER_PW\" # OTHER_PW is not set"), "{text}");
+    }
+
+    #[test]
+    fn the_advisor_key_variable_is_shown_by_name_never_its_value() {
+        let mut cfg = Config::default();
+        cfg.advisor.api_key_env = "ADVISOR_KEY".into();
+        let text = render_with(&cfg, |name| (name == "ADVISOR_KEY").then(|| "sk-live-123".into()));
+        assert!(!text.contains("sk-live-123"), "{text}");
+        assert!(text.contains("api_key_env = \"ADVISOR_KEY\" # ADVISOR_KEY is set"), "{text}");
     }
 
     #[test]

@@ -224,3 +224,72 @@ mod tests {
         assert!(recovers(&b.tick(180)));
     }
 }
+
+#[cfg(test)]
+mod nudge_tests {
+    //! Before a nudge: a sure wait or abort skips it (journalled as declined with the
+    //! advice); anything else sends it.
+    use super::*;
+    use crate::advisor::{Advice, AdviceAction, Source};
+    use crate::event::decode;
+
+    fn core_with_todos() -> (SessionCore, Instant) {
+        let mut rules = SessionRules::default();
+        rules.advisor.enabled = true;
+        let t0 = Instant::now();
+        let mut core = SessionCore::new("srv", "ses_A", Arc::new(rules), Now { mono: t0, wall_ms: 1_000_000 });
+        let feed = |core: &mut SessionCore, json: &str| {
+            core.observe(&decode(json).expect("test event").event, Now { mono: t0, wall_ms: 1_000_000 })
+        };
+        feed(&mut core, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
+        feed(
+            &mut core,
+            r#"{"type":"todo.updated","properties":{"sessionID":"ses_A","todos":[{"content":"t0","status":"pending","priority":"high"}]}}"#,
+        );
+        feed(
+            &mut core,
+            r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"m1","sessionID":"ses_A","role":"assistant","finish":"stop","time":{"created":1}}}}"#,
+        );
+        feed(&mut core, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}"#);
+        (core, t0)
+    }
+
+    fn nudge_consultation(core: &mut SessionCore, t0: Instant) -> (AdviceRequest, Now) {
+        let due = core.deadline().expect("a nudge is due");
+        let now = Now { mono: due, wall_ms: 1_000_000 + due.duration_since(t0).as_millis() as i64 };
+        let effects = core.on_deadline(now);
+        match effects.as_slice() {
+            [Effect::Advise(r)] if r.situation.about == About::Nudge => (r.clone(), now),
+            other => panic!("expected a consultation before the nudge, got {other:?}"),
+        }
+    }
+
+    fn answer(action: AdviceAction, confidence: f64) -> Consulted {
+        Consulted { advice: Advice { action, confidence }, source: Source::Model, why: "test".into() }
+    }
+
+    #[test]
+    fn a_sure_wait_or_abort_skips_the_nudge_and_says_so() {
+        for (action, confidence) in [(AdviceAction::Wait, 0.7), (AdviceAction::Abort, 0.6)] {
+            let (mut core, t0) = core_with_todos();
+            let (req, now) = nudge_consultation(&mut core, t0);
+            let out = core.on_advice(&req, &answer(action, confidence), now);
+            match out.as_slice() {
+                [Effect::Record(r)] => {
+                    assert_eq!((r.action, r.outcome), (Action::Nudge, Outcome::Declined));
+                    assert!(r.reason.contains("nudge skipped"), "{}", r.reason);
+                    assert!(r.numbers.advice.is_some() && r.numbers.advice_source.as_deref() == Some("model"));
+                }
+                other => panic!("expected one declined nudge, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn other_advice_sends_the_nudge() {
+        let (mut core, t0) = core_with_todos();
+        let (req, now) = nudge_consultation(&mut core, t0);
+        let out = core.on_advice(&req, &answer(AdviceAction::Wait, 0.69), now);
+        assert!(out.iter().any(|e| matches!(e, Effect::Prompt(o) if o.kind == PromptKind::Nudge)), "{out:?}");
+    }
+}
