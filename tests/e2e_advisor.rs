@@ -7,7 +7,7 @@
 mod support;
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use shepherd::testbed::fake_model::{Behaviour, FakeModel, ADVISOR_MODEL};
@@ -34,6 +34,7 @@ fn advised(c: &mut Config, fake: &FakeModel) {
 }
 
 async fn advised_rig() -> anyhow::Result<Rig> {
+    capture_logs();
     std::env::set_var(KEY_VAR, KEY);
     Rig::start_with_fake(advised, |o| o, Ok).await
 }
@@ -95,17 +96,24 @@ impl Write for Captured {
     }
 }
 
+/// Every log line of this test binary (both tests, every thread), from the first rig on.
+fn capture_logs() -> &'static Captured {
+    static LOGS: OnceLock<Captured> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber of this test binary");
+        logs
+    })
+}
+
 #[actix::test]
 async fn garbage_a_timeout_and_http_500_fall_back_to_the_heuristic_and_say_why() -> anyhow::Result<()> {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-
     let mut rig = advised_rig().await?;
     let garbage = stall_with(&mut rig, Behaviour::Say("I would probably wait a bit.".into()), "garbage").await?;
     assert!(garbage.contains("fallback: unparsable answer"), "{garbage}");
@@ -116,7 +124,7 @@ async fn garbage_a_timeout_and_http_500_fall_back_to_the_heuristic_and_say_why()
     assert_eq!(rig.fake.advisor_requests().len(), 3, "each stall asked the model once");
     rig.stop().await;
 
-    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).to_string();
+    let text = String::from_utf8_lossy(&capture_logs().0.lock().unwrap()).to_string();
     assert!(text.contains("shepherd::advisor") && text.contains("fallback"), "the consultations were logged");
     assert!(!text.contains(KEY), "the API key leaked into the logs");
     Ok(())

@@ -84,18 +84,18 @@ impl Handler<Consult> for AdvisorActor {
         let Consult { server, session, situation, engine } = msg;
         let ruled = heuristic::advise(&situation, &self.cfg);
         let key = (server.clone(), session.clone(), situation.fingerprint());
-        let immediate = if heuristic::obvious(&ruled, &self.cfg) {
-            Some(heuristic_answer(&situation, &self.cfg, Source::Obvious))
-        } else if self.model.is_none() {
-            Some(heuristic_answer(&situation, &self.cfg, Source::NoModel))
-        } else {
-            self.cached(&key)
+        let model = match self.model.clone() {
+            _ if heuristic::obvious(&ruled, &self.cfg) => Err(heuristic_answer(&situation, &self.cfg, Source::Obvious)),
+            None => Err(heuristic_answer(&situation, &self.cfg, Source::NoModel)),
+            Some(model) => self.cached(&key).map_or(Ok(model), Err),
         };
-        if let Some(answer) = immediate {
-            log(&server, &session, &situation, &answer);
-            return Box::pin(actix::fut::ready(answer));
-        }
-        let Some(model) = self.model.clone() else { unreachable!("no model is answered above") };
+        let model = match model {
+            Ok(model) => model,
+            Err(answer) => {
+                log(&server, &session, &situation, &answer);
+                return Box::pin(actix::fut::ready(answer));
+            }
+        };
         let cfg = self.cfg.clone();
         let permits = Arc::clone(&self.permits);
         let (srv, ses, sit) = (server.clone(), session.clone(), situation.clone());
