@@ -1922,24 +1922,30 @@ mod tests {
         t0: Instant,
     }
 
-    const CREATED_MS: i64 = 1_000_000;
+    pub(super) const CREATED_MS: i64 = 1_000_000;
+
+    /// A core for session `ses_A` in `/p`, created at `CREATED_MS`, and its time origin:
+    /// the one set-up every core test bench starts from.
+    pub(super) fn test_core(rules: SessionRules) -> (SessionCore, Instant) {
+        let t0 = Instant::now();
+        let mut core = SessionCore::new("srv", "ses_A", Arc::new(rules), Now { mono: t0, wall_ms: CREATED_MS });
+        core.hydrate(&SessionInfo {
+            id: "ses_A".into(),
+            parent_id: None,
+            directory: Some("/p".into()),
+            title: None,
+            time: crate::event::Times { created: Some(CREATED_MS), ..Default::default() },
+            metadata: None,
+        });
+        (core, t0)
+    }
 
     impl Bench {
         fn new() -> Self {
             Self::with(RecoveryConfig::default())
         }
         fn with(cfg: RecoveryConfig) -> Self {
-            let t0 = Instant::now();
-            let mut core =
-                SessionCore::new("srv", "ses_A", Arc::new(cfg.into()), Now { mono: t0, wall_ms: CREATED_MS });
-            core.hydrate(&SessionInfo {
-                id: "ses_A".into(),
-                parent_id: None,
-                directory: Some("/p".into()),
-                title: None,
-                time: crate::event::Times { created: Some(CREATED_MS), ..Default::default() },
-                metadata: None,
-            });
+            let (core, t0) = test_core(cfg.into());
             Self { core, t0 }
         }
         fn at(&self, secs: u64) -> Now {

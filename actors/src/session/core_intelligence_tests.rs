@@ -16,16 +16,7 @@ impl Bench {
     fn new(configure: impl FnOnce(&mut SessionRules)) -> Self {
         let mut rules = SessionRules::default();
         configure(&mut rules);
-        let t0 = Instant::now();
-        let mut core = SessionCore::new("srv", "ses_A", Arc::new(rules), Now { mono: t0, wall_ms: CREATED_MS });
-        core.hydrate(&SessionInfo {
-            id: "ses_A".into(),
-            parent_id: None,
-            directory: Some("/p".into()),
-            title: None,
-            time: crate::event::Times { created: Some(CREATED_MS), ..Default::default() },
-            metadata: None,
-        });
+        let (core, t0) = super::tests::test_core(rules);
         Self { core, t0 }
     }
     fn at(&self, secs: u64) -> Now {
