@@ -418,17 +418,9 @@ impl SessionCore {
         vec![
             self.record(Action::StallDetected, Outcome::Done, reason, numbers, now),
             Effect::Recover(RecoveryOrder {
-                session_id: self.id.clone(),
-                directory: self.directory.clone(),
-                attempt: self.attempts + 1,
-                known_todos: self.todos.clone(),
-                known_turn: self.turn.clone(),
-                decision: format!("{}-runaway-{}", self.id, now.wall_ms),
-                decided_ms: now.wall_ms,
-                compact_first: None,
                 continue_after: !again,
                 planning: false,
-                escalation: None,
+                ..self.recovery_order(self.attempts + 1, Some("runaway"), now)
             }),
         ]
     }
@@ -1380,20 +1372,11 @@ impl SessionCore {
         vec![
             self.record(Action::StallDetected, Outcome::Done, reason, base, now),
             Effect::Recover(RecoveryOrder {
-                session_id: self.id.clone(),
-                directory: self.directory.clone(),
-                attempt: self.attempts,
-                known_todos: self.todos.clone(),
-                known_turn: self.turn.clone(),
-                decision: format!("{}-{}", self.id, now.wall_ms),
-                decided_ms: now.wall_ms,
                 compact_first: self
                     .past_hard()
                     .then(|| self.model.clone().map(|m| (m, self.cfg.compaction.max_wait)))
                     .flatten(),
-                continue_after: true,
-                planning: self.planning.active(),
-                escalation: None,
+                ..self.recovery_order(self.attempts, None, now)
             }),
         ]
     }
@@ -1458,19 +1441,34 @@ impl SessionCore {
             self.record(Action::StallDetected, Outcome::Done, "stalled again after repeated continues", base, now),
             self.record(Action::Escalate, Outcome::Done, &reason, numbers, now),
             Effect::Recover(RecoveryOrder {
-                session_id: self.id.clone(),
-                directory: self.directory.clone(),
-                attempt: self.attempts,
-                known_todos: self.todos.clone(),
-                known_turn: self.turn.clone(),
-                decision: format!("{}-escalate-{}", self.id, now.wall_ms),
-                decided_ms: now.wall_ms,
                 compact_first: Some((model, self.cfg.compaction.max_wait)),
-                continue_after: true,
-                planning: self.planning.active(),
                 escalation: Some(escalation),
+                ..self.recovery_order(self.attempts, Some("escalate"), now)
             }),
         ]
+    }
+
+    /// The abort + continue order every recovery starts from: this session, the given
+    /// attempt, what the core knows of its todos and turn, a decision id (`tag` names the
+    /// kind when it is not a plain stall), an abort followed by its continue.
+    fn recovery_order(&self, attempt: u32, tag: Option<&str>, now: Now) -> RecoveryOrder {
+        let decision = match tag {
+            Some(tag) => format!("{}-{tag}-{}", self.id, now.wall_ms),
+            None => format!("{}-{}", self.id, now.wall_ms),
+        };
+        RecoveryOrder {
+            session_id: self.id.clone(),
+            directory: self.directory.clone(),
+            attempt,
+            known_todos: self.todos.clone(),
+            known_turn: self.turn.clone(),
+            decision,
+            decided_ms: now.wall_ms,
+            compact_first: None,
+            continue_after: true,
+            planning: self.planning.active(),
+            escalation: None,
+        }
     }
 
     /// Feeds the recovery procedure's result in.
