@@ -1915,9 +1915,10 @@ mod tests {
     use crate::event::{decode, TodoStatus};
     use crate::journal::Action;
 
-    struct Bench {
-        core: SessionCore,
-        t0: Instant,
+    /// A core under test and its time origin; the intelligence tests use it too.
+    pub(super) struct Bench {
+        pub(super) core: SessionCore,
+        pub(super) t0: Instant,
     }
 
     pub(super) const CREATED_MS: i64 = 1_000_000;
@@ -1943,25 +1944,29 @@ mod tests {
             Self::with(RecoveryConfig::default())
         }
         fn with(cfg: RecoveryConfig) -> Self {
-            let (core, t0) = test_core(cfg.into());
+            Self::with_rules(cfg.into())
+        }
+        pub(super) fn with_rules(rules: SessionRules) -> Self {
+            let (core, t0) = test_core(rules);
             Self { core, t0 }
         }
-        fn at(&self, secs: u64) -> Now {
+        pub(super) fn at(&self, secs: u64) -> Now {
             Now { mono: self.t0 + Duration::from_secs(secs), wall_ms: CREATED_MS + secs as i64 * 1000 }
         }
-        fn feed(&mut self, secs: u64, json: &str) -> Vec<Effect> {
+        pub(super) fn feed(&mut self, secs: u64, json: &str) -> Vec<Effect> {
             let event = decode(json).expect("test event decodes").event;
             let now = self.at(secs);
             self.core.observe(&event, now)
         }
-        fn busy(&mut self, secs: u64) {
+        pub(super) fn busy(&mut self, secs: u64) {
             self.feed(secs, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
         }
-        fn tick(&mut self, secs: u64) -> Vec<Effect> {
+        pub(super) fn tick(&mut self, secs: u64) -> Vec<Effect> {
             let now = self.at(secs);
             self.core.on_deadline(now)
         }
-        fn recovered(&mut self, secs: u64) -> Vec<Effect> {
+        /// The recovery procedure reports: aborted, then continued.
+        pub(super) fn recovered(&mut self, secs: u64) -> Vec<Effect> {
             let now = self.at(secs);
             self.core.on_recovery_finished(
                 &RecoveryReport::Continued {

@@ -2,34 +2,17 @@
 //! spinning tools are reported and are not progress, planning sessions get the
 //! planning timeout and continue, nudges and continues carry the tool-call-as-text scan.
 
+use super::tests::Bench;
 use super::*;
-use crate::event::decode;
 
-const CREATED_MS: i64 = 1_000_000;
-
-struct Bench {
-    core: SessionCore,
-    t0: Instant,
+/// A bench whose rules start from the defaults, adjusted by `configure`.
+fn bench(configure: impl FnOnce(&mut SessionRules)) -> Bench {
+    let mut rules = SessionRules::default();
+    configure(&mut rules);
+    Bench::with_rules(rules)
 }
 
 impl Bench {
-    fn new(configure: impl FnOnce(&mut SessionRules)) -> Self {
-        let mut rules = SessionRules::default();
-        configure(&mut rules);
-        let (core, t0) = super::tests::test_core(rules);
-        Self { core, t0 }
-    }
-    fn at(&self, secs: u64) -> Now {
-        Now { mono: self.t0 + Duration::from_secs(secs), wall_ms: CREATED_MS + secs as i64 * 1000 }
-    }
-    fn feed(&mut self, secs: u64, json: &str) -> Vec<Effect> {
-        let event = decode(json).expect("test event decodes").event;
-        let now = self.at(secs);
-        self.core.observe(&event, now)
-    }
-    fn busy(&mut self, secs: u64) {
-        self.feed(secs, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
-    }
     fn user_turn(&mut self, secs: u64, msg: &str, agent: &str) {
         self.feed(secs, &format!(r#"{{"type":"message.updated","properties":{{"sessionID":"ses_A","info":{{"id":"{msg}","sessionID":"ses_A","role":"user","agent":"{agent}","model":{{"providerID":"fake","modelID":"m"}},"time":{{"created":1}}}}}}}}"#));
     }
@@ -38,23 +21,6 @@ impl Bench {
     }
     fn tool(&mut self, secs: u64, part: &str, tool: &str, status: &str, input: &str) -> Vec<Effect> {
         self.feed(secs, &format!(r#"{{"type":"message.part.updated","properties":{{"sessionID":"ses_A","part":{{"id":"{part}","messageID":"msg_B","sessionID":"ses_A","type":"tool","tool":"{tool}","state":{{"status":"{status}","input":{input}}}}}}}}}"#))
-    }
-    fn tick(&mut self, secs: u64) -> Vec<Effect> {
-        let now = self.at(secs);
-        self.core.on_deadline(now)
-    }
-    fn continued(&mut self, secs: u64) -> Vec<Effect> {
-        let now = self.at(secs);
-        self.core.on_recovery_finished(
-            &RecoveryReport::Continued {
-                idle_after_ms: Some(20),
-                open_todos: 0,
-                compacted: None,
-                tool_call_as_text: None,
-                waited_ms: 0,
-            },
-            now,
-        )
     }
 }
 
@@ -87,7 +53,7 @@ fn order(effects: &[Effect]) -> Option<RecoveryOrder> {
 
 #[test]
 fn three_continues_in_the_window_escalate_to_a_compaction_instead_of_a_fourth() {
-    let mut b = Bench::new(|r| {
+    let mut b = bench(|r| {
         r.handoff.enabled = false;
         r.recovery.max_recoveries = 10;
         r.recovery.max_auto_submits = 10;
@@ -101,7 +67,7 @@ fn three_continues_in_the_window_escalate_to_a_compaction_instead_of_a_fourth() 
         let o = order(&b.tick(t)).expect("a plain recovery");
         assert_eq!(o.escalation, None);
         assert_eq!(o.compact_first, None);
-        b.continued(t);
+        b.recovered(t);
     }
     t += 180;
     let effects = b.tick(t);
@@ -134,7 +100,7 @@ fn three_continues_in_the_window_escalate_to_a_compaction_instead_of_a_fourth() 
 
 #[test]
 fn with_hand_off_enabled_three_continues_escalate_to_a_hand_off() {
-    let mut b = Bench::new(|r| {
+    let mut b = bench(|r| {
         r.handoff.enabled = true;
         r.recovery.max_recoveries = 10;
         r.recovery.max_auto_submits = 10;
@@ -146,7 +112,7 @@ fn with_hand_off_enabled_three_continues_escalate_to_a_hand_off() {
     for _ in 0..3 {
         t += 180;
         order(&b.tick(t)).expect("a plain recovery");
-        b.continued(t);
+        b.recovered(t);
     }
     let effects = b.tick(t + 180);
     assert!(order(&effects).is_none(), "no fourth continue");
@@ -164,7 +130,7 @@ fn with_hand_off_enabled_three_continues_escalate_to_a_hand_off() {
 
 #[test]
 fn continues_spread_beyond_the_window_do_not_escalate() {
-    let mut b = Bench::new(|r| {
+    let mut b = bench(|r| {
         r.recovery.max_recoveries = 10;
         r.recovery.max_auto_submits = 10;
         r.recovery.stall_timeout = Duration::from_secs(400);
@@ -177,31 +143,31 @@ fn continues_spread_beyond_the_window_do_not_escalate() {
         t += 400;
         let o = order(&b.tick(t)).expect("recovery");
         assert_eq!(o.escalation, None, "at {t}s only two continues lie within 10 minutes");
-        b.continued(t);
+        b.recovered(t);
     }
 }
 
 #[test]
 fn real_progress_clears_the_continue_count() {
-    let mut b = Bench::new(|r| r.recovery.max_recoveries = 10);
+    let mut b = bench(|r| r.recovery.max_recoveries = 10);
     b.user_turn(0, "msg_U", "build");
     b.busy(0);
     b.assistant(0, "msg_A");
     for t in [180, 360] {
         order(&b.tick(t)).unwrap();
-        b.continued(t);
+        b.recovered(t);
     }
     b.tool(400, "prt_1", "edit", "completed", r#"{"path":"a"}"#);
     for t in [580, 760] {
         let o = order(&b.tick(t)).unwrap();
         assert_eq!(o.escalation, None);
-        b.continued(t);
+        b.recovered(t);
     }
 }
 
 #[test]
 fn without_a_known_model_the_escalation_is_declined_and_the_stall_recovered_as_usual() {
-    let mut b = Bench::new(|r| {
+    let mut b = bench(|r| {
         r.handoff.enabled = false;
         r.recovery.max_recoveries = 10;
         r.recovery.max_auto_submits = 10;
@@ -211,7 +177,7 @@ fn without_a_known_model_the_escalation_is_declined_and_the_stall_recovered_as_u
     for _ in 0..3 {
         t += 180;
         order(&b.tick(t)).unwrap();
-        b.continued(t);
+        b.recovered(t);
     }
     t += 180;
     let effects = b.tick(t);
@@ -223,13 +189,13 @@ fn without_a_known_model_the_escalation_is_declined_and_the_stall_recovered_as_u
 
 #[test]
 fn the_same_tool_call_repeated_is_reported_once_and_is_not_progress() {
-    let mut b = Bench::new(|r| {
+    let mut b = bench(|r| {
         r.loops.spin_count = 3;
         r.recovery.max_recoveries = 10;
     });
     b.busy(0);
     order(&b.tick(180)).unwrap();
-    b.continued(180);
+    b.recovered(180);
     assert_eq!(b.core.attempts(), 1);
     let mut reported = Vec::new();
     for i in 0..5 {
@@ -245,7 +211,7 @@ fn the_same_tool_call_repeated_is_reported_once_and_is_not_progress() {
 
 #[test]
 fn a_different_call_in_between_is_not_spinning() {
-    let mut b = Bench::new(|r| r.loops.spin_count = 3);
+    let mut b = bench(|r| r.loops.spin_count = 3);
     b.busy(0);
     let mut all = Vec::new();
     for i in 0..6 {
@@ -258,7 +224,7 @@ fn a_different_call_in_between_is_not_spinning() {
 
 #[test]
 fn a_planning_session_gets_the_planning_timeout_and_the_plan_continue() {
-    let mut b = Bench::new(|r| {
+    let mut b = bench(|r| {
         r.recovery.stall_timeout = Duration::from_secs(180);
         r.recovery.planning_timeout = Duration::from_secs(300);
     });
@@ -275,7 +241,7 @@ fn a_planning_session_gets_the_planning_timeout_and_the_plan_continue() {
 
 #[test]
 fn an_announced_plan_is_planning_until_an_edit() {
-    let mut b = Bench::new(|_| {});
+    let mut b = bench(|_| {});
     b.user_turn(0, "msg_U", "build");
     b.busy(0);
     b.assistant(1, "msg_A");
@@ -291,7 +257,7 @@ fn an_announced_plan_is_planning_until_an_edit() {
 
 #[test]
 fn stalls_record_the_last_part_type() {
-    let mut b = Bench::new(|_| {});
+    let mut b = bench(|_| {});
     b.busy(0);
     b.feed(1, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_r","messageID":"msg_A","sessionID":"ses_A","type":"reasoning","text":"hmm"}}}"#);
     let effects = b.tick(181);
@@ -300,7 +266,7 @@ fn stalls_record_the_last_part_type() {
 
 #[test]
 fn continues_and_nudges_carry_the_tool_call_as_text_scan_and_reviews_do_not() {
-    let mut b = Bench::new(|r| r.nudge.user_quiet = Duration::from_secs(1));
+    let mut b = bench(|r| r.nudge.user_quiet = Duration::from_secs(1));
     b.busy(0);
     b.feed(
         0,
