@@ -384,6 +384,9 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     cfg.review.enabled = false;
     cfg.recovery.stall_timeout = STALL_TIMEOUT;
     cfg.recovery.wait_after_abort = Duration::from_millis(100);
+    // Simulated sessions stall seconds after they are created: the heuristic "new
+    // session → wait" would postpone every measured abort. The advice is still sought.
+    cfg.advisor.new_session = Duration::ZERO;
     // The daemon's default backend (SQLite on disk), in a scratch file.
     let ledger = std::env::temp_dir().join(format!("shepherd-fleet-bench-{n}.sqlite3"));
     remove_ledger(&ledger);

@@ -57,16 +57,23 @@ impl Daemon {
         )
         .with_workspace(Arc::new(crate::workspace::GitWorkspace))
         .with_guard(crate::guard::start(&cfg.guard, Arc::new(SystemClock), &instance)?);
-        let supervisor = if cfg.advisor.enabled {
-            let model = crate::advisor::ChatCompletions::from_config(&cfg.advisor)?;
-            tracing::info!(
-                model = model.is_some(),
-                "advisor enabled{}",
-                if model.is_some() { "" } else { " (heuristics only)" }
-            );
-            supervisor.with_advisor(AdvisorActor::new(cfg.advisor.clone(), model).start())
-        } else {
-            supervisor
+        // Without a model the heuristics answer in place (in the session actor): no
+        // advisor actor, no queue, nothing to wait for.
+        let model =
+            if cfg.advisor.enabled { crate::advisor::ChatCompletions::from_config(&cfg.advisor)? } else { None };
+        tracing::info!(
+            enabled = cfg.advisor.enabled,
+            model = model.is_some(),
+            "advisor: {}",
+            match (cfg.advisor.enabled, model.is_some()) {
+                (false, _) => "off (no advice before aborts or nudges)",
+                (true, false) => "heuristics only (no model configured)",
+                (true, true) => "model, heuristics as fallback",
+            }
+        );
+        let supervisor = match model {
+            Some(model) => supervisor.with_advisor(AdvisorActor::new(cfg.advisor.clone(), Some(model)).start()),
+            None => supervisor,
         }
         .start();
         // Before the pumps: a control port already taken fails start-up with nothing running.

@@ -101,6 +101,10 @@ pub async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
     };
     // The demo must not collide with a running daemon's control port or token file.
     let mut cfg = cfg;
+    // The heuristic advice scaled to the demo's short stall timeout (its sessions are
+    // seconds old when they stall; the production "new session" is 30 s).
+    cfg.advisor.new_session = Duration::from_secs(2);
+    cfg.advisor.postpone = stall_timeout;
     cfg.control.enabled = false;
     cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
     cfg.status.enabled = false;

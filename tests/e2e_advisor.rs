@@ -129,3 +129,72 @@ async fn garbage_a_timeout_and_http_500_fall_back_to_the_heuristic_and_say_why()
     assert!(!text.contains(KEY), "the API key leaked into the logs");
     Ok(())
 }
+
+#[actix::test]
+async fn a_sure_wait_skips_a_nudge_which_comes_back_after_postpone_unasked() -> anyhow::Result<()> {
+    let mut rig = {
+        capture_logs();
+        std::env::set_var(KEY_VAR, KEY);
+        Rig::start_with_fake(
+            |c, fake| {
+                advised(c, fake);
+                c.nudge.user_quiet = Duration::ZERO;
+                c.nudge.idle_delay = Duration::from_millis(300);
+                // The nudge tells the fake model to finish its todos.
+                c.nudge.message = "[[fake:todo:done]] Keep going: {pending} of {total} open:\n{todoList}".into();
+            },
+            |o| o,
+            Ok,
+        )
+        .await?
+    };
+    rig.fake.set_advisor_answers(vec![Behaviour::Say("The agent is thinking it over. @wait:0.9".into())]);
+    let id = rig.client.create_session(Some("advised nudge")).await?;
+    rig.client.prompt_async(&id, "[[fake:todo:create]] plan and stop", None, None, false).await?;
+
+    let skipped = rig.wait_record(&id, Action::Nudge, Outcome::Declined, PATIENCE).await?;
+    assert!(skipped.reason.contains("nudge skipped"), "{}", skipped.reason);
+    assert_eq!(skipped.numbers.advice.as_deref(), Some("wait:0.90"));
+    assert_eq!(skipped.numbers.advice_source.as_deref(), Some("model"));
+    let todos = rig.client.todos(&id).await?;
+    assert!(todos.iter().any(|t| t.status != "completed"), "nothing was sent: the todos are still open");
+
+    // Not stranded: after advisor.postpone the nudge goes, without asking again.
+    let sent = rig.wait_record(&id, Action::Nudge, Outcome::Done, PATIENCE).await?;
+    assert!(sent.at_ms - skipped.at_ms >= 3000, "after advisor.postpone: {skipped:?} {sent:?}");
+    rig.client.wait_idle(&id, PATIENCE).await?;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while rig.client.todos(&id).await?.iter().any(|t| t.status != "completed") {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the nudge never got the todos done");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(rig.fake.advisor_requests().len(), 1, "the model was asked once, before the first nudge");
+    assert_eq!(rig.count(&id, Action::Nudge), 1, "one nudge sent (after the skipped one)");
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn without_a_model_the_heuristics_advise_a_new_session_stall_waits_once() -> anyhow::Result<()> {
+    // The default configuration: advice on, no model. A session younger than
+    // advisor.new_session is given advisor.postpone (2 s in the rig) before its abort.
+    let mut rig = Rig::start_config(|c| c.advisor.new_session = Duration::from_secs(120)).await?;
+    let id = rig.client.create_session(Some("heuristic stall")).await?;
+    rig.client.prompt_async(&id, "[[fake:stall]] work", None, None, false).await?;
+
+    let advice = rig.wait_record(&id, Action::Advise, Outcome::Done, PATIENCE).await?;
+    assert!(advice.reason.contains("postponed once"), "{}", advice.reason);
+    assert!(advice.reason.contains("new session"), "the rule is named: {}", advice.reason);
+    assert_eq!(advice.numbers.advice.as_deref(), Some("wait:0.95"));
+    assert_eq!(advice.numbers.advice_source.as_deref(), Some("heuristic (no model configured)"));
+    assert!(rig.client.is_busy(&id).await?, "not aborted when the advice came");
+
+    let stall = rig.wait_record(&id, Action::StallDetected, Outcome::Done, PATIENCE).await?;
+    assert!(stall.at_ms - advice.at_ms >= 2000, "postponed by advisor.postpone: {advice:?} {stall:?}");
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+    rig.client.wait_idle(&id, PATIENCE).await?;
+    assert_eq!(rig.count(&id, Action::Abort), 1);
+    assert!(rig.fake.advisor_requests().is_empty(), "no model is configured, none is called");
+    rig.stop().await;
+    Ok(())
+}

@@ -331,6 +331,7 @@ async fn one_shepherd_supervises_two_servers_each_with_its_own_sessions() -> any
             shepherd_actors::config::ServerConfig::new("beta", b.url()),
         ],
         recovery: fast_recovery(),
+        advisor: support::fast_advice(),
         ..Default::default()
     };
     cfg.control.enabled = false;

@@ -597,15 +597,18 @@ impl Default for StatusConfig {
 }
 
 /// The advisor: a model that advises before an abort or a nudge ("the model advises,
-/// rules decide"), with a heuristic fallback that is always there. Off by default.
+/// rules decide"), with a heuristic fallback that is always there. On by default with
+/// heuristics only; a model is asked only once `base_url` and `model` are set.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdvisorConfig {
-    /// Consult before a stall recovery's abort and before a nudge. Off: neither is
-    /// ever held back (no advice, no heuristics).
+    /// Seek advice before a stall recovery's abort and before a nudge. On by default:
+    /// without a model (`base_url` empty) the heuristic rules advise, in place. Off:
+    /// neither decision is ever held back (no advice, not even the heuristics').
     pub enabled: bool,
     /// OpenAI-compatible API root (`POST {base_url}/chat/completions`), e.g.
-    /// `https://api.openai.com/v1`. Empty: heuristics only, no model is ever called.
+    /// `https://api.openai.com/v1`. Empty (the default): the model advisor is disabled
+    /// and the heuristics advise; no model is ever called.
     pub base_url: String,
     /// The model id sent in the request.
     pub model: String,
@@ -621,7 +624,8 @@ pub struct AdvisorConfig {
     pub wait_confidence: f64,
     /// Advice `abort` at least this confident skips a nudge.
     pub abort_confidence: f64,
-    /// How long a postponed abort waits (once per stall).
+    /// How long a postponed abort waits (once per stall), and how long after a skipped
+    /// nudge the nudge is considered again (once per idle spell, then without asking).
     #[serde(with = "duration_str")]
     pub postpone: Duration,
     /// Model calls under way at once, across all sessions; further consultations queue.
@@ -646,7 +650,7 @@ pub struct AdvisorConfig {
 impl Default for AdvisorConfig {
     fn default() -> Self {
         Self {
-            enabled: false,
+            enabled: true,
             base_url: String::new(),
             model: String::new(),
             api_key_env: String::new(),
@@ -1090,9 +1094,10 @@ mod tests {
     }
 
     #[test]
-    fn the_advisor_is_off_by_default_with_the_documented_numbers() {
+    fn by_default_the_heuristics_advise_and_no_model_is_asked() {
         let a = Config::default().advisor;
-        assert!(!a.enabled);
+        assert!(a.enabled, "the heuristic fallback is used when the model advisor is disabled");
+        assert!(a.base_url.is_empty() && a.model.is_empty(), "no model unless configured");
         assert_eq!(a.timeout, Duration::from_secs(5));
         assert_eq!((a.max_tokens, a.temperature), (500, 0.1));
         assert_eq!((a.wait_confidence, a.abort_confidence), (0.7, 0.6));

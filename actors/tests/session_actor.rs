@@ -196,7 +196,13 @@ async fn stalled_busy_session_is_aborted_then_continued_with_its_todos() {
     assert_eq!(p.turn.model.unwrap().model_id, "fake-model-2");
     assert_eq!(
         w.drain(),
-        vec![(Action::StallDetected, Outcome::Done), (Action::Abort, Outcome::Done), (Action::Continue, Outcome::Done)]
+        vec![
+            // the heuristics advise before the abort (on by default, no model)
+            (Action::Advise, Outcome::Done),
+            (Action::StallDetected, Outcome::Done),
+            (Action::Abort, Outcome::Done),
+            (Action::Continue, Outcome::Done)
+        ]
     );
 }
 
@@ -210,7 +216,14 @@ async fn a_session_the_status_endpoint_calls_idle_is_not_aborted() {
     tokio::time::sleep(Duration::from_secs(200)).await;
     settle().await;
     assert!(!w.engine.calls().iter().any(|c| c.starts_with("abort")));
-    assert_eq!(w.drain(), vec![(Action::StallDetected, Outcome::Done), (Action::Recover, Outcome::Declined)]);
+    assert_eq!(
+        w.drain(),
+        vec![
+            (Action::Advise, Outcome::Done),
+            (Action::StallDetected, Outcome::Done),
+            (Action::Recover, Outcome::Declined)
+        ]
+    );
 }
 
 #[actix::test]

@@ -11,7 +11,7 @@ use shepherd::daemon::Daemon;
 use shepherd::testbed::client::OpenCodeClient;
 use shepherd::testbed::fake_model::FakeModel;
 use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer};
-use shepherd_actors::config::{Config, RecoveryConfig, ServerConfig};
+use shepherd_actors::config::{AdvisorConfig, Config, RecoveryConfig, ServerConfig};
 use shepherd_actors::journal::{Action, ActionRecord, Outcome};
 use tokio::sync::broadcast;
 
@@ -41,6 +41,13 @@ pub fn fast_recovery() -> RecoveryConfig {
         max_backoff: Duration::from_secs(20),
         ..RecoveryConfig::default()
     }
+}
+
+/// The heuristic advice (on by default) scaled like the recovery timings: test
+/// sessions are seconds old when they stall (the production "new session" is 30 s,
+/// a postponement 1 min).
+pub fn fast_advice() -> AdvisorConfig {
+    AdvisorConfig { new_session: Duration::from_secs(1), postpone: Duration::from_secs(2), ..AdvisorConfig::default() }
 }
 
 impl Rig {
@@ -107,6 +114,7 @@ impl Rig {
         cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
         // Never the user's own status file either.
         cfg.status.enabled = false;
+        cfg.advisor = fast_advice();
         configure(&mut cfg, &fake);
         cfg.validate()?;
         let daemon = Daemon::start(&cfg)?;

@@ -7,7 +7,9 @@
 //!   goes ahead without asking again; any activity of the session ends the stall and
 //!   with it the postponement;
 //! - before a nudge, `wait` at least `wait_confidence` or `abort` at least
-//!   `abort_confidence` sure skips it.
+//!   `abort_confidence` sure skips it — once per idle spell: the nudge is considered
+//!   again after `postpone` and then goes without asking (advice may delay a nudge,
+//!   never strand a session with open todos).
 
 use std::collections::VecDeque;
 
@@ -55,7 +57,9 @@ pub fn verdict(about: About, advice: &Advice, cfg: &AdvisorConfig) -> Verdict {
 pub fn describe(about: About, c: &Consulted, v: Verdict, cfg: &AdvisorConfig) -> String {
     let what = match (about, v) {
         (About::Abort, Verdict::Postpone) => format!("abort postponed once by {:?}", cfg.postpone),
-        (About::Nudge, Verdict::Skip) => "nudge skipped".to_string(),
+        (About::Nudge, Verdict::Skip) => {
+            format!("nudge skipped, considered again in {:?} without asking", cfg.postpone)
+        }
         (about, _) => format!("the {} goes ahead", about.as_str()),
     };
     format!("advisor before the {}: {} says {} ({}): {what}", about.as_str(), c.source, c.advice, c.why)
@@ -68,6 +72,8 @@ pub struct AdviceGate {
     postponed_until: Option<Instant>,
     /// The advice for this stall was heard and the abort may go ahead.
     abort_cleared: bool,
+    /// A nudge was skipped on advice in this idle spell: the next one goes unasked.
+    nudge_skipped: bool,
     part: Option<String>,
     stall_parts: VecDeque<String>,
 }
@@ -86,10 +92,12 @@ impl AdviceGate {
         self.part = Some(name);
     }
 
-    /// Activity ends a stall: its postponement and its cleared advice go with it.
+    /// Activity ends a stall (its postponement and its cleared advice go with it) and
+    /// an idle spell (a later nudge is asked about afresh).
     pub fn on_activity(&mut self) {
         self.postponed_until = None;
         self.abort_cleared = false;
+        self.nudge_skipped = false;
     }
 
     /// A consultation about `about` is under way.
@@ -113,9 +121,19 @@ impl AdviceGate {
         true
     }
 
-    /// Before a nudge: marks the consultation pending.
-    pub fn ask_before_nudge(&mut self) {
+    /// Before a nudge: `true` when advice must be sought first (and marks it pending);
+    /// `false` when a nudge was already skipped in this idle spell and goes ahead.
+    pub fn ask_before_nudge(&mut self) -> bool {
+        if std::mem::take(&mut self.nudge_skipped) {
+            return false;
+        }
         self.pending = Some(About::Nudge);
+        true
+    }
+
+    /// The nudge was skipped on advice; the retry goes without asking.
+    pub fn nudge_skipped(&mut self) {
+        self.nudge_skipped = true;
     }
 
     /// The answer arrived.

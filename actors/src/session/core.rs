@@ -34,6 +34,7 @@ use crate::journal::{Action, ActionRecord, Numbers, Outcome};
 use crate::ledger::DurableState;
 use crate::ports::{EngineError, TurnSettings};
 use crate::session::delivery::{Delivery, PromptKind, PromptOrder, ToolTextScan};
+use crate::session::family::{ChildNews, Family};
 use crate::session::followup::{self, Decision, Facts, FollowUp, LastReply};
 use crate::session::handoff::{Phase, Rollover, Step};
 use crate::session::handover::{HandoffOrder, StepReport};
@@ -204,13 +205,8 @@ pub struct SessionCore {
     followup: FollowUp,
     /// The interrupted assistant message already continued after a server restart.
     interrupted_continued: Option<String>,
-    /// Subagent sessions this session started, those busy now, those that failed.
-    children: HashSet<String>,
-    children_running: HashSet<String>,
-    children_failed: HashSet<String>,
-    /// Background children that failed while this parent was idle: when to continue it.
-    orphan_due: HashMap<String, Instant>,
-    orphans_handled: HashSet<String>,
+    /// The subagents this session started (boxed: most sessions have none).
+    family: Option<Box<Family>>,
     /// Prompt size of the latest finished model call (what fills the window).
     context_tokens: Option<u64>,
     /// The window of the session's model (from the server's provider list, or an
@@ -272,11 +268,7 @@ impl SessionCore {
             last_reply: LastReply::default(),
             followup: FollowUp::default(),
             interrupted_continued: None,
-            children: HashSet::new(),
-            children_running: HashSet::new(),
-            children_failed: HashSet::new(),
-            orphan_due: HashMap::new(),
-            orphans_handled: HashSet::new(),
+            family: None,
             context_tokens: None,
             window: None,
             model: None,
@@ -615,9 +607,11 @@ impl SessionCore {
     /// A parent whose `task` tool runs while every child it started is idle: the
     /// children are done and the parent should have moved on (orphan rule b).
     fn waits_on_idle_children(&self) -> bool {
-        !self.children.is_empty()
-            && self.children_running.is_empty()
-            && self.running_tools.values().any(|t| t == "task")
+        self.family.as_ref().is_some_and(|f| f.all_idle()) && self.running_tools.values().any(|t| t == "task")
+    }
+
+    fn family(&mut self) -> &mut Family {
+        self.family.get_or_insert_with(Box::default)
     }
 
     /// When [`SessionCore::on_deadline`] should next be called, if ever.
@@ -625,7 +619,7 @@ impl SessionCore {
         [
             self.stall_deadline(),
             self.followup.deadline(),
-            self.orphan_due.values().min().copied(),
+            self.family.as_ref().and_then(|f| f.deadline()),
             self.rollover.deadline(),
         ]
         .into_iter()
@@ -635,32 +629,24 @@ impl SessionCore {
 
     /// An event of a child session (a subagent this session started).
     pub fn on_child_event(&mut self, child: &str, event: &Event, now: Now) -> Vec<Effect> {
-        self.children.insert(child.to_string());
-        match event {
-            Event::SessionStatus { status: Status::Busy | Status::Retry { .. }, .. } => {
-                self.children_running.insert(child.to_string());
-                self.activity(now);
+        let news = match event {
+            Event::SessionStatus { status: Status::Busy | Status::Retry { .. }, .. } => Some(ChildNews::Busy),
+            Event::SessionStatus { status: Status::Idle, .. } | Event::SessionIdle { .. } => Some(ChildNews::Idle),
+            Event::SessionError { .. } => Some(ChildNews::Failed),
+            Event::MessageUpdated(m) if m.error.is_some() => Some(ChildNews::Failed),
+            Event::SessionCreated(_) | Event::SessionUpdated(_) | Event::SessionDiff { .. } => None,
+            _ => {
+                self.family().adopt(child);
+                self.activity(now); // the child works, so the parent is not stalled
+                return Vec::new();
             }
-            Event::SessionStatus { status: Status::Idle, .. } | Event::SessionIdle { .. } => {
-                // The orphan wait counts from the moment the last child stopped.
-                if self.children_running.remove(child) {
-                    self.activity(now);
-                }
-                let failed = self.children_failed.contains(child);
-                // Background orphan (rule a): the parent is idle and will not be told.
-                // A busy parent is a foreground one: its task part errors and it goes on.
-                if failed && self.busy == RunState::Idle && !self.orphans_handled.contains(child) {
-                    self.orphan_due.insert(child.to_string(), now.mono + self.cfg.orphan_wait);
-                }
-            }
-            Event::SessionError { .. } => {
-                self.children_failed.insert(child.to_string());
-            }
-            Event::MessageUpdated(m) if m.error.is_some() => {
-                self.children_failed.insert(child.to_string());
-            }
-            Event::SessionCreated(_) | Event::SessionUpdated(_) | Event::SessionDiff { .. } => {}
-            _ => self.activity(now), // the child works, so the parent is not stalled
+        };
+        let (parent_idle, orphan_at) = (self.busy == RunState::Idle, now.mono + self.cfg.orphan_wait);
+        let family = self.family();
+        match news {
+            Some(news) if family.on_news(child, news, parent_idle, orphan_at) => self.activity(now),
+            Some(_) => {}
+            None => family.adopt(child),
         }
         Vec::new()
     }
@@ -696,12 +682,9 @@ impl SessionCore {
     }
 
     fn on_orphan_deadline(&mut self, now: Now) -> Vec<Effect> {
-        let due: Vec<String> =
-            self.orphan_due.iter().filter(|(_, at)| **at <= now.mono).map(|(c, _)| c.clone()).collect();
+        let due = self.family.as_mut().map(|f| f.take_due(now.mono)).unwrap_or_default();
         let mut out = Vec::new();
         for child in due {
-            self.orphan_due.remove(&child);
-            self.orphans_handled.insert(child.clone());
             if self.busy != RunState::Idle {
                 continue; // the parent moved on by itself
             }
@@ -930,7 +913,9 @@ impl SessionCore {
             PartKind::Text { synthetic, ignored, text, .. } if self.messages.role(msg) == Some(Role::User) => {
                 self.activity(now);
                 // OpenCode's notice that a background child ended: not an orphan.
-                self.orphan_due.retain(|child, _| !text.contains(&format!("<task id=\"{child}\"")));
+                if let Some(family) = self.family.as_mut() {
+                    family.on_parent_notice(text);
+                }
                 if !synthetic && !ignored {
                     self.on_real_user_message(now, out);
                 }
@@ -959,7 +944,7 @@ impl SessionCore {
                     _ => false,
                 };
                 if let Some(child) = child_session {
-                    self.children.insert(child.clone());
+                    self.family().adopt(child);
                 }
                 if tool == "question" && self.last_reply.message_id.as_deref() == Some(&p.message_id) {
                     self.last_reply.used_question_tool = true;
@@ -1310,6 +1295,10 @@ impl SessionCore {
 
         let (count, window) = (cfg.recovery.repeated_continue_count, cfg.recovery.repeated_continue_window);
         if let Some(continues) = self.continues.escalation_due(now.mono, count, window) {
+            // The escalation aborts too: it is asked about like any recovery's abort.
+            if let Some(ask) = self.advice_before_abort(now) {
+                return vec![ask];
+            }
             return self.escalate(continues, base, now);
         }
         if self.attempts >= cfg.recovery.max_recoveries && self.backoff_until.is_none() {
@@ -1684,7 +1673,7 @@ impl SessionCore {
             abort_first: step == Phase::Persisting && self.rollover.interrupted().is_some_and(|(_, a)| a),
             known_todos: self.todos.clone(),
             known_turn: self.turn.clone(),
-            children: self.children.iter().cloned().collect(),
+            children: self.family.as_ref().map(|f| f.children().cloned().collect()).unwrap_or_default(),
             context: (self.context_tokens, self.window),
             target: self.rollover.new_session().map(str::to_string),
         }
@@ -1925,6 +1914,13 @@ mod tests {
 
     /// A core for session `ses_A` in `/p`, created at `CREATED_MS`, and its time origin:
     /// the one set-up every core test bench starts from.
+    /// `rules` without the advice hooks (on by default): these benches specify the
+    /// rules beneath them; the hooks themselves are specified in `core/advice.rs`.
+    pub(super) fn unadvised(mut rules: SessionRules) -> SessionRules {
+        rules.advisor.enabled = false;
+        rules
+    }
+
     pub(super) fn test_core(rules: SessionRules) -> (SessionCore, Instant) {
         let t0 = Instant::now();
         let mut core = SessionCore::new("srv", "ses_A", Arc::new(rules), Now { mono: t0, wall_ms: CREATED_MS });
@@ -1944,7 +1940,7 @@ mod tests {
             Self::with(RecoveryConfig::default())
         }
         fn with(cfg: RecoveryConfig) -> Self {
-            Self::with_rules(cfg.into())
+            Self::with_rules(unadvised(cfg.into()))
         }
         pub(super) fn with_rules(rules: SessionRules) -> Self {
             let (core, t0) = test_core(rules);
@@ -2188,7 +2184,7 @@ mod tests {
     // ---- follow-ups: nudge and review ----
 
     fn rules() -> SessionRules {
-        let mut r = SessionRules::default();
+        let mut r = unadvised(SessionRules::default());
         r.nudge.user_quiet = Duration::from_secs(5);
         r
     }

@@ -7,7 +7,7 @@ use super::*;
 
 /// A bench whose rules start from the defaults, adjusted by `configure`.
 fn bench(configure: impl FnOnce(&mut SessionRules)) -> Bench {
-    let mut rules = SessionRules::default();
+    let mut rules = super::tests::unadvised(SessionRules::default());
     configure(&mut rules);
     Bench::with_rules(rules)
 }

@@ -81,9 +81,21 @@ pub struct FollowUp {
     review_due: Option<Instant>,
     review_rounds: u32,
     in_flight: Option<PromptKind>,
+    /// The loop-protection numbers before the nudge in flight was decided, so a nudge
+    /// that is skipped (on advice) counts for nothing. Boxed: set only while a nudge is
+    /// in flight, and every session carries this struct.
+    before_nudge: Option<Box<NudgeCount>>,
     /// Bumped whenever a field of [`FollowUpMemory`] changes, so the actor writes the
     /// durable state only then (see [`FollowUp::generation`]).
     generation: u64,
+}
+
+/// What a sent nudge changes in the loop protection.
+#[derive(Debug, Clone, Default)]
+struct NudgeCount {
+    without_progress: u32,
+    snapshot: Option<Snapshot>,
+    last: Option<Instant>,
 }
 
 /// The part of [`FollowUp`] that must survive eviction and restarts.
@@ -288,6 +300,11 @@ impl FollowUp {
                 self.nudges_without_progress
             ));
         }
+        self.before_nudge = Some(Box::new(NudgeCount {
+            without_progress: self.nudges_without_progress,
+            snapshot: self.nudge_snapshot.clone(),
+            last: self.last_nudge,
+        }));
         self.nudges_without_progress = if unchanged { self.nudges_without_progress + 1 } else { 1 };
         self.nudge_snapshot = Some(snap);
         self.last_nudge = Some(now);
@@ -333,10 +350,29 @@ impl FollowUp {
         if self.in_flight == Some(kind) {
             self.in_flight = None;
         }
+        if kind == PromptKind::Nudge {
+            self.before_nudge = None;
+        }
         if !sent && kind == PromptKind::Review {
             self.review_rounds = self.review_rounds.saturating_sub(1);
             self.review_armed = true;
             self.touch();
         }
+    }
+
+    /// The nudge just decided was skipped on advice before it was sent: it counts for
+    /// nothing (loop protection and cooldown are as before it), and it is considered
+    /// again at `retry_at` — unless the session goes busy meanwhile.
+    pub fn on_nudge_skipped(&mut self, retry_at: Instant) {
+        if self.in_flight == Some(PromptKind::Nudge) {
+            self.in_flight = None;
+        }
+        if let Some(before) = self.before_nudge.take() {
+            self.nudges_without_progress = before.without_progress;
+            self.nudge_snapshot = before.snapshot;
+            self.last_nudge = before.last;
+            self.touch();
+        }
+        self.nudge_due = Some(retry_at);
     }
 }

@@ -97,37 +97,33 @@ pub enum Step {
 #[derive(Debug, Clone)]
 pub struct Rollover {
     phase: Phase,
+    /// The loop guard was checked on this session's first reading.
+    first_reading_seen: bool,
+    /// The soft note waits for the turn to end.
+    note_due: Option<f64>,
+    /// Past `hard` mid-turn: start (aborting) at this moment if the turn has not ended.
+    drain_until: Option<Instant>,
+    /// What a hand-off (or its origin) is about. Boxed: most sessions never get one,
+    /// and every session carries a `Rollover` (memory per session is a scale target).
+    run: Option<Box<Run>>,
+}
+
+/// The particulars of this session's hand-off, and where the session came from.
+#[derive(Debug, Clone, Default)]
+struct Run {
     id: Option<String>,
     reason: Option<String>,
     new_session: Option<String>,
     abort_first: bool,
     started_ms: Option<i64>,
-    /// Past `hard` mid-turn: start (aborting) at this moment if the turn has not ended.
-    drain_until: Option<Instant>,
     /// This session was created by a hand-off from that one.
     from: Option<String>,
-    /// The loop guard was checked on this session's first reading.
-    first_reading_seen: bool,
     mode: Option<HandoffMode>,
-    /// The soft note waits for the turn to end.
-    note_due: Option<f64>,
 }
 
 impl Default for Rollover {
     fn default() -> Self {
-        Rollover {
-            phase: Phase::Monitoring,
-            id: None,
-            reason: None,
-            new_session: None,
-            abort_first: false,
-            started_ms: None,
-            drain_until: None,
-            from: None,
-            first_reading_seen: false,
-            mode: None,
-            note_due: None,
-        }
+        Rollover { phase: Phase::Monitoring, first_reading_seen: false, note_due: None, drain_until: None, run: None }
     }
 }
 
@@ -136,20 +132,28 @@ impl Rollover {
         self.phase
     }
 
+    fn run(&self) -> Option<&Run> {
+        self.run.as_deref()
+    }
+
+    fn run_mut(&mut self) -> &mut Run {
+        self.run.get_or_insert_with(Box::default)
+    }
+
     pub fn id(&self) -> Option<&str> {
-        self.id.as_deref()
+        self.run()?.id.as_deref()
     }
 
     pub fn new_session(&self) -> Option<&str> {
-        self.new_session.as_deref()
+        self.run()?.new_session.as_deref()
     }
 
     pub fn from(&self) -> Option<&str> {
-        self.from.as_deref()
+        self.run()?.from.as_deref()
     }
 
     pub fn reason(&self) -> Option<&str> {
-        self.reason.as_deref()
+        self.run()?.reason.as_deref()
     }
 
     /// Stall recovery, follow-ups and compaction wait while this is true: while the
@@ -161,7 +165,7 @@ impl Rollover {
     /// A hand-off that compacted this same session: the work goes on here, so the
     /// session is watched again like any other.
     pub fn rearm_after_compact_mode(&mut self) {
-        if self.phase == Phase::Completed && self.mode == Some(HandoffMode::Compact) {
+        if self.phase == Phase::Completed && self.mode() == Some(HandoffMode::Compact) {
             self.phase = Phase::Monitoring;
             self.note_due = None;
             self.drain_until = None;
@@ -177,12 +181,12 @@ impl Rollover {
     }
 
     pub fn mode(&self) -> Option<HandoffMode> {
-        self.mode
+        self.run()?.mode
     }
 
     /// The session was created by a hand-off (from its metadata or the ledger).
     pub fn set_from(&mut self, from: &str) {
-        self.from = Some(from.to_string());
+        self.run_mut().from = Some(from.to_string());
     }
 
     pub fn deadline(&self) -> Option<Instant> {
@@ -193,9 +197,9 @@ impl Rollover {
     pub fn on_reading(&mut self, share: f64, busy: bool, cfg: &HandoffConfig, now: Instant) -> Vec<Step> {
         if !self.first_reading_seen {
             self.first_reading_seen = true;
-            if self.from.is_some() && share >= cfg.soft && self.phase == Phase::Monitoring {
+            if self.from().is_some() && share >= cfg.soft && self.phase == Phase::Monitoring {
                 self.phase = Phase::Failed;
-                self.reason = Some("a fresh session is already past handoff.soft".into());
+                self.run_mut().reason = Some("a fresh session is already past handoff.soft".into());
                 return vec![Step::LoopGuard { share }];
             }
         }
@@ -264,12 +268,13 @@ impl Rollover {
     /// stored snapshot is resumed).
     pub fn begin(&mut self, id: String, mode: HandoffMode, phase: Phase, abort_first: bool, reason: &str, now_ms: i64) {
         self.phase = phase;
-        self.mode = Some(mode);
-        self.id = Some(id);
-        self.abort_first = abort_first;
-        self.reason = Some(reason.to_string());
-        self.started_ms = Some(now_ms);
-        self.new_session = None;
+        let run = self.run_mut();
+        run.mode = Some(mode);
+        run.id = Some(id);
+        run.abort_first = abort_first;
+        run.reason = Some(reason.to_string());
+        run.started_ms = Some(now_ms);
+        run.new_session = None;
     }
 
     /// A hand-off that was running when Shepherd stopped: `(id, abort_first)` to resume.
@@ -277,17 +282,22 @@ impl Rollover {
         if !self.phase.is_running() {
             return None;
         }
-        self.id.clone().map(|id| (id, self.abort_first))
+        let run = self.run()?;
+        run.id.clone().map(|id| (id, run.abort_first))
     }
 
     /// The procedure reported progress.
     pub fn advance(&mut self, phase: Phase, new_session: Option<&str>, reason: Option<&str>) {
         self.phase = phase;
+        if new_session.is_none() && reason.is_none() {
+            return;
+        }
+        let run = self.run_mut();
         if let Some(s) = new_session {
-            self.new_session = Some(s.to_string());
+            run.new_session = Some(s.to_string());
         }
         if let Some(r) = reason {
-            self.reason = Some(r.to_string());
+            run.reason = Some(r.to_string());
         }
     }
 
@@ -308,43 +318,52 @@ impl Rollover {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         self.phase.as_str().hash(&mut h);
-        self.id.hash(&mut h);
-        self.mode.map(|m| m.as_str()).hash(&mut h);
-        self.new_session.hash(&mut h);
-        self.reason.hash(&mut h);
-        self.abort_first.hash(&mut h);
-        self.started_ms.hash(&mut h);
-        self.from.hash(&mut h);
+        if let Some(run) = self.run() {
+            run.id.hash(&mut h);
+            run.mode.map(|m| m.as_str()).hash(&mut h);
+            run.new_session.hash(&mut h);
+            run.reason.hash(&mut h);
+            run.abort_first.hash(&mut h);
+            run.started_ms.hash(&mut h);
+            run.from.hash(&mut h);
+        }
         h.finish()
     }
 
     pub fn export(&self) -> HandoffMemory {
+        let run = self.run().cloned().unwrap_or_default();
         HandoffMemory {
             phase: self.phase.as_str().to_string(),
-            id: self.id.clone(),
-            mode: self.mode.map(|m| m.as_str().to_string()),
-            new_session: self.new_session.clone(),
-            reason: self.reason.clone(),
-            abort_first: self.abort_first,
-            started_ms: self.started_ms,
+            id: run.id,
+            mode: run.mode.map(|m| m.as_str().to_string()),
+            new_session: run.new_session,
+            reason: run.reason,
+            abort_first: run.abort_first,
+            started_ms: run.started_ms,
         }
     }
 
     pub fn restore(&mut self, m: &HandoffMemory, from: Option<&str>) {
         self.phase = Phase::parse(&m.phase);
-        self.id.clone_from(&m.id);
-        self.new_session.clone_from(&m.new_session);
-        self.reason.clone_from(&m.reason);
-        self.abort_first = m.abort_first;
-        self.started_ms = m.started_ms;
-        self.mode = match m.mode.as_deref() {
+        let mode = match m.mode.as_deref() {
             Some("fresh") => Some(HandoffMode::Fresh),
             Some("compact") => Some(HandoffMode::Compact),
             Some("manual") => Some(HandoffMode::Manual),
             _ => None,
         };
+        let nothing = m.id.is_none() && m.new_session.is_none() && m.reason.is_none() && m.started_ms.is_none();
+        if nothing && mode.is_none() && from.is_none() && self.run.is_none() {
+            return; // the common case: never handed off, nothing to box
+        }
+        let run = self.run_mut();
+        run.id.clone_from(&m.id);
+        run.new_session.clone_from(&m.new_session);
+        run.reason.clone_from(&m.reason);
+        run.abort_first = m.abort_first;
+        run.started_ms = m.started_ms;
+        run.mode = mode;
         if let Some(f) = from {
-            self.from = Some(f.to_string());
+            run.from = Some(f.to_string());
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod actor;
 pub mod continuation;
 pub mod core;
 pub mod delivery;
+pub mod family;
 pub mod followup;
 pub mod handoff;
 pub mod handover;

@@ -44,8 +44,9 @@ impl SessionCore {
     /// Before a nudge: the consultation to run first, or `None` for any other decision.
     pub(super) fn advice_before_nudge(&mut self, d: &Decision, now: Now) -> Option<Effect> {
         match d {
-            Decision::Send { kind: PromptKind::Nudge, round } if self.cfg.advisor.enabled => {
-                self.advice.ask_before_nudge();
+            Decision::Send { kind: PromptKind::Nudge, round }
+                if self.cfg.advisor.enabled && self.advice.ask_before_nudge() =>
+            {
                 let situation = self.situation(About::Nudge, now);
                 Some(Effect::Advise(AdviceRequest { situation, round: *round }))
             }
@@ -79,7 +80,8 @@ impl SessionCore {
                 out
             }
             (About::Nudge, Verdict::Skip) => {
-                self.followup.on_delivered(PromptKind::Nudge, false);
+                self.followup.on_nudge_skipped(now.mono + cfg.advisor.postpone);
+                self.advice.nudge_skipped();
                 let numbers = Numbers { round: Some(request.round), open_todos: Some(self.open_todos()), ..numbers };
                 vec![self.record(Action::Nudge, Outcome::Declined, &reason, numbers, now)]
             }
@@ -173,6 +175,41 @@ mod tests {
         let out = b.tick(181 + postpone);
         assert!(recovers(&out), "the second time the abort goes ahead: {out:?}");
         assert!(!out.iter().any(|e| matches!(e, Effect::Advise(_))));
+    }
+
+    #[test]
+    fn an_escalation_aborts_too_and_is_asked_about_first() {
+        let mut rules = SessionRules::default();
+        rules.advisor.new_session = Duration::ZERO;
+        rules.handoff.enabled = false;
+        rules.recovery.max_recoveries = 10;
+        rules.recovery.max_auto_submits = 10;
+        let mut b = crate::session::core::tests::Bench::with_rules(rules);
+        b.busy(0);
+        let mut t = 0;
+        for _ in 0..3 {
+            t += 180;
+            let req = asked(&b.tick(t));
+            let answer = Consulted {
+                advice: Advice { action: AdviceAction::Continue, confidence: 0.5 },
+                source: Source::Model,
+                why: "test".into(),
+            };
+            assert!(recovers(&b.core.on_advice(&req, &answer, b.at(t))));
+            b.recovered(t);
+        }
+        t += 180;
+        let req = asked(&b.tick(t));
+        let wait = Consulted {
+            advice: Advice { action: AdviceAction::Wait, confidence: 0.9 },
+            source: Source::Model,
+            why: "test".into(),
+        };
+        let out = b.core.on_advice(&req, &wait, b.at(t));
+        assert!(record(&out, Action::Escalate).is_none() && !recovers(&out), "postponed: {out:?}");
+        let postpone = b.core.cfg.advisor.postpone.as_secs();
+        let out = b.tick(t + postpone);
+        assert!(record(&out, Action::Escalate).is_some(), "then the escalation goes ahead unasked: {out:?}");
     }
 
     #[test]
@@ -274,6 +311,33 @@ mod nudge_tests {
                 other => panic!("expected one declined nudge, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_skipped_nudge_is_considered_again_after_postpone_and_then_goes_unasked() {
+        let (mut core, t0) = core_with_todos();
+        let (req, now) = nudge_consultation(&mut core, t0);
+        core.on_advice(&req, &answer(AdviceAction::Wait, 0.9), now);
+        let postpone = core.cfg.advisor.postpone;
+        assert_eq!(core.deadline(), Some(now.mono + postpone), "the nudge comes back, the session is not stranded");
+        let later = Now { mono: now.mono + postpone, wall_ms: now.wall_ms + postpone.as_millis() as i64 };
+        let out = core.on_deadline(later);
+        assert!(
+            out.iter().any(|e| matches!(e, Effect::Prompt(o) if o.kind == PromptKind::Nudge)),
+            "the retry is sent without asking again (and the skip did not count against the cooldown): {out:?}"
+        );
+        assert!(!out.iter().any(|e| matches!(e, Effect::Advise(_))), "{out:?}");
+    }
+
+    #[test]
+    fn a_skipped_nudge_is_moot_once_the_session_works_again() {
+        let (mut core, t0) = core_with_todos();
+        let (req, now) = nudge_consultation(&mut core, t0);
+        core.on_advice(&req, &answer(AdviceAction::Abort, 0.9), now);
+        let busy = r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#;
+        core.observe(&decode(busy).expect("test event").event, now);
+        let stall_only = core.deadline().expect("the busy session has a stall deadline");
+        assert_eq!(stall_only, now.mono + core.cfg.recovery.stall_timeout, "no nudge pending while busy");
     }
 
     #[test]
