@@ -4,7 +4,9 @@
 //! serves `shepherd run`, `shepherd demo` and the end-to-end tests, so what the tests
 //! prove is what users run. With `control.enabled`, the control API
 //! ([`crate::control`]) is served on a thread of its own beside the actors; with
-//! `status.enabled`, the status file ([`crate::status`]) is written from another.
+//! `status.enabled`, the status file ([`crate::status`]) is written from another. The
+//! daemon's [`Metrics`] (served at the control API's `/metrics`) follow its journal,
+//! its pumps, its ledger and its advisor model.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +23,8 @@ use tokio::task::JoinHandle;
 
 use crate::config::resolve_password;
 use crate::control::{ControlServer, ControlToken};
+use crate::metrics::edge::{CountingLedger, TimedModel};
+use crate::metrics::Metrics;
 use crate::opencode::{Credentials, EventPump, OpenCodeClient, PumpStats};
 use crate::status::{status_path, StatusWriter};
 
@@ -35,6 +39,8 @@ pub struct Daemon {
     instance: String,
     control: Option<ControlServer>,
     status: Option<StatusWriter>,
+    metrics: Arc<Metrics>,
+    metrics_task: JoinHandle<()>,
 }
 
 impl Daemon {
@@ -45,8 +51,12 @@ impl Daemon {
         let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         let journal = Journal::new();
         let recovery = cfg.recovery.clone();
+        // This daemon's own recorder (never a global one: tests run several daemons).
+        let metrics = Metrics::new();
+        let metrics_task = metrics.follow(&journal);
         // Before any actor starts: every session actor loads its state from here.
         let ledger = crate::store::open_ledger(&cfg.store).map_err(|e| anyhow::anyhow!("store: {e}"))?;
+        let ledger = CountingLedger::wrap(ledger, Arc::clone(&metrics));
         let supervisor = Supervisor::new(
             Arc::new(cfg.session_rules()),
             cfg.supervisor.clone(),
@@ -60,7 +70,8 @@ impl Daemon {
         // Without a model the heuristics answer in place (in the session actor): no
         // advisor actor, no queue, nothing to wait for.
         let model =
-            if cfg.advisor.enabled { crate::advisor::ChatCompletions::from_config(&cfg.advisor)? } else { None };
+            if cfg.advisor.enabled { crate::advisor::ChatCompletions::from_config(&cfg.advisor)? } else { None }
+                .map(|model| TimedModel::wrap(model, Arc::clone(&metrics)));
         tracing::info!(
             enabled = cfg.advisor.enabled,
             model = model.is_some(),
@@ -77,8 +88,11 @@ impl Daemon {
         }
         .start();
         // Before the pumps: a control port already taken fails start-up with nothing running.
-        let control =
-            if cfg.control.enabled { Some(ControlServer::start(&cfg.control, supervisor.clone())?) } else { None };
+        let control = if cfg.control.enabled {
+            Some(ControlServer::start(&cfg.control, supervisor.clone(), Arc::clone(&metrics))?)
+        } else {
+            None
+        };
         let (stop_pumps, stop_rx) = watch::channel(false);
         let mut pumps = Vec::new();
         let mut pump_stats = Vec::new();
@@ -99,6 +113,7 @@ impl Daemon {
             });
             let pump = EventPump::new(server.clone(), auth, supervisor.clone());
             pump_stats.push((server.name.clone(), pump.stats()));
+            metrics.add_pump(&server.name, pump.stats());
             pumps.push(actix::spawn(pump.run(stop_rx.clone())));
             slowest_request = slowest_request.max(server.request_timeout);
             tracing::info!(server = %server.name, url = %server.url, instance = %instance, "supervising");
@@ -111,7 +126,19 @@ impl Daemon {
         } else {
             None
         };
-        Ok(Self { supervisor, journal, stop_pumps, pumps, pump_stats, shutdown_grace, instance, control, status })
+        Ok(Self {
+            supervisor,
+            journal,
+            stop_pumps,
+            pumps,
+            pump_stats,
+            shutdown_grace,
+            instance,
+            control,
+            status,
+            metrics,
+            metrics_task,
+        })
     }
 
     pub fn journal(&self) -> &Journal {
@@ -147,6 +174,11 @@ impl Daemon {
         &self.pump_stats
     }
 
+    /// This daemon's metrics (what `GET /metrics` serves).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// The fleet as the supervisor sees it now.
     pub async fn fleet(&self) -> FleetView {
         self.supervisor.send(InspectFleet).await.unwrap_or_default()
@@ -178,5 +210,6 @@ impl Daemon {
         if let Some(status) = self.status {
             status.stop().await; // the final state, after the last recovery
         }
+        self.metrics_task.abort();
     }
 }

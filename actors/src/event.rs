@@ -661,6 +661,14 @@ struct OfReply {
     session_id: String,
 }
 
+/// Whether Shepherd decodes events of this type; any other type is [`Event::Unknown`]
+/// (the metrics count those under one `unknown` label rather than by their names).
+pub fn is_known_kind(kind: &str) -> bool {
+    // A known type with empty properties fails to decode or decodes as itself; only an
+    // unknown type decodes to `Unknown`: the decoder's own match is the one list.
+    !matches!(decode_event(kind, "{}"), Ok(Event::Unknown { .. }))
+}
+
 fn decode_event(kind: &str, props: &str) -> Result<Event, String> {
     fn read<'a, T: Deserialize<'a>>(props: &'a str) -> Result<T, String> {
         serde_json::from_str(props).map_err(|e| e.to_string())
@@ -728,6 +736,14 @@ fn decode_event(kind: &str, props: &str) -> Result<Event, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn known_kinds_are_those_the_decoder_names() {
+        for kind in ["session.status", "message.part.updated", "server.heartbeat", "sync", "question.rejected"] {
+            assert!(is_known_kind(kind), "{kind}");
+        }
+        assert!(!is_known_kind("plugin.added"));
+    }
 
     #[test]
     fn global_envelope_carries_the_directory() {

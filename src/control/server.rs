@@ -10,6 +10,7 @@
 use std::ffi::OsString;
 use std::future::{ready, Ready};
 use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -22,11 +23,13 @@ use anyhow::Context as _;
 use serde_json::json;
 use shepherd_actors::config::ControlConfig;
 use shepherd_actors::control::{ControlError, GetSession, ListSessions, ResumeHandoff, SendCustomPrompt, StartHandoff};
-use shepherd_actors::supervisor::Supervisor;
+use shepherd_actors::supervisor::{InspectFleet, InspectServers, Supervisor};
 
 use super::auth::{Access, Denied, Gate};
 use super::request::{parse_prompt_request, BadBody};
 use super::token::{ControlToken, IssuedToken};
+use crate::metrics::fleet::readiness;
+use crate::metrics::Metrics;
 
 /// Worker threads of the control server: it serves a few people and scripts, not load.
 const WORKERS: usize = 2;
@@ -50,14 +53,15 @@ impl std::fmt::Debug for ControlServer {
 impl ControlServer {
     /// Binds `control.bind` (port 0: any free port), establishes the token (from the
     /// environment, or generated and written to the token file) and starts serving.
-    pub fn start(cfg: &ControlConfig, supervisor: Addr<Supervisor>) -> anyhow::Result<Self> {
-        Self::start_with_env(cfg, supervisor, &|name| std::env::var_os(name))
+    pub fn start(cfg: &ControlConfig, supervisor: Addr<Supervisor>, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
+        Self::start_with_env(cfg, supervisor, metrics, &|name| std::env::var_os(name))
     }
 
     /// [`ControlServer::start`] with the environment given as a lookup function.
     pub fn start_with_env(
         cfg: &ControlConfig,
         supervisor: Addr<Supervisor>,
+        metrics: Arc<Metrics>,
         lookup: &dyn Fn(&str) -> Option<OsString>,
     ) -> anyhow::Result<Self> {
         let bind: SocketAddr = cfg
@@ -76,6 +80,7 @@ impl ControlServer {
         let issued = IssuedToken::issue(cfg, lookup)?;
         let state = web::Data::new(ApiState {
             supervisor,
+            metrics,
             gate: Gate::new(issued.token.clone(), cfg.allow_unauthenticated_reads),
         });
         let (handle, thread) = crate::http_thread::spawn_server(format!("control-api-{}", local.port()), move || {
@@ -141,6 +146,7 @@ pub fn connectable(addr: SocketAddr) -> SocketAddr {
 
 struct ApiState {
     supervisor: Addr<Supervisor>,
+    metrics: Arc<Metrics>,
     gate: Gate,
 }
 
@@ -173,6 +179,8 @@ fn app(
             }
         })
         .route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz))
+        .route("/metrics", web::get().to(metrics))
         .service(
             web::resource("/v1/sessions")
                 .route(web::get().to(list_sessions))
@@ -202,11 +210,14 @@ fn app(
         .default_service(web::to(not_found))
 }
 
-/// One event per request; `/healthz` (polled by monitors) at debug level.
+/// Paths polled by monitors and scrapers: their requests are logged at debug level.
+const POLLED: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
+/// One event per request; the [`POLLED`] paths at debug level.
 fn log_request(method: &str, path: &str, status: StatusCode, started: Instant) {
     let elapsed_ms = started.elapsed().as_millis() as u64;
     let status = status.as_u16();
-    if path == "/healthz" {
+    if POLLED.contains(&path) {
         tracing::debug!(target: "shepherd::control", method, path, status, elapsed_ms, "control request");
     } else {
         tracing::info!(target: "shepherd::control", method, path, status, elapsed_ms, "control request");
@@ -215,6 +226,28 @@ fn log_request(method: &str, path: &str, status: StatusCode, started: Instant) {
 
 async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({ "ok": true }))
+}
+
+/// 200 when every server's stream is connected and reconciled; else 503 naming the
+/// servers that are not and why. No token needed: the body holds server *names* and a
+/// fixed reason only — no URL, no error text, no session.
+async fn readyz(state: web::Data<ApiState>) -> HttpResponse {
+    let servers = match state.supervisor.send(InspectServers).await {
+        Ok(servers) => servers,
+        Err(_) => return HttpResponse::ServiceUnavailable().json(json!({ "ready": false, "error": "shutting down" })),
+    };
+    match readiness(&servers) {
+        Ok(()) => HttpResponse::Ok().json(json!({ "ready": true })),
+        Err(not_ready) => HttpResponse::ServiceUnavailable().json(json!({ "ready": false, "not_ready": not_ready })),
+    }
+}
+
+/// The Prometheus text exposition (a read: the token unless
+/// `control.allow_unauthenticated_reads`).
+async fn metrics(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    let fleet = state.supervisor.send(InspectFleet).await?;
+    let body = state.metrics.render(&fleet);
+    Ok(HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(body))
 }
 
 async fn list_sessions(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {

@@ -7,7 +7,7 @@
 //! 10 s), it reconnects with exponential back-off, and after every (re)connect the
 //! supervisor reconciles by REST, because the stream replays nothing.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use actix::Addr;
@@ -29,6 +29,8 @@ pub struct PumpStats {
     pub frames: AtomicU64,
     pub malformed: AtomicU64,
     pub connects: AtomicU64,
+    /// Epoch milliseconds of the latest frame (heartbeats included); 0 before the first.
+    pub last_frame_ms: AtomicI64,
 }
 
 /// Follows one server's event stream until shutdown.
@@ -124,6 +126,7 @@ impl EventPump {
             let chunk = chunk.map_err(|e| format!("read: {e}"))?;
             let dropped = decoder.push_each(&chunk, |data| {
                 self.stats.frames.fetch_add(1, Ordering::Relaxed);
+                self.stats.last_frame_ms.store(epoch_ms(), Ordering::Relaxed);
                 match decode(data) {
                     Ok(envelope) => self.supervisor.do_send(Ingest { server: Arc::clone(&shared_name), envelope }),
                     Err(e) => {
@@ -140,4 +143,8 @@ impl EventPump {
         }
         Ok(())
     }
+}
+
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }

@@ -701,8 +701,28 @@ impl Handler<InspectFleet> for Supervisor {
     type Result = ResponseFuture<FleetView>;
 
     fn handle(&mut self, _: InspectFleet, _: &mut Context<Self>) -> Self::Result {
-        let servers = self
-            .servers
+        let servers = self.server_views();
+        let details = self.details();
+        Box::pin(async move { FleetView { servers, sessions: details.await } })
+    }
+}
+
+/// The servers only (cheap: no session actor is asked), e.g. for a readiness probe.
+#[derive(Message)]
+#[rtype(result = "Vec<ServerView>")]
+pub struct InspectServers;
+
+impl Handler<InspectServers> for Supervisor {
+    type Result = MessageResult<InspectServers>;
+
+    fn handle(&mut self, _: InspectServers, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.server_views())
+    }
+}
+
+impl Supervisor {
+    fn server_views(&self) -> Vec<ServerView> {
+        self.servers
             .iter()
             .map(|(name, s)| ServerView {
                 name: name.clone(),
@@ -710,9 +730,7 @@ impl Handler<InspectFleet> for Supervisor {
                 reconciled: s.reconciled,
                 events: s.events.clone(),
             })
-            .collect();
-        let details = self.details();
-        Box::pin(async move { FleetView { servers, sessions: details.await } })
+            .collect()
     }
 }
 

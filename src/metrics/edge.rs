@@ -1,0 +1,222 @@
+//! Facts the journal does not hold, counted where they happen: decorators around two
+//! ports, wired in by the daemon, so neither the core nor the adapters they wrap know
+//! about metrics.
+//!
+//! - [`CountingLedger`]: every failed ledger write (`save`, `append`, `save_snapshot`,
+//!   `claim`) → `shepherd_ledger_write_errors_total{operation}`.
+//! - [`TimedModel`]: every advisor model call → `shepherd_advisor_calls_total{outcome}`
+//!   and `shepherd_advisor_call_duration_seconds{outcome}`, outcome `ok`, `error`, or
+//!   `timeout` (the advisor actor dropped the call at `advisor.timeout`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use shepherd_actors::journal::ActionRecord;
+use shepherd_actors::ledger::{Claim, DurableState, Ledger, LedgerError, Snapshot, SnapshotStore};
+use shepherd_actors::ports::{ChatRequest, ModelError, ModelPort};
+
+use super::Metrics;
+
+/// A [`Ledger`] that counts its failed writes.
+pub struct CountingLedger {
+    inner: Arc<dyn Ledger>,
+    metrics: Arc<Metrics>,
+}
+
+impl CountingLedger {
+    pub fn wrap(inner: Arc<dyn Ledger>, metrics: Arc<Metrics>) -> Arc<dyn Ledger> {
+        Arc::new(Self { inner, metrics })
+    }
+
+    fn count<T>(&self, operation: &'static str, result: Result<T, LedgerError>) -> Result<T, LedgerError> {
+        if result.is_err() {
+            self.metrics.ledger_write_error(operation);
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl SnapshotStore for CountingLedger {
+    async fn save_snapshot(&self, snapshot: &Snapshot) -> Result<Option<String>, LedgerError> {
+        let r = self.inner.save_snapshot(snapshot).await;
+        self.count("save_snapshot", r)
+    }
+
+    async fn snapshots(&self, server: &str, session: &str) -> Result<Vec<Result<Snapshot, LedgerError>>, LedgerError> {
+        self.inner.snapshots(server, session).await
+    }
+
+    async fn snapshot(&self, id: &str) -> Result<Option<Result<Snapshot, LedgerError>>, LedgerError> {
+        self.inner.snapshot(id).await
+    }
+
+    async fn claim(&self, id: &str, session: &str) -> Result<Claim, LedgerError> {
+        let r = self.inner.claim(id, session).await;
+        self.count("claim", r)
+    }
+}
+
+#[async_trait]
+impl Ledger for CountingLedger {
+    async fn load(&self, server: &str, session: &str) -> Result<Option<DurableState>, LedgerError> {
+        self.inner.load(server, session).await
+    }
+
+    async fn save(&self, server: &str, session: &str, state: &DurableState) -> Result<(), LedgerError> {
+        let r = self.inner.save(server, session, state).await;
+        self.count("save", r)
+    }
+
+    async fn append(&self, record: &ActionRecord) -> Result<(), LedgerError> {
+        let r = self.inner.append(record).await;
+        self.count("append", r)
+    }
+
+    async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError> {
+        self.inner.history(session, limit).await
+    }
+
+    async fn unfinished_handoffs(&self, server: &str) -> Result<Vec<String>, LedgerError> {
+        self.inner.unfinished_handoffs(server).await
+    }
+}
+
+/// A [`ModelPort`] that times its calls.
+pub struct TimedModel {
+    inner: Arc<dyn ModelPort>,
+    metrics: Arc<Metrics>,
+}
+
+impl TimedModel {
+    pub fn wrap(inner: Arc<dyn ModelPort>, metrics: Arc<Metrics>) -> Arc<dyn ModelPort> {
+        Arc::new(Self { inner, metrics })
+    }
+}
+
+/// Reports the call when it ends; a call dropped before it ended (the advisor actor's
+/// timeout) reports `timeout`.
+struct CallTimer<'a> {
+    metrics: &'a Metrics,
+    started: Instant,
+    outcome: &'static str,
+}
+
+impl Drop for CallTimer<'_> {
+    fn drop(&mut self) {
+        self.metrics.advisor_call(self.outcome, self.started.elapsed().as_secs_f64());
+    }
+}
+
+#[async_trait]
+impl ModelPort for TimedModel {
+    async fn complete(&self, request: &ChatRequest) -> Result<String, ModelError> {
+        let mut timer = CallTimer { metrics: &self.metrics, started: Instant::now(), outcome: "timeout" };
+        let result = self.inner.complete(request).await;
+        timer.outcome = if result.is_ok() { "ok" } else { "error" };
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use shepherd_actors::ledger::MemoryLedger;
+
+    use super::super::exposition::{parse, value};
+    use super::*;
+
+    struct Broken;
+
+    #[async_trait]
+    impl SnapshotStore for Broken {
+        async fn save_snapshot(&self, _: &Snapshot) -> Result<Option<String>, LedgerError> {
+            Err(LedgerError::Storage("disk full".into()))
+        }
+        async fn snapshots(&self, _: &str, _: &str) -> Result<Vec<Result<Snapshot, LedgerError>>, LedgerError> {
+            Ok(vec![])
+        }
+        async fn snapshot(&self, _: &str) -> Result<Option<Result<Snapshot, LedgerError>>, LedgerError> {
+            Ok(None)
+        }
+        async fn claim(&self, _: &str, _: &str) -> Result<Claim, LedgerError> {
+            Ok(Claim::Granted)
+        }
+    }
+
+    #[async_trait]
+    impl Ledger for Broken {
+        async fn load(&self, _: &str, _: &str) -> Result<Option<DurableState>, LedgerError> {
+            Err(LedgerError::Storage("disk gone".into()))
+        }
+        async fn save(&self, _: &str, _: &str, _: &DurableState) -> Result<(), LedgerError> {
+            Err(LedgerError::Storage("disk full".into()))
+        }
+        async fn append(&self, _: &ActionRecord) -> Result<(), LedgerError> {
+            Err(LedgerError::Storage("disk full".into()))
+        }
+        async fn history(&self, _: &str, _: u32) -> Result<Vec<ActionRecord>, LedgerError> {
+            Ok(vec![])
+        }
+        async fn unfinished_handoffs(&self, _: &str) -> Result<Vec<String>, LedgerError> {
+            Ok(vec![])
+        }
+    }
+
+    #[tokio::test]
+    async fn failed_writes_are_counted_by_operation_and_reads_are_not() {
+        let metrics = Metrics::new();
+        let ledger = CountingLedger::wrap(Arc::new(Broken), Arc::clone(&metrics));
+        let _ = ledger.load("local", "s").await;
+        let _ = ledger.save("local", "s", &DurableState::default()).await;
+        let _ = ledger.save("local", "s", &DurableState::default()).await;
+        let fine = CountingLedger::wrap(Arc::new(MemoryLedger::default()), Arc::clone(&metrics));
+        fine.save("local", "s", &DurableState::default()).await.unwrap();
+        let text = metrics.render_now();
+        let samples = parse(&text);
+        assert_eq!(value(&samples, "shepherd_ledger_write_errors_total", &[("operation", "save")]), Some(2.0));
+        assert_eq!(value(&samples, "shepherd_ledger_write_errors_total", &[("operation", "load")]), None);
+    }
+
+    struct Model(Result<&'static str, ()>, Duration);
+
+    #[async_trait]
+    impl ModelPort for Model {
+        async fn complete(&self, _: &ChatRequest) -> Result<String, ModelError> {
+            tokio::time::sleep(self.1).await;
+            self.0.map(str::to_string).map_err(|()| ModelError::Http { status: 500 })
+        }
+    }
+
+    #[tokio::test]
+    async fn model_calls_are_counted_by_outcome_with_their_latency_and_a_dropped_call_is_a_timeout() {
+        let metrics = Metrics::new();
+        let request = ChatRequest {
+            model: "m".into(),
+            system: String::new(),
+            user: String::new(),
+            max_tokens: 10,
+            temperature: 0.0,
+        };
+        let ok = TimedModel::wrap(Arc::new(Model(Ok("@WAIT:0.9"), Duration::ZERO)), Arc::clone(&metrics));
+        ok.complete(&request).await.unwrap();
+        let failing = TimedModel::wrap(Arc::new(Model(Err(()), Duration::ZERO)), Arc::clone(&metrics));
+        failing.complete(&request).await.unwrap_err();
+        let slow = TimedModel::wrap(Arc::new(Model(Ok("late"), Duration::from_secs(5))), Arc::clone(&metrics));
+        assert!(tokio::time::timeout(Duration::from_millis(20), slow.complete(&request)).await.is_err());
+        let samples = parse(&metrics.render_now());
+        for outcome in ["ok", "error", "timeout"] {
+            assert_eq!(
+                value(&samples, "shepherd_advisor_calls_total", &[("outcome", outcome)]),
+                Some(1.0),
+                "{outcome}"
+            );
+            assert_eq!(
+                value(&samples, "shepherd_advisor_call_duration_seconds_count", &[("outcome", outcome)]),
+                Some(1.0)
+            );
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! Prometheus metrics: one edge adapter that turns what Shepherd already records into
+//! the text exposition served at `GET /metrics` (by the control API; no listener of its
+//! own).
+//!
+//! Where each number comes from — the same facts the log and the status file show:
+//! - **the journal** (actions, prompts, stalls, recoveries, follow-ups, advice): a task
+//!   subscribed to the journal folds every [`ActionRecord`](shepherd_actors::journal::ActionRecord)
+//!   through [`journal::JournalFold`] (pure) and counts what it implies;
+//! - **the supervisor, at scrape time** (sessions by state, events ingested by type,
+//!   stream connected): [`Metrics::render`] is given the [`FleetView`] just read;
+//! - **the event pumps, at scrape time** (frames, malformed frames, reconnects, seconds
+//!   since the last frame): their [`PumpStats`] counters, registered with [`Metrics::add_pump`];
+//! - **the edges where it happens** ([`edge`]): advisor model calls and ledger write errors.
+//!
+//! One recorder per daemon, never a global one: `metrics` allows one global recorder per
+//! process, and the tests run several daemons in one process. Each [`Metrics`] owns a
+//! `PrometheusRecorder` (not installed) and records through the `metrics` facade with
+//! [`metrics::with_local_recorder`], so each daemon's `/metrics` shows only its own facts.
+//!
+//! Labels are bounded: server names, fixed words (action, outcome, prompt kind, session
+//! state, event type with unknown types as `unknown`, a reason *category*); never a
+//! session id, a free-text reason, a URL or anything from the configuration's secrets.
+
+pub mod edge;
+pub mod exposition;
+pub mod fleet;
+pub mod journal;
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use shepherd_actors::event::is_known_kind;
+use shepherd_actors::journal::Journal;
+use shepherd_actors::supervisor::FleetView;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use self::fleet::{session_state, SESSION_STATES};
+use self::journal::{FollowUp, JournalFold, Observation};
+use crate::opencode::PumpStats;
+
+/// Histogram buckets of a recovery (stall detected → continue sent), seconds: the abort,
+/// its poll and the wait after it take seconds; a rate-limited continue can take minutes.
+const RECOVERY_BUCKETS: [f64; 10] = [1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0];
+/// Histogram buckets of one advisor model call, seconds (`advisor.timeout` is 5 s by default).
+const ADVISOR_BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0];
+
+/// One daemon's metrics.
+pub struct Metrics {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    pumps: Mutex<Vec<(String, Arc<PumpStats>)>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Self> {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full("shepherd_recovery_duration_seconds".into()), &RECOVERY_BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("shepherd_advisor_call_duration_seconds".into()),
+                    &ADVISOR_BUCKETS,
+                )
+            })
+            .expect("the bucket lists are constant and not empty")
+            .build_recorder();
+        let handle = recorder.handle();
+        let metrics = Metrics { recorder, handle, pumps: Mutex::default() };
+        metrics.with(describe);
+        Arc::new(metrics)
+    }
+
+    /// Runs `f` with this daemon's recorder as the `metrics` facade's recorder.
+    fn with<T>(&self, f: impl FnOnce() -> T) -> T {
+        metrics::with_local_recorder(&self.recorder, f)
+    }
+
+    /// Counts the records of `journal` from now on, until the journal closes or the task
+    /// is aborted. Subscribes before returning, so no record is missed.
+    pub fn follow(self: &Arc<Self>, journal: &Journal) -> JoinHandle<()> {
+        let mut records = journal.subscribe();
+        let metrics = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut fold = JournalFold::new();
+            loop {
+                match records.recv().await {
+                    Ok(record) => {
+                        let observations = fold.observe(&record);
+                        metrics.with(|| observations.iter().for_each(apply));
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(missed = n, "metrics: fell behind the journal; some records are not counted");
+                        metrics.with(|| counter!("shepherd_journal_records_missed_total").increment(n));
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        })
+    }
+
+    /// Exports this pump's counters (per server) from now on.
+    pub fn add_pump(&self, server: &str, stats: Arc<PumpStats>) {
+        if let Ok(mut pumps) = self.pumps.lock() {
+            pumps.retain(|(name, _)| name != server);
+            pumps.push((server.to_string(), stats));
+        }
+    }
+
+    /// One ledger write failed.
+    pub fn ledger_write_error(&self, operation: &'static str) {
+        self.with(|| counter!("shepherd_ledger_write_errors_total", "operation" => operation).increment(1));
+    }
+
+    /// One advisor model call ended (`ok`, `error`, `timeout`) after `seconds`.
+    pub fn advisor_call(&self, outcome: &'static str, seconds: f64) {
+        self.with(|| {
+            counter!("shepherd_advisor_calls_total", "outcome" => outcome).increment(1);
+            histogram!("shepherd_advisor_call_duration_seconds", "outcome" => outcome).record(seconds);
+        });
+    }
+
+    /// The exposition, with the scrape-time facts taken from `fleet` and the pumps.
+    pub fn render(&self, fleet: &FleetView) -> String {
+        self.with(|| {
+            sample_fleet(fleet);
+            self.sample_pumps();
+        });
+        self.handle.render()
+    }
+
+    /// The exposition of what is recorded so far, without sampling anything (tests).
+    pub fn render_now(&self) -> String {
+        self.handle.render()
+    }
+
+    fn sample_pumps(&self) {
+        let Ok(pumps) = self.pumps.lock() else { return };
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        for (server, stats) in pumps.iter() {
+            let server = server.clone();
+            counter!("shepherd_stream_frames_total", "server" => server.clone())
+                .absolute(stats.frames.load(Ordering::Relaxed));
+            counter!("shepherd_events_malformed_total", "server" => server.clone())
+                .absolute(stats.malformed.load(Ordering::Relaxed));
+            // The first connect is no reconnect.
+            let connects = stats.connects.load(Ordering::Relaxed);
+            counter!("shepherd_stream_reconnects_total", "server" => server.clone())
+                .absolute(connects.saturating_sub(1));
+            let last = stats.last_frame_ms.load(Ordering::Relaxed);
+            if last > 0 {
+                let age = (now_ms - last).max(0) as f64 / 1000.0;
+                gauge!("shepherd_stream_last_event_age_seconds", "server" => server).set(age);
+            }
+        }
+    }
+}
+
+/// One observation from the journal, counted.
+fn apply(o: &Observation) {
+    match *o {
+        Observation::Action { action, outcome, reason } => {
+            counter!("shepherd_actions_total", "action" => action, "outcome" => outcome, "reason" => reason)
+                .increment(1);
+        }
+        Observation::Prompt { kind, outcome } => {
+            counter!("shepherd_prompts_total", "kind" => kind, "outcome" => outcome).increment(1);
+        }
+        Observation::StallDetected => counter!("shepherd_stall_detections_total").increment(1),
+        Observation::Recovery { outcome, seconds } => {
+            counter!("shepherd_recoveries_total", "outcome" => outcome).increment(1);
+            if let Some(seconds) = seconds {
+                histogram!("shepherd_recovery_duration_seconds").record(seconds);
+            }
+        }
+        Observation::FollowUp { metric, outcome } => {
+            let name = match metric {
+                FollowUp::Nudge => "shepherd_nudges_total",
+                FollowUp::Review => "shepherd_reviews_total",
+                FollowUp::Compaction => "shepherd_compactions_total",
+                FollowUp::Handoff => "shepherd_handoffs_total",
+            };
+            counter!(name, "outcome" => outcome).increment(1);
+        }
+        Observation::Advice { source } => counter!("shepherd_advice_total", "source" => source).increment(1),
+    }
+}
+
+/// Sessions by server and state, events by server and type, stream state: set from the
+/// supervisor's view (every state of every server, so a state left reads 0).
+fn sample_fleet(fleet: &FleetView) {
+    for server in &fleet.servers {
+        let name = server.name.clone();
+        for state in SESSION_STATES {
+            let n = fleet.sessions.iter().filter(|s| s.server == name && session_state(s) == state).count();
+            gauge!("shepherd_sessions", "server" => name.clone(), "state" => state).set(n as f64);
+        }
+        gauge!("shepherd_stream_connected", "server" => name.clone()).set(f64::from(u8::from(server.connected)));
+        gauge!("shepherd_server_ready", "server" => name.clone())
+            .set(f64::from(u8::from(server.connected && server.reconciled)));
+        let mut unknown = 0;
+        for (kind, n) in &server.events {
+            if is_known_kind(kind) {
+                counter!("shepherd_events_ingested_total", "server" => name.clone(), "type" => kind.clone())
+                    .absolute(*n);
+            } else {
+                unknown += n;
+            }
+        }
+        counter!("shepherd_events_ingested_total", "server" => name.clone(), "type" => "unknown").absolute(unknown);
+        counter!("shepherd_events_unknown_total", "server" => name).absolute(unknown);
+    }
+}
+
+/// HELP lines and units of every metric.
+fn describe() {
+    describe_gauge!("shepherd_sessions", "Sessions in memory by server and state (read at scrape time)");
+    describe_counter!(
+        "shepherd_actions_total",
+        "Journal records: actions taken (done), declined or failed, by action, outcome and reason category"
+    );
+    describe_counter!(
+        "shepherd_prompts_total",
+        "Prompts by kind and outcome (sent, deduplicated, rate_limited, declined, failed)"
+    );
+    describe_counter!("shepherd_stall_detections_total", "Busy sessions found without progress past their timeout");
+    describe_counter!("shepherd_recoveries_total", "Recoveries (abort + continue) by outcome");
+    describe_histogram!(
+        "shepherd_recovery_duration_seconds",
+        Unit::Seconds,
+        "Time from a stall's detection to its continue being sent"
+    );
+    describe_counter!("shepherd_nudges_total", "Nudges (idle with open todos) by outcome");
+    describe_counter!("shepherd_reviews_total", "Reviews (all todos done) by outcome");
+    describe_counter!("shepherd_compactions_total", "Compactions by outcome");
+    describe_counter!("shepherd_handoffs_total", "Hand-offs to a fresh session: completed, declined, failed");
+    describe_counter!("shepherd_advice_total", "Advisor consultations by where the answer came from");
+    describe_counter!("shepherd_advisor_calls_total", "Advisor model calls by outcome (ok, error, timeout)");
+    describe_histogram!("shepherd_advisor_call_duration_seconds", Unit::Seconds, "Advisor model call latency");
+    describe_counter!("shepherd_ledger_write_errors_total", "Failed ledger writes by operation");
+    describe_counter!(
+        "shepherd_events_ingested_total",
+        "Decoded stream events by server and type (types Shepherd does not know: unknown)"
+    );
+    describe_counter!("shepherd_events_unknown_total", "Stream events of a type Shepherd does not know");
+    describe_counter!("shepherd_events_malformed_total", "Stream frames that could not be decoded (skipped)");
+    describe_counter!("shepherd_stream_frames_total", "Stream frames received, heartbeats included");
+    describe_counter!("shepherd_stream_reconnects_total", "Event-stream connects after the first");
+    describe_gauge!("shepherd_stream_connected", "1 while the server's event stream is connected");
+    describe_gauge!("shepherd_server_ready", "1 while the stream is connected and reconciled (see /readyz)");
+    describe_gauge!(
+        "shepherd_stream_last_event_age_seconds",
+        Unit::Seconds,
+        "Seconds since the server's last stream frame (OpenCode sends a heartbeat every 10 s)"
+    );
+    describe_counter!("shepherd_journal_records_missed_total", "Journal records the metrics fell behind on");
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
+    use shepherd_actors::supervisor::ServerView;
+
+    use super::exposition::{parse, value};
+    use super::*;
+
+    fn rec(session: &str, at_ms: i64, action: Action, outcome: Outcome, reason: &str) -> ActionRecord {
+        ActionRecord {
+            server: "local".into(),
+            session: session.into(),
+            action,
+            outcome,
+            reason: reason.into(),
+            numbers: Numbers::default(),
+            at_ms,
+        }
+    }
+
+    async fn until(metrics: &Metrics, name: &str, labels: &[(&str, &str)], want: f64) -> String {
+        for _ in 0..200 {
+            let text = metrics.render_now();
+            if value(&parse(&text), name, labels) == Some(want) {
+                return text;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        panic!("{name}{labels:?} never reached {want}:\n{}", metrics.render_now());
+    }
+
+    #[tokio::test]
+    async fn journal_records_become_counters_and_a_recovery_histogram_without_session_ids() {
+        let metrics = Metrics::new();
+        let journal = Journal::new();
+        let task = metrics.follow(&journal);
+        journal.record(rec("ses_secret_1", 1_000, Action::StallDetected, Outcome::Done, "no progress"));
+        journal.record(rec("ses_secret_1", 2_000, Action::Abort, Outcome::Done, "stalled session aborted"));
+        journal.record(rec("ses_secret_1", 4_000, Action::Continue, Outcome::Done, "continue sent"));
+        journal.record(rec("ses_secret_2", 5_000, Action::Nudge, Outcome::Done, "nudge sent"));
+        let text = until(&metrics, "shepherd_nudges_total", &[("outcome", "done")], 1.0).await;
+        let s = parse(&text);
+        assert_eq!(value(&s, "shepherd_stall_detections_total", &[]), Some(1.0));
+        assert_eq!(value(&s, "shepherd_recovery_duration_seconds_count", &[]), Some(1.0));
+        assert_eq!(value(&s, "shepherd_recovery_duration_seconds_sum", &[]), Some(3.0));
+        assert_eq!(value(&s, "shepherd_recovery_duration_seconds_bucket", &[("le", "2")]), Some(0.0));
+        assert_eq!(value(&s, "shepherd_recovery_duration_seconds_bucket", &[("le", "3")]), Some(1.0));
+        assert_eq!(value(&s, "shepherd_prompts_total", &[("kind", "continue"), ("outcome", "sent")]), Some(1.0));
+        assert_eq!(
+            value(&s, "shepherd_actions_total", &[("action", "abort"), ("outcome", "done"), ("reason", "none")]),
+            Some(1.0)
+        );
+        assert!(!text.contains("ses_secret"), "no session id in the exposition:\n{text}");
+        task.abort();
+    }
+
+    #[test]
+    fn every_state_of_every_server_is_exported_and_unknown_event_types_are_one_label() {
+        let metrics = Metrics::new();
+        let events = BTreeMap::from([
+            ("session.status".to_string(), 5),
+            ("plugin.added".to_string(), 2),
+            ("lsp.updated".to_string(), 1),
+        ]);
+        let fleet = FleetView {
+            servers: vec![ServerView { name: "local".into(), connected: true, reconciled: false, events }],
+            sessions: vec![],
+        };
+        let s = parse(&metrics.render(&fleet));
+        for state in SESSION_STATES {
+            assert_eq!(value(&s, "shepherd_sessions", &[("server", "local"), ("state", state)]), Some(0.0), "{state}");
+        }
+        let ingested = |t| value(&s, "shepherd_events_ingested_total", &[("server", "local"), ("type", t)]);
+        assert_eq!(ingested("session.status"), Some(5.0));
+        assert_eq!(ingested("unknown"), Some(3.0));
+        assert_eq!(ingested("plugin.added"), None);
+        assert_eq!(value(&s, "shepherd_stream_connected", &[("server", "local")]), Some(1.0));
+        assert_eq!(value(&s, "shepherd_server_ready", &[("server", "local")]), Some(0.0));
+    }
+
+    #[test]
+    fn two_daemons_in_one_process_keep_their_own_numbers() {
+        let a = Metrics::new();
+        let b = Metrics::new();
+        a.ledger_write_error("save");
+        assert_eq!(value(&parse(&a.render_now()), "shepherd_ledger_write_errors_total", &[]), Some(1.0));
+        assert_eq!(value(&parse(&b.render_now()), "shepherd_ledger_write_errors_total", &[]), None);
+    }
+}
