@@ -95,9 +95,10 @@ impl JournalFold {
                 }
             }
             (Action::Recover | Action::Continue, Outcome::Failed) | (Action::GiveUp, Outcome::Done) => {
-                if self.pending.remove(&key()).is_some() || r.action == Action::GiveUp {
-                    out.push(Observation::Recovery { outcome: "failed", seconds: None });
-                }
+                // Giving up ends the recovery whether or not its start was seen.
+                let was_pending = self.pending.remove(&key()).is_some();
+                let failed = was_pending || r.action == Action::GiveUp;
+                out.extend(failed.then_some(Observation::Recovery { outcome: "failed", seconds: None }));
             }
             _ => {}
         }

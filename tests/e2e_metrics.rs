@@ -1,0 +1,227 @@
+//! `/metrics` and `/readyz` against the real OpenCode server, driven by the fake model.
+//!
+//! A scripted run — one stall recovered, one nudge sent, one custom prompt deduplicated —
+//! is scraped and the exposition parsed: the counts the script determines are asserted
+//! exactly. Both tests run a daemon each in this one process, so they also show that each
+//! daemon's `/metrics` holds its own numbers (no global recorder).
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use shepherd::metrics::exposition::{try_parse, value, Sample};
+use shepherd::testbed::client::wait_until;
+use shepherd_actors::config::ControlConfig;
+use shepherd_actors::journal::{Action, Outcome};
+use support::{Rig, PATIENCE};
+use tempfile::TempDir;
+
+/// Named by the test config, set nowhere: the daemon generates its token.
+const UNSET_TOKEN_ENV: &str = "SHEPHERD_E2E_METRICS_TOKEN_NEVER_SET";
+
+/// The control API of a rig's daemon, and plain HTTP to it.
+struct Api {
+    url: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    fn of(rig: &Rig) -> Api {
+        let daemon = rig.daemon();
+        Api {
+            url: daemon.control_url().expect("control API enabled").to_string(),
+            token: daemon.control_token().expect("control API enabled").expose().to_string(),
+            http: reqwest::Client::builder().timeout(PATIENCE).build().unwrap(),
+        }
+    }
+
+    async fn get(&self, path: &str, token: bool) -> anyhow::Result<(u16, String)> {
+        let mut req = self.http.get(format!("{}{path}", self.url));
+        if token {
+            req = req.bearer_auth(&self.token);
+        }
+        let response = req.send().await?;
+        Ok((response.status().as_u16(), response.text().await?))
+    }
+
+    async fn json(&self, path: &str, token: bool) -> anyhow::Result<(u16, Value)> {
+        let (status, text) = self.get(path, token).await?;
+        Ok((status, serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{status} {text}: {e}"))?))
+    }
+
+    async fn prompt(&self, session: &str, message: &str) -> anyhow::Result<Value> {
+        let body = serde_json::json!({ "message": message }).to_string();
+        let response = self
+            .http
+            .post(format!("{}/v1/sessions/{session}/prompt", self.url))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await?;
+        Ok(response.json().await?)
+    }
+
+    /// The exposition, parsed (every line must be a valid sample or comment).
+    async fn scrape(&self) -> anyhow::Result<(String, Vec<Sample>)> {
+        let (status, text) = self.get("/metrics", true).await?;
+        anyhow::ensure!(status == 200, "/metrics answered {status}: {text}");
+        let samples = try_parse(&text).map_err(anyhow::Error::msg)?;
+        Ok((text, samples))
+    }
+
+    /// Scrapes until `name{labels}` reads `want` (the journal is folded in the background).
+    async fn scrape_until(&self, name: &str, labels: &[(&str, &str)], want: f64) -> anyhow::Result<Vec<Sample>> {
+        wait_until(&format!("{name}{labels:?} = {want}"), PATIENCE, || async {
+            let (_, samples) = self.scrape().await?;
+            anyhow::Ok((value(&samples, name, labels) == Some(want)).then_some(samples))
+        })
+        .await
+    }
+}
+
+/// A rig whose daemon serves the control API (token required for reads), with nudges
+/// quick and scripted to finish the todos, and reviews off (so the run's prompts are
+/// exactly the ones the test makes happen).
+async fn start(state: &TempDir) -> anyhow::Result<Rig> {
+    let token_file = state.path().join("control.token");
+    Rig::start_config(move |c| {
+        c.control = ControlConfig {
+            enabled: true,
+            bind: "127.0.0.1:0".into(),
+            token_env: UNSET_TOKEN_ENV.into(),
+            token_file: token_file.to_string_lossy().into_owned(),
+            allow_unauthenticated_reads: false,
+        };
+        c.nudge.user_quiet = Duration::ZERO;
+        c.nudge.idle_delay = Duration::from_millis(300);
+        c.nudge.cooldown = Duration::from_secs(600);
+        c.nudge.message = "[[fake:todo:done]] Keep going: {pending} of {total} open".into();
+        c.review.enabled = false;
+    })
+    .await
+}
+
+#[actix::test]
+async fn a_scripted_run_reads_back_from_metrics_with_exact_counts_and_no_secrets() -> anyhow::Result<()> {
+    let state = TempDir::new()?;
+    let mut rig = start(&state).await?;
+    let api = Api::of(&rig);
+
+    // A stall, recovered by abort + continue.
+    let stalled = rig.client.create_session(Some("stall")).await?;
+    rig.client.prompt_async(&stalled, "[[fake:stall]] start and go quiet", None, None, false).await?;
+    // Idle with open todos: one nudge (which finishes them).
+    let nudged = rig.client.create_session(Some("nudge")).await?;
+    rig.client.prompt_async(&nudged, "[[fake:todo:create]] plan and stop", None, None, false).await?;
+    // A person's prompt, then a reworded copy of it: deduplicated by the guard.
+    let prompted = rig.client.create_session(Some("dedupe")).await?;
+    rig.client.prompt_async(&prompted, "[[fake:ok]] hello", None, None, false).await?;
+    rig.client.wait_busy(&prompted, PATIENCE).await.ok();
+    rig.client.wait_idle(&prompted, PATIENCE).await?;
+    let first = api.prompt(&prompted, "[[fake:ok]] Please continue working").await?;
+    assert_eq!(first["success"], true, "{first}");
+    let second = api.prompt(&prompted, "[[fake:ok]] Continue working on tasks").await?;
+    assert_eq!(second["success"], false, "{second}");
+
+    rig.wait_record(&stalled, Action::Continue, Outcome::Done, PATIENCE).await?;
+    rig.wait_record(&nudged, Action::Nudge, Outcome::Done, PATIENCE).await?;
+    for id in [&stalled, &nudged, &prompted] {
+        rig.client.wait_idle(id, PATIENCE).await?;
+    }
+
+    let s = api.scrape_until("shepherd_nudges_total", &[("outcome", "done")], 1.0).await?;
+    let s = if value(&s, "shepherd_prompts_total", &[("kind", "custom"), ("outcome", "deduplicated")]) == Some(1.0) {
+        s
+    } else {
+        api.scrape_until("shepherd_prompts_total", &[("kind", "custom"), ("outcome", "deduplicated")], 1.0).await?
+    };
+    let prompts = |kind, outcome| value(&s, "shepherd_prompts_total", &[("kind", kind), ("outcome", outcome)]);
+    assert_eq!(value(&s, "shepherd_stall_detections_total", &[]), Some(1.0));
+    assert_eq!(value(&s, "shepherd_recoveries_total", &[("outcome", "succeeded")]), Some(1.0));
+    assert_eq!(value(&s, "shepherd_recovery_duration_seconds_count", &[]), Some(1.0));
+    let took = value(&s, "shepherd_recovery_duration_seconds_sum", &[]).unwrap_or(0.0);
+    assert!(took > 0.0 && took < PATIENCE.as_secs_f64(), "recovery took {took} s");
+    assert_eq!(
+        value(&s, "shepherd_actions_total", &[("action", "abort"), ("outcome", "done"), ("reason", "none")]),
+        Some(1.0)
+    );
+    assert_eq!(prompts("continue", "sent"), Some(1.0));
+    assert_eq!(prompts("nudge", "sent"), Some(1.0));
+    assert_eq!(prompts("custom", "sent"), Some(1.0));
+    assert_eq!(prompts("custom", "deduplicated"), Some(1.0));
+    assert_eq!(
+        value(&s, "shepherd_actions_total", &[("action", "prompt"), ("outcome", "declined"), ("reason", "duplicate")]),
+        Some(1.0)
+    );
+    assert_eq!(value(&s, "shepherd_nudges_total", &[("outcome", "done")]), Some(1.0));
+    assert_eq!(value(&s, "shepherd_reviews_total", &[]), None, "reviews are off");
+
+    // Scrape-time facts: the stream, the events, the sessions.
+    let local = [("server", "local")];
+    assert_eq!(value(&s, "shepherd_stream_connected", &local), Some(1.0));
+    assert_eq!(value(&s, "shepherd_server_ready", &local), Some(1.0));
+    assert_eq!(value(&s, "shepherd_stream_reconnects_total", &local), Some(0.0));
+    assert_eq!(value(&s, "shepherd_events_malformed_total", &local), Some(0.0));
+    let age = value(&s, "shepherd_stream_last_event_age_seconds", &local).expect("a frame arrived");
+    assert!((0.0..30.0).contains(&age), "last event {age} s ago");
+    let status_events = value(&s, "shepherd_events_ingested_total", &[("server", "local"), ("type", "session.status")]);
+    assert!(status_events.unwrap_or(0.0) >= 6.0, "busy + idle of three sessions at least: {status_events:?}");
+    let (_, sessions) = api.json("/v1/sessions", true).await?;
+    let tracked = sessions.as_array().map_or(0, Vec::len) as f64;
+    assert!(tracked >= 3.0, "{sessions}");
+    assert_eq!(value(&s, "shepherd_sessions", &local), Some(tracked), "every tracked session has one state");
+    assert_eq!(value(&s, "shepherd_sessions", &[("server", "local"), ("state", "working")]), Some(0.0));
+
+    // Exposition hygiene: types declared, units in names, nothing that identifies a
+    // session or opens a door.
+    let (text, _) = api.scrape().await?;
+    assert!(text.contains("# TYPE shepherd_recovery_duration_seconds histogram"), "{text}");
+    assert!(text.contains("# TYPE shepherd_prompts_total counter"), "{text}");
+    assert!(text.contains("# TYPE shepherd_sessions gauge"), "{text}");
+    for secret in [&api.token, &stalled, &nudged, &prompted, &rig.opencode.url()] {
+        assert!(!text.contains(secret.as_str()), "/metrics must not show {secret}");
+    }
+    assert_eq!(api.get("/metrics", false).await?.0, 401, "metrics need the token");
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn readyz_turns_503_naming_the_server_while_opencode_is_gone_and_200_when_it_is_back() -> anyhow::Result<()> {
+    let state = TempDir::new()?;
+    let mut rig = start(&state).await?;
+    let api = Api::of(&rig);
+    let (status, body) = api.json("/readyz", false).await?;
+    assert_eq!((status, &body), (200, &serde_json::json!({ "ready": true })), "probed without a token");
+    assert_eq!(api.json("/healthz", false).await?.0, 200);
+
+    rig.opencode.stop().await;
+    let body = wait_until("/readyz to answer 503", PATIENCE, || async {
+        let (status, body) = api.json("/readyz", false).await?;
+        anyhow::Ok((status == 503).then_some(body))
+    })
+    .await?;
+    assert_eq!(body["ready"], false);
+    assert_eq!(body["not_ready"], serde_json::json!([{ "server": "local", "reason": "stream not connected" }]));
+    let text = body.to_string();
+    assert!(!text.contains(&rig.opencode.port().to_string()) && !text.contains("http"), "no address: {text}");
+    let (_, s) = api.scrape().await?;
+    assert_eq!(value(&s, "shepherd_stream_connected", &[("server", "local")]), Some(0.0));
+    assert_eq!(value(&s, "shepherd_server_ready", &[("server", "local")]), Some(0.0));
+    assert_eq!(api.get("/healthz", false).await?.0, 200, "the process is still up");
+
+    rig.opencode.respawn().await?;
+    wait_until("/readyz to answer 200 again", PATIENCE, || async {
+        let (status, _) = api.json("/readyz", false).await?;
+        anyhow::Ok((status == 200).then_some(()))
+    })
+    .await?;
+    let (_, s) = api.scrape().await?;
+    assert_eq!(value(&s, "shepherd_stream_reconnects_total", &[("server", "local")]), Some(1.0));
+    assert_eq!(value(&s, "shepherd_server_ready", &[("server", "local")]), Some(1.0));
+    rig.stop().await;
+    Ok(())
+}
