@@ -18,15 +18,20 @@
 //! - [`client`]: the CLI's side: which URL, which token, clear errors.
 //! - [`table`]: the `shepherd sessions` table (pure).
 //!
-//! Endpoints (all JSON; errors are `{"error": "...", "field"?: "..."}`):
+//! Endpoints (JSON but `/metrics`; errors are `{"error": "...", "field"?: "..."}`):
 //! - `GET /healthz` → `{"ok": true}`, no token needed;
+//! - `GET /readyz` → 200 `{"ready": true}` when every server's stream is connected and
+//!   reconciled, else 503 naming the servers that are not and a fixed reason; no token
+//!   needed (server names only: no URL, no error text, no session);
+//! - `GET /metrics` → the Prometheus text exposition ([`crate::metrics`]); a read;
 //! - `GET /v1/sessions` → every tracked session (`SessionDetail`);
 //! - `GET /v1/sessions/{id}` → one session, 404 when unknown;
 //! - `POST /v1/sessions/{id}/prompt` with a `CustomPromptRequest` → `CustomPromptReply`;
 //!   404 when the session is unknown, 400 naming the field when the body is wrong.
 //!
-//! Every request but `/healthz` needs `Authorization: Bearer <token>` (reads may go
-//! without when `control.allow_unauthenticated_reads`); otherwise 401.
+//! Every request but `/healthz` and `/readyz` needs `Authorization: Bearer <token>`
+//! (reads, `/metrics` among them, may go without when
+//! `control.allow_unauthenticated_reads`); otherwise 401.
 
 pub mod auth;
 pub mod client;

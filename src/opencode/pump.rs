@@ -23,7 +23,7 @@ use super::sse::SseDecoder;
 /// Malformed frames are logged with at most this many characters of their text.
 const LOGGED_FRAME_CHARS: usize = 200;
 
-/// Counters of one pump, readable from outside (status, tests).
+/// Counters of one pump, readable from outside (metrics at scrape time, tests).
 #[derive(Debug, Default)]
 pub struct PumpStats {
     pub frames: AtomicU64,
