@@ -114,6 +114,14 @@ impl Metrics {
         }
     }
 
+    /// Stops sampling a server's pump (the server left the configuration). The series
+    /// already exported keep their last value until the process restarts.
+    pub fn remove_pump(&self, server: &str) {
+        if let Ok(mut pumps) = self.pumps.lock() {
+            pumps.retain(|(name, _)| name != server);
+        }
+    }
+
     /// One ledger write failed.
     pub fn ledger_write_error(&self, operation: &'static str) {
         self.with(|| counter!("shepherd_ledger_write_errors_total", "operation" => operation).increment(1));
