@@ -159,6 +159,25 @@ async fn a_scripted_run_reads_back_from_metrics_with_exact_counts_and_no_secrets
     assert_eq!(value(&s, "shepherd_nudges_total", &[("outcome", "done")]), Some(1.0));
     assert_eq!(value(&s, "shepherd_reviews_total", &[]), None, "reviews are off");
 
+    // Every journal record is in `shepherd_actions_total`, and nothing else is (polled:
+    // the metrics fold the journal in the background).
+    let journal_matches = |rig: &mut Rig, s: &[Sample]| {
+        rig.records_for(&stalled); // pulls every record seen so far
+        let mut journal: std::collections::BTreeMap<(&str, &str), f64> = Default::default();
+        for r in &rig.seen {
+            *journal.entry((r.action.as_str(), r.outcome.as_str())).or_default() += 1.0;
+        }
+        let by_kind = journal.iter().all(|((action, outcome), n)| {
+            value(s, "shepherd_actions_total", &[("action", action), ("outcome", outcome)]) == Some(*n)
+        });
+        by_kind && value(s, "shepherd_actions_total", &[]) == Some(rig.seen.len() as f64)
+    };
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !journal_matches(&mut rig, &api.scrape().await?.1) {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "/metrics never matched the journal: {:#?}", rig.seen);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // Scrape-time facts: the stream, the events, the sessions.
     let local = [("server", "local")];
     assert_eq!(value(&s, "shepherd_stream_connected", &local), Some(1.0));
