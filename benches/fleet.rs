@@ -421,8 +421,8 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     let t = Instant::now();
     h.run(&track).await?;
     settle(&h, &stats).await?;
-    let fleet = daemon.fleet().await;
-    r.tracked = fleet.sessions.len();
+    // Not kept: a fleet view held here would be counted in Shepherd's RSS below.
+    r.tracked = daemon.fleet().await.sessions.len();
     let rep1 = h.report().await?;
     r.requests_tracking = requests_between(&rep0, &rep1);
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -1822,7 +1822,11 @@ impl MessageMemory {
             None => {
                 let slot = (key & !Self::FLAGS) | flags;
                 if self.slots.len() < ROLE_MEMORY {
-                    self.slots.reserve_exact(ROLE_MEMORY);
+                    if self.slots.capacity() == 0 {
+                        // Once, to the ring's full size (`reserve_exact` counts from the
+                        // length: calling it on every push reallocated up to 63 words).
+                        self.slots.reserve_exact(ROLE_MEMORY);
+                    }
                     self.slots.push(slot);
                 } else {
                     self.slots[self.next] = slot;
@@ -1898,11 +1902,24 @@ mod advice;
 
 #[cfg(test)]
 mod tests {
+
     //! The core as a specification: events and moments in, effects out.
     use super::*;
     use crate::config::{NudgeConfig, RecoveryConfig};
     use crate::event::{decode, TodoStatus};
     use crate::journal::Action;
+
+    #[test]
+    fn the_message_ring_holds_its_last_32_messages_in_32_words() {
+        let mut m = MessageMemory::default();
+        for i in 0..40 {
+            m.set_role(message_key(&format!("msg_{i}")), if i % 2 == 0 { Role::User } else { Role::Assistant });
+        }
+        assert_eq!(m.slots.capacity(), ROLE_MEMORY, "memory per session is a scale target");
+        assert_eq!(m.role(message_key("msg_39")), Some(Role::Assistant));
+        assert_eq!(m.role(message_key("msg_8")), Some(Role::User));
+        assert_eq!(m.role(message_key("msg_7")), None, "the oldest are forgotten");
+    }
 
     /// A core under test and its time origin; the intelligence tests use it too.
     pub(super) struct Bench {
@@ -1912,8 +1929,6 @@ mod tests {
 
     pub(super) const CREATED_MS: i64 = 1_000_000;
 
-    /// A core for session `ses_A` in `/p`, created at `CREATED_MS`, and its time origin:
-    /// the one set-up every core test bench starts from.
     /// `rules` without the advice hooks (on by default): these benches specify the
     /// rules beneath them; the hooks themselves are specified in `core/advice.rs`.
     pub(super) fn unadvised(mut rules: SessionRules) -> SessionRules {
@@ -1921,6 +1936,8 @@ mod tests {
         rules
     }
 
+    /// A core for session `ses_A` in `/p`, created at `CREATED_MS`, and its time origin:
+    /// the one set-up every core test bench starts from.
     pub(super) fn test_core(rules: SessionRules) -> (SessionCore, Instant) {
         let t0 = Instant::now();
         let mut core = SessionCore::new("srv", "ses_A", Arc::new(rules), Now { mono: t0, wall_ms: CREATED_MS });

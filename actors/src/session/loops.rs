@@ -105,6 +105,9 @@ impl ToolSpin {
         }
         self.run.push_back(now);
         self.run.retain(|at| now.saturating_duration_since(*at) <= window);
+        if self.run.len() > count {
+            self.run.pop_front(); // only whether the run reached `count` matters
+        }
         if self.run.len() < count {
             return SpinVerdict::Normal;
         }
