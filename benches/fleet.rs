@@ -387,6 +387,11 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     // Simulated sessions stall seconds after they are created: the heuristic "new
     // session → wait" would postpone every measured abort. The advice is still sought.
     cfg.advisor.new_session = Duration::ZERO;
+    // The guard's fleet-wide limit (120 prompts/min by default) would hold most of the
+    // stall phase's continues for minutes (at 10k: 876 of 1000), their recoveries and
+    // orders kept in memory meanwhile. This bench measures the stall path, not the limit.
+    cfg.guard.global_per_minute = 100_000;
+    cfg.guard.global_burst = 10_000;
     // The daemon's default backend (SQLite on disk), in a scratch file.
     let ledger = std::env::temp_dir().join(format!("shepherd-fleet-bench-{n}.sqlite3"));
     remove_ledger(&ledger);
