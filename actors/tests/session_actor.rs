@@ -12,7 +12,9 @@ use shepherd_actors::event::{decode, ModelRef, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
 use shepherd_actors::ledger::{Ledger, MemoryLedger};
 use shepherd_actors::ports::{Clock, Engine, EngineError, LastTurn, Prompt, TurnSettings};
-use shepherd_actors::supervisor::{AttachServer, Ingest, InspectFleet, Shutdown, StreamUp, Supervisor};
+use shepherd_actors::supervisor::{
+    AttachServer, DetachServer, Ingest, InspectFleet, ReconfigureAll, Shutdown, StreamUp, Supervisor,
+};
 
 /// An OpenCode that records calls; a session is busy until aborted.
 #[derive(Default)]
@@ -368,4 +370,73 @@ async fn a_completion_seen_before_a_restart_is_reviewed_exactly_once_after_it() 
     tokio::time::sleep(Duration::from_secs(5)).await;
     settle().await;
     assert_eq!(reviews(&w2), 1);
+}
+
+#[actix::test]
+async fn a_reload_to_a_shorter_stall_timeout_recovers_at_the_new_deadline_not_the_old_one() {
+    tokio::time::pause();
+    let mut w = world(cfg()); // 180 s
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    settle().await;
+    let short = RecoveryConfig { stall_timeout: Duration::from_secs(30), ..cfg() };
+    w.supervisor
+        .send(ReconfigureAll { rules: Arc::new(short.into()), fleet: SupervisorConfig::default() })
+        .await
+        .unwrap();
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(5)).await; // 25 s quiet: not yet
+    settle().await;
+    assert!(w.drain().is_empty(), "not before the new timeout");
+    tokio::time::sleep(Duration::from_secs(10)).await; // 35 s quiet: past 30 s, long before 180 s
+    settle().await;
+    assert!(w.engine.calls().contains(&"abort ses_A".to_string()), "{:?}", w.engine.calls());
+    let records = w.drain();
+    assert_eq!(records[0], (Action::StallDetected, Outcome::Done));
+    assert!(records.contains(&(Action::Continue, Outcome::Done)), "{records:?}");
+}
+
+#[actix::test]
+async fn a_session_seen_after_a_reload_decides_by_the_new_rules() {
+    tokio::time::pause();
+    let mut w = world(cfg()); // 180 s
+    let short = RecoveryConfig { stall_timeout: Duration::from_secs(30), ..cfg() };
+    w.supervisor.do_send(ReconfigureAll { rules: Arc::new(short.into()), fleet: SupervisorConfig::default() });
+    w.busy("ses_B");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"abort ses_B".to_string()), "{:?}", w.engine.calls());
+    assert!(w.drain().contains(&(Action::Continue, Outcome::Done)));
+}
+
+#[actix::test]
+async fn a_detached_server_s_sessions_save_their_state_stop_and_are_no_longer_supervised() {
+    tokio::time::pause();
+    let ledger = Arc::new(MemoryLedger::default());
+    let engine = Arc::new(FakeEngine::default());
+    let journal = Journal::new();
+    let records = journal.subscribe();
+    let clock = Arc::new(PausedClock { start: tokio::time::Instant::now() });
+    let mut w = world_with_ledger(cfg(), Arc::clone(&ledger), engine, journal, records, clock);
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(190)).await; // one recovery: attempts = 1
+    settle().await;
+    assert!(w.drain().contains(&(Action::Continue, Outcome::Done)));
+    w.busy("ses_A"); // busy again when the server is removed
+
+    let released = w.supervisor.send(DetachServer { name: "srv".into() }).await.unwrap();
+    assert_eq!(released, 1);
+    assert_eq!(ledger.load("srv", "ses_A").await.unwrap().unwrap().attempts, 1, "state written before stopping");
+    let fleet = w.supervisor.send(InspectFleet).await.unwrap();
+    assert!(fleet.sessions.is_empty() && fleet.servers.is_empty(), "{fleet:?}");
+
+    // Events that still arrive from it change nothing; no stall is ever handled.
+    w.busy("ses_A");
+    tokio::time::sleep(Duration::from_secs(400)).await;
+    settle().await;
+    assert!(w.drain().is_empty());
+    assert_eq!(w.engine.calls().iter().filter(|c| c.starts_with("abort")).count(), 1);
 }

@@ -64,6 +64,23 @@ impl Actor for AdvisorActor {
     type Context = Context<Self>;
 }
 
+/// New advisor settings and model (hot reload). Calls under way finish under the old
+/// permits; cached answers are dropped, since they were given under the old settings.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Retune {
+    pub cfg: AdvisorConfig,
+    pub model: Option<Arc<dyn ModelPort>>,
+}
+
+impl Handler<Retune> for AdvisorActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Retune, _: &mut Context<Self>) {
+        *self = AdvisorActor::new(msg.cfg, msg.model);
+    }
+}
+
 fn log(server: &str, session: &str, s: &Situation, c: &Consulted) {
     tracing::info!(
         target: "shepherd::advisor",

@@ -37,13 +37,19 @@ pub struct GuardActor {
     per_session: SessionLimiter,
     /// `None` when the fleet-wide limit lives in the shared store.
     global: Option<GlobalLimiter>,
+    pruning: Option<SpawnHandle>,
+}
+
+/// `n` per minute with bursts of `burst` (validated non-zero; 1 if not).
+fn quota(n: u32, burst: u32) -> Quota {
+    let nz = |n: u32| NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
+    Quota::per_minute(nz(n)).allow_burst(nz(burst))
 }
 
 impl GuardActor {
     pub fn new(cfg: GuardConfig, clock: Arc<dyn Clock>, shared_global: bool) -> GuardActor {
-        let nz = |n: u32| NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
-        let quota = |n: u32, burst: u32| Quota::per_minute(nz(n)).allow_burst(nz(burst));
         GuardActor {
+            pruning: None,
             dedupe: Dedupe::new(cfg.window, cfg.similarity, cfg.shingle_words),
             per_session: RateLimiter::keyed(quota(cfg.session_per_minute, cfg.session_burst)),
             global: (!shared_global).then(|| RateLimiter::direct(quota(cfg.global_per_minute, cfg.global_burst))),
@@ -61,12 +67,50 @@ impl Actor for GuardActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        // Memory stays bounded by one window's prompts.
-        ctx.run_interval(self.cfg.window.max(Duration::from_secs(1)), |act, _| {
+        self.arm_pruning(ctx);
+    }
+}
+
+impl GuardActor {
+    /// Memory stays bounded by one window's prompts.
+    fn arm_pruning(&mut self, ctx: &mut Context<Self>) {
+        if let Some(handle) = self.pruning.take() {
+            ctx.cancel_future(handle);
+        }
+        self.pruning = Some(ctx.run_interval(self.cfg.window.max(Duration::from_secs(1)), |act, _| {
             let now = act.now();
             act.dedupe.prune(now);
             act.per_session.retain_recent();
-        });
+        }));
+    }
+}
+
+/// New guard settings (hot reload). The dedupe memory is kept; a changed rate limit
+/// starts from a full bucket (`governor` quotas are fixed per limiter). The backend
+/// cannot change while running.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Retune(pub GuardConfig);
+
+impl Handler<Retune> for GuardActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Retune, ctx: &mut Context<Self>) {
+        let (old, cfg) = (&self.cfg, msg.0);
+        self.dedupe.retune(cfg.window, cfg.similarity, cfg.shingle_words);
+        if (old.session_per_minute, old.session_burst) != (cfg.session_per_minute, cfg.session_burst) {
+            self.per_session = RateLimiter::keyed(quota(cfg.session_per_minute, cfg.session_burst));
+        }
+        if (old.global_per_minute, old.global_burst) != (cfg.global_per_minute, cfg.global_burst) {
+            if let Some(global) = self.global.as_mut() {
+                *global = RateLimiter::direct(quota(cfg.global_per_minute, cfg.global_burst));
+            }
+        }
+        let window_changed = old.window != cfg.window;
+        self.cfg = cfg;
+        if window_changed {
+            self.arm_pruning(ctx);
+        }
     }
 }
 
@@ -148,14 +192,28 @@ fn claim_key(text: &str, not_before_ms: Option<i64>, shingle_words: usize) -> u6
 pub struct GuardHandle {
     addr: Addr<GuardActor>,
     shared: Option<Arc<dyn Shared>>,
-    cfg: GuardConfig,
+    /// Shared by every clone, so [`GuardHandle::retune`] reaches them all.
+    cfg: Arc<std::sync::RwLock<GuardConfig>>,
 }
 
 impl GuardHandle {
     /// Starts the guard actor (on the current arbiter).
     pub fn start(cfg: GuardConfig, clock: Arc<dyn Clock>, shared: Option<Arc<dyn Shared>>) -> GuardHandle {
         let addr = GuardActor::new(cfg.clone(), clock, shared.is_some()).start();
-        GuardHandle { addr, shared, cfg }
+        GuardHandle { addr, shared, cfg: Arc::new(std::sync::RwLock::new(cfg)) }
+    }
+
+    /// New settings (hot reload) for every prompt judged from now on.
+    pub fn retune(&self, cfg: GuardConfig) {
+        if let Ok(mut current) = self.cfg.write() {
+            *current = cfg.clone();
+        }
+        self.addr.do_send(Retune(cfg));
+    }
+
+    /// The settings in force (a copy: never held across an `await`).
+    fn cfg(&self) -> GuardConfig {
+        self.cfg.read().map(|c| c.clone()).unwrap_or_default()
     }
 
     /// Kinds that wait for a rate limit instead of being dropped: the continue after an
@@ -181,6 +239,7 @@ impl PromptGuard for GuardHandle {
         if let Err(holder) = self.may_act(&req.server, &req.session).await {
             return Verdict::NotOurs { holder };
         }
+        let cfg = self.cfg();
         let started = tokio::time::Instant::now();
         // Only the time spent waiting for a limit counts as "held", not the round trips.
         let mut waited = Duration::ZERO;
@@ -192,7 +251,7 @@ impl PromptGuard for GuardHandle {
                 Step::Done(other) => return other,
                 Step::Wait { scope, .. } if !waits => return Verdict::RateLimited { scope },
                 Step::Wait { ms, scope } => {
-                    let left = self.cfg.max_wait.saturating_sub(started.elapsed());
+                    let left = cfg.max_wait.saturating_sub(started.elapsed());
                     if left.is_zero() {
                         tracing::warn!(server = %req.server, session = %req.session, scope, "over the rate limit after guard.max_wait: sending so the session is not stranded");
                         skip_limits = true;
@@ -207,14 +266,14 @@ impl PromptGuard for GuardHandle {
         if let Some(shared) = &self.shared {
             // The fleet-wide limit, shared by every instance.
             loop {
-                match shared.global_permit(self.cfg.global_per_minute, self.cfg.global_burst).await {
+                match shared.global_permit(cfg.global_per_minute, cfg.global_burst).await {
                     Ok(None) => break,
                     Ok(Some(_)) if !waits => {
                         self.forget(&req.server, &req.session, &req.text, req.not_before_ms).await;
                         return Verdict::RateLimited { scope: "global" };
                     }
                     Ok(Some(ms)) => {
-                        let left = self.cfg.max_wait.saturating_sub(started.elapsed());
+                        let left = cfg.max_wait.saturating_sub(started.elapsed());
                         if left.is_zero() {
                             break;
                         }
@@ -230,8 +289,8 @@ impl PromptGuard for GuardHandle {
             }
             // Two instances deciding the same prompt at the same moment: one claim wins.
             // Scoped by `not_before`: a continue after a new abort is a new prompt.
-            let fingerprint = claim_key(&req.text, req.not_before_ms, self.cfg.shingle_words);
-            let ttl = self.cfg.window.as_millis() as u64;
+            let fingerprint = claim_key(&req.text, req.not_before_ms, cfg.shingle_words);
+            let ttl = cfg.window.as_millis() as u64;
             match shared.claim_fingerprint(&req.server, &req.session, fingerprint, ttl).await {
                 Ok(true) => {}
                 Ok(false) => {
@@ -247,7 +306,7 @@ impl PromptGuard for GuardHandle {
     async fn forget(&self, server: &str, session: &str, text: &str, not_before_ms: Option<i64>) {
         self.addr.do_send(Forget { server: server.into(), session: session.into(), text: text.into() });
         if let Some(shared) = &self.shared {
-            let fingerprint = claim_key(text, not_before_ms, self.cfg.shingle_words);
+            let fingerprint = claim_key(text, not_before_ms, self.cfg().shingle_words);
             if let Err(e) = shared.release_fingerprint(server, session, fingerprint).await {
                 tracing::debug!(error = %e, "guard: could not release a fingerprint (it expires by itself)");
             }
@@ -256,7 +315,7 @@ impl PromptGuard for GuardHandle {
 
     async fn may_act(&self, server: &str, session: &str) -> Result<(), String> {
         let Some(shared) = &self.shared else { return Ok(()) };
-        match shared.lease(server, session, self.cfg.lease_ttl.as_millis() as u64).await {
+        match shared.lease(server, session, self.cfg().lease_ttl.as_millis() as u64).await {
             Ok(None) => Ok(()),
             Ok(Some(holder)) => Err(holder),
             Err(e) => {
@@ -268,6 +327,6 @@ impl PromptGuard for GuardHandle {
     }
 
     fn history_messages(&self) -> u32 {
-        self.cfg.history_messages
+        self.cfg().history_messages
     }
 }

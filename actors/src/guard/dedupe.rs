@@ -45,6 +45,16 @@ impl Dedupe {
         Dedupe { window, threshold, shingle_words, sent: HashMap::new() }
     }
 
+    /// New settings (hot reload). What was sent is kept, so a reload does not let a
+    /// duplicate through, unless the shingle size changed: shingles of another size
+    /// cannot be compared, and are forgotten.
+    pub fn retune(&mut self, window: Duration, threshold: f64, shingle_words: usize) {
+        if shingle_words != self.shingle_words {
+            self.sent.clear();
+        }
+        (self.window, self.threshold, self.shingle_words) = (window, threshold, shingle_words);
+    }
+
     /// Compares the prompt with what this instance sent to the session within the
     /// window, and with the session's own recent user messages (other instances, other
     /// tools, the person).

@@ -436,7 +436,9 @@ impl Handler<Hydrate> for SessionActor {
     }
 }
 
-/// New recovery settings (hot reload).
+/// New session rules (hot reload): decisions from now on use them. The timer is
+/// re-armed at once, so a stall timeout that got shorter fires at its new deadline
+/// (immediately if that has passed), not at the old one.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Reconfigure(pub Arc<SessionRules>);
@@ -489,6 +491,29 @@ impl Handler<StopSession> for SessionActor {
 
     fn handle(&mut self, _: StopSession, ctx: &mut Context<Self>) {
         ctx.stop();
+    }
+}
+
+/// The session's server left the configuration (hot reload): write the durable state,
+/// then stop, whatever the session is doing. A recovery under way still finishes first
+/// ([`Actor::stopping`]), so an abort is never left without its continue.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Retire;
+
+impl Handler<Retire> for SessionActor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _: Retire, _: &mut Context<Self>) -> Self::Result {
+        let state = self.durable_state();
+        let ledger = Arc::clone(&self.env.ledger);
+        let (server, id) = (self.env.server.clone(), self.core.id().to_string());
+        Box::pin(async move { ledger.save(&server, &id, &state).await }.into_actor(self).map(|saved, act, ctx| {
+            if let Err(e) = saved {
+                tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "ledger: state write failed before the session was released");
+            }
+            ctx.stop();
+        }))
     }
 }
 

@@ -27,7 +27,7 @@ use crate::ledger::Ledger;
 use crate::ports::{Clock, Engine, EngineError, NoWorkspace, Workspace};
 use crate::session::actor::{
     CheckInterrupted, ChildObserve, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos, RequestHandoff,
-    ResumeSnapshot, Scratch, StopSession,
+    ResumeSnapshot, Retire, Scratch, StopSession,
 };
 use crate::session::recovery::InFlight;
 use crate::session::{Observe, SessionActor, SessionEnv};
@@ -71,6 +71,8 @@ pub struct Supervisor {
     guard: Arc<dyn PromptGuard>,
     /// The advisor actor every session consults (`advisor.enabled`).
     advisor: Option<Addr<crate::advisor::actor::AdvisorActor>>,
+    /// The discovery and cleanup intervals, re-armed when a reload changes them.
+    intervals: Vec<SpawnHandle>,
 }
 
 /// `(server, session id)`: a session's identity everywhere. Maps keyed by it are looked
@@ -154,6 +156,7 @@ impl Supervisor {
             scratch: Scratch::default(),
             guard: Arc::new(NoGuard),
             advisor: None,
+            intervals: Vec::new(),
         }
     }
 
@@ -458,13 +461,24 @@ impl Actor for Supervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(self.fleet.cleanup_interval, |act, ctx| act.clean_up(ctx));
-        ctx.run_interval(self.fleet.discovery_interval, |act, ctx| {
+        self.arm_intervals(ctx);
+    }
+}
+
+impl Supervisor {
+    /// (Re)starts idle cleanup and discovery at the configured intervals.
+    fn arm_intervals(&mut self, ctx: &mut Context<Self>) {
+        for handle in self.intervals.drain(..) {
+            ctx.cancel_future(handle);
+        }
+        let cleanup = ctx.run_interval(self.fleet.cleanup_interval, |act, ctx| act.clean_up(ctx));
+        let discovery = ctx.run_interval(self.fleet.discovery_interval, |act, ctx| {
             let connected: Vec<_> = act.servers.iter().filter(|(_, s)| s.connected).map(|(n, _)| n.clone()).collect();
             for server in connected {
                 act.reconcile(&server, false, ctx);
             }
         });
+        self.intervals = vec![cleanup, discovery];
     }
 }
 
@@ -662,19 +676,58 @@ impl Handler<StreamDown> for Supervisor {
     }
 }
 
-/// New recovery settings for every session (hot reload).
+/// New settings (hot reload): session rules for every live session actor and for
+/// those created later; the supervisor's own intervals and limits.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ReconfigureAll(pub Arc<SessionRules>);
+pub struct ReconfigureAll {
+    pub rules: Arc<SessionRules>,
+    pub fleet: SupervisorConfig,
+}
 
 impl Handler<ReconfigureAll> for Supervisor {
     type Result = ();
 
-    fn handle(&mut self, msg: ReconfigureAll, _: &mut Context<Self>) {
-        self.cfg = Arc::clone(&msg.0);
+    fn handle(&mut self, msg: ReconfigureAll, ctx: &mut Context<Self>) {
+        self.cfg = Arc::clone(&msg.rules);
         for slot in self.sessions.values() {
-            slot.addr.do_send(Reconfigure(Arc::clone(&msg.0)));
+            slot.addr.do_send(Reconfigure(Arc::clone(&msg.rules)));
         }
+        let rearm = msg.fleet.cleanup_interval != self.fleet.cleanup_interval
+            || msg.fleet.discovery_interval != self.fleet.discovery_interval;
+        self.fleet = msg.fleet;
+        if rearm {
+            self.arm_intervals(ctx);
+        }
+    }
+}
+
+/// Stops supervising a server (removed from the configuration, or about to be attached
+/// again with changed settings): its sessions write their state to the ledger and stop,
+/// and its events, should any still arrive, are ignored. Answers with the number of
+/// session actors released.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct DetachServer {
+    pub name: String,
+}
+
+impl Handler<DetachServer> for Supervisor {
+    type Result = ResponseFuture<usize>;
+
+    fn handle(&mut self, msg: DetachServer, _: &mut Context<Self>) -> Self::Result {
+        self.servers.remove(&msg.name);
+        self.parents.retain(|(server, _), _| *server != msg.name);
+        let keys: Vec<SessionKey> = self.sessions.keys().filter(|(server, _)| *server == msg.name).cloned().collect();
+        let retiring: Vec<_> =
+            keys.iter().filter_map(|k| self.sessions.remove(k)).map(|slot| slot.addr.send(Retire)).collect();
+        let count = retiring.len();
+        tracing::info!(server = %msg.name, sessions = count, "no longer supervising this server");
+        Box::pin(async move {
+            // Each actor answers once its state is written; a stopped one is as good.
+            futures::future::join_all(retiring).await;
+            count
+        })
     }
 }
 
