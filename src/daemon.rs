@@ -5,68 +5,68 @@
 //! prove is what users run. With `control.enabled`, the control API
 //! ([`crate::control`]) is served on a thread of its own beside the actors; with
 //! `status.enabled`, the status file ([`crate::status`]) is written from another. The
+//! servers, their pumps and every setting a reload may change are held in
+//! [`crate::reload`]'s `Running`, behind the one task that applies reloads. The
 //! daemon's [`Metrics`] (served at the control API's `/metrics`) follow its journal,
 //! its pumps, its ledger and its advisor model.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::{Actor, Addr};
-use anyhow::Context as _;
 use shepherd_actors::advisor::actor::AdvisorActor;
 use shepherd_actors::config::Config;
 use shepherd_actors::journal::Journal;
 use shepherd_actors::ports::SystemClock;
-use shepherd_actors::supervisor::{AttachServer, FleetView, InspectFleet, Shutdown, Supervisor};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use shepherd_actors::supervisor::{FleetView, InspectFleet, Shutdown, Supervisor};
 
-use crate::config::resolve_password;
 use crate::control::{ControlServer, ControlToken};
 use crate::metrics::edge::{CountingLedger, TimedModel};
 use crate::metrics::Metrics;
-use crate::opencode::{Credentials, EventPump, OpenCodeClient, PumpStats};
+use crate::opencode::PumpStats;
+use crate::reload::{ConfigLoader, ReloadHandle, Running};
 use crate::status::{status_path, StatusWriter};
+use crate::toast::Toasts;
 
 /// A running Shepherd.
 pub struct Daemon {
     supervisor: Addr<Supervisor>,
     journal: Journal,
-    stop_pumps: watch::Sender<bool>,
-    pumps: Vec<JoinHandle<()>>,
-    pump_stats: Vec<(String, Arc<PumpStats>)>,
-    shutdown_grace: Duration,
+    /// What a reload may change: the running config, the pumps, the retunable actors.
+    running: Arc<tokio::sync::Mutex<Running>>,
+    pump_stats: crate::reload::PumpTable,
+    reload: ReloadHandle,
     instance: String,
     control: Option<ControlServer>,
     status: Option<StatusWriter>,
     metrics: Arc<Metrics>,
-    metrics_task: JoinHandle<()>,
+    metrics_task: tokio::task::JoinHandle<()>,
 }
 
 impl Daemon {
     /// Attaches to every configured server. Fails only on configuration problems (a
     /// named password variable that is unset, a control port already taken); an
-    /// unreachable server is retried by its pump, not fatal.
+    /// unreachable server is retried by its pump, not fatal. A reload has nothing to
+    /// re-read (see [`Daemon::start_reloadable`]); [`Daemon::apply_config`] still works.
     pub fn start(cfg: &Config) -> anyhow::Result<Self> {
+        Self::start_with_loader(cfg, None)
+    }
+
+    /// Like [`Daemon::start`]; a reload (`SIGHUP`, `POST /v1/config/reload`) calls
+    /// `loader` to re-read the configuration from the sources `cfg` came from.
+    pub fn start_reloadable(cfg: &Config, loader: ConfigLoader) -> anyhow::Result<Self> {
+        Self::start_with_loader(cfg, Some(loader))
+    }
+
+    fn start_with_loader(cfg: &Config, loader: Option<ConfigLoader>) -> anyhow::Result<Self> {
         let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         let journal = Journal::new();
-        let recovery = cfg.recovery.clone();
         // This daemon's own recorder (never a global one: tests run several daemons).
         let metrics = Metrics::new();
         let metrics_task = metrics.follow(&journal);
         // Before any actor starts: every session actor loads its state from here.
         let ledger = crate::store::open_ledger(&cfg.store).map_err(|e| anyhow::anyhow!("store: {e}"))?;
         let ledger = CountingLedger::wrap(ledger, Arc::clone(&metrics));
-        let supervisor = Supervisor::new(
-            Arc::new(cfg.session_rules()),
-            cfg.supervisor.clone(),
-            ledger,
-            Arc::new(SystemClock),
-            journal.clone(),
-            instance.clone(),
-        )
-        .with_workspace(Arc::new(crate::workspace::GitWorkspace))
-        .with_guard(crate::guard::start(&cfg.guard, Arc::new(SystemClock), &instance)?);
+        let guard = crate::guard::start(&cfg.guard, Arc::new(SystemClock), &instance)?;
         // Without a model the heuristics answer in place (in the session actor): no
         // advisor actor, no queue, nothing to wait for.
         let model =
@@ -82,63 +82,67 @@ impl Daemon {
                 (true, true) => "model, heuristics as fallback",
             }
         );
-        let supervisor = match model {
-            Some(model) => supervisor.with_advisor(AdvisorActor::new(cfg.advisor.clone(), Some(model)).start()),
+        let advisor = model.map(|model| AdvisorActor::new(cfg.advisor.clone(), Some(model)).start());
+        let supervisor = Supervisor::new(
+            Arc::new(cfg.session_rules()),
+            cfg.supervisor.clone(),
+            ledger,
+            Arc::new(SystemClock),
+            journal.clone(),
+            instance.clone(),
+        )
+        .with_workspace(Arc::new(crate::workspace::GitWorkspace))
+        .with_guard(crate::guard::as_port(&guard));
+        let supervisor = match &advisor {
+            Some(addr) => supervisor.with_advisor(addr.clone()),
             None => supervisor,
         }
         .start();
+        let toasts = Toasts::start(&cfg.toasts, &journal);
+        let mut running =
+            Running::new(cfg.clone(), loader, supervisor.clone(), guard, advisor, toasts, Arc::clone(&metrics));
+        let pump_stats = Arc::clone(&running.pump_stats);
+        let (reload, requests) = crate::reload::channel();
         // Before the pumps: a control port already taken fails start-up with nothing running.
         let control = if cfg.control.enabled {
-            Some(ControlServer::start(&cfg.control, supervisor.clone(), Arc::clone(&metrics))?)
+            Some(ControlServer::start(&cfg.control, supervisor.clone(), Arc::clone(&metrics), Some(reload.clone()))?)
         } else {
             None
         };
-        let (stop_pumps, stop_rx) = watch::channel(false);
-        let mut pumps = Vec::new();
-        let mut pump_stats = Vec::new();
-        let mut slowest_request = Duration::ZERO;
-        for server in &cfg.servers {
-            let auth = resolve_password(server)
-                .with_context(|| format!("server {:?}", server.name))?
-                .map(|password| Credentials { username: server.username.clone(), password });
-            let client = OpenCodeClient::new(server, auth.clone())
-                .map_err(|e| anyhow::anyhow!("server {:?}: {e}", server.name))?
-                .with_long_call_timeout(cfg.compaction.max_wait + server.request_timeout);
-            supervisor.do_send(AttachServer {
-                name: server.name.clone(),
-                engine: Arc::new(client),
-                list_limit: server.list_limit,
-                retry_initial: server.reconnect_initial,
-                retry_max: server.reconnect_max,
-            });
-            let pump = EventPump::new(server.clone(), auth, supervisor.clone());
-            pump_stats.push((server.name.clone(), pump.stats()));
-            metrics.add_pump(&server.name, pump.stats());
-            pumps.push(actix::spawn(pump.run(stop_rx.clone())));
-            slowest_request = slowest_request.max(server.request_timeout);
-            tracing::info!(server = %server.name, url = %server.url, instance = %instance, "supervising");
-        }
-        // Long enough for a recovery under way to finish: its waits plus a few requests.
-        let shutdown_grace = recovery.abort_poll_max + recovery.wait_after_abort + slowest_request * 3;
+        running.start_servers()?;
+        let running = Arc::new(tokio::sync::Mutex::new(running));
+        crate::reload::serve(requests, Arc::clone(&running));
+        tracing::info!(instance = %instance, servers = cfg.servers.len(), "started");
         let status = if cfg.status.enabled {
             let path = status_path(&cfg.status, &|name| std::env::var_os(name))?;
             Some(StatusWriter::start(&cfg.status, path, &journal, supervisor.clone(), instance.clone())?)
         } else {
             None
         };
-        Ok(Self {
-            supervisor,
-            journal,
-            stop_pumps,
-            pumps,
-            pump_stats,
-            shutdown_grace,
-            instance,
-            control,
-            status,
-            metrics,
-            metrics_task,
-        })
+        Ok(Self { supervisor, journal, running, pump_stats, reload, instance, control, status, metrics, metrics_task })
+    }
+
+    /// Asks for a reload (what `SIGHUP` and `POST /v1/config/reload` do).
+    pub fn reload_handle(&self) -> &ReloadHandle {
+        &self.reload
+    }
+
+    /// Re-reads the configuration from the daemon's sources and applies it.
+    pub async fn reload(&self) -> Result<crate::config::diff::ConfigDiff, crate::reload::ReloadError> {
+        self.reload.reload("api").await
+    }
+
+    /// Applies `cfg` as a reload would (validated first; what needs a restart is kept).
+    pub async fn apply_config(
+        &self,
+        cfg: Config,
+    ) -> Result<crate::config::diff::ConfigDiff, crate::reload::ReloadError> {
+        self.reload.apply(cfg).await
+    }
+
+    /// The configuration in force (after any reloads).
+    pub async fn config(&self) -> Config {
+        self.running.lock().await.cfg.clone()
     }
 
     pub fn journal(&self) -> &Journal {
@@ -169,9 +173,9 @@ impl Daemon {
         self.status.as_ref().map(StatusWriter::path)
     }
 
-    /// Counters of each server's event pump.
-    pub fn pump_stats(&self) -> &[(String, Arc<PumpStats>)] {
-        &self.pump_stats
+    /// Counters of each server's event pump (servers come and go with reloads).
+    pub fn pump_stats(&self) -> Vec<(String, Arc<PumpStats>)> {
+        self.pump_stats.read().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// This daemon's metrics (what `GET /metrics` serves).
@@ -198,11 +202,13 @@ impl Daemon {
         if let Some(control) = self.control {
             control.stop().await;
         }
-        let _ = self.stop_pumps.send(true);
-        for pump in self.pumps {
-            let _ = pump.await;
-        }
-        match self.supervisor.send(Shutdown { grace: self.shutdown_grace }).await {
+        // Waits for a reload under way; none starts after this.
+        let grace = {
+            let mut running = self.running.lock().await;
+            running.stop_pumps().await;
+            running.shutdown_grace()
+        };
+        match self.supervisor.send(Shutdown { grace }).await {
             Ok(0) => tracing::info!("shutdown complete"),
             Ok(left) => tracing::warn!(recoveries = left, "shutdown complete with recoveries unfinished"),
             Err(e) => tracing::warn!(error = %e, "supervisor gone before shutdown"),

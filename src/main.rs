@@ -1,5 +1,5 @@
 //! The `shepherd` command line: `run`, `demo`, `config check`, `fake-model`, and the
-//! control API's clients `sessions` and `prompt`.
+//! control API's clients `sessions`, `prompt` and `config reload`.
 
 use std::path::PathBuf;
 
@@ -122,6 +122,18 @@ struct HandoffArgs {
 enum ConfigCommand {
     /// Print the effective configuration (secrets masked) or the first error.
     Check(ConfigArgs),
+    /// Make the running daemon re-read its configuration (as SIGHUP does) and print
+    /// what changed; fails, naming the key, when the new configuration is rejected.
+    Reload(ReloadArgs),
+}
+
+#[derive(Args, Clone)]
+struct ReloadArgs {
+    /// Print the daemon's JSON answer.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    daemon: DaemonArgs,
 }
 
 #[derive(Args, Clone)]
@@ -167,6 +179,11 @@ impl From<LogFormatArg> for LogFormat {
 
 impl ConfigArgs {
     fn load(&self) -> anyhow::Result<shepherd_actors::config::Config> {
+        load(&self.sources()).context("invalid configuration")
+    }
+
+    /// Where the configuration comes from (a reload reads the same sources again).
+    fn sources(&self) -> ConfigSources {
         let mut overrides = self.set.clone();
         if let Some(f) = self.log_format {
             let name = match f {
@@ -175,8 +192,11 @@ impl ConfigArgs {
             };
             overrides.push(format!("log.format={name}"));
         }
-        let sources = ConfigSources { file: self.config.clone(), overrides, server_url: self.server.clone() };
-        load(&sources).context("invalid configuration")
+        self.sources_with(overrides)
+    }
+
+    fn sources_with(&self, overrides: Vec<String>) -> ConfigSources {
+        ConfigSources { file: self.config.clone(), overrides, server_url: self.server.clone() }.or_default_file()
     }
 }
 
@@ -199,13 +219,16 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
             print!("{}", render_effective(&cfg));
             Ok(())
         }
+        Command::Config { command: ConfigCommand::Reload(args) } => client_runtime()?.block_on(reload(args)),
         Command::Run(args) => {
             let cfg = args.load()?;
             shepherd::logging::init(cfg.log.format, &cfg.log.level);
             if cfg.servers.is_empty() {
                 anyhow::bail!("no servers configured: add [[servers]] to the config or pass --server URL");
             }
-            actix::System::new().block_on(run(cfg))
+            let sources = args.sources();
+            let loader: shepherd::reload::ConfigLoader = std::sync::Arc::new(move || load(&sources));
+            actix::System::new().block_on(run(cfg, loader))
         }
         Command::Demo(args) => {
             shepherd::logging::init(
@@ -314,9 +337,63 @@ async fn handoff(args: HandoffArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run(cfg: shepherd_actors::config::Config) -> anyhow::Result<()> {
-    let daemon = Daemon::start(&cfg)?;
-    wait_for_signal().await;
+async fn reload(args: ReloadArgs) -> anyhow::Result<()> {
+    let client = args.daemon.client()?;
+    let answer =
+        client.reload_config().await.context("configuration not reloaded; the daemon keeps the running one")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+        return Ok(());
+    }
+    let lines = |key: &str| -> Vec<String> {
+        answer[key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|c| format!("  {}: {} → {}", c["key"].as_str().unwrap_or("?"), c["old"], c["new"]))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (live, restart) = (lines("live"), lines("needs_restart"));
+    if live.is_empty() && restart.is_empty() {
+        println!("configuration reloaded: nothing changed");
+        return Ok(());
+    }
+    println!("configuration reloaded: {} key(s) applied", live.len());
+    live.iter().for_each(|l| println!("{l}"));
+    for (label, key) in [
+        ("servers added", "servers_added"),
+        ("servers removed", "servers_removed"),
+        ("servers restarted", "servers_changed"),
+    ] {
+        let names: Vec<&str> =
+            answer[key].as_array().map(|a| a.iter().filter_map(|v| v.as_str()).collect()).unwrap_or_default();
+        if !names.is_empty() {
+            println!("{label}: {}", names.join(", "));
+        }
+    }
+    if !restart.is_empty() {
+        println!("needs a restart (ignored until then):");
+        restart.iter().for_each(|l| println!("{l}"));
+    }
+    Ok(())
+}
+
+async fn run(cfg: shepherd_actors::config::Config, loader: shepherd::reload::ConfigLoader) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let daemon = Daemon::start_reloadable(&cfg, loader)?;
+    let mut hangup = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
+    let reload = daemon.reload_handle().clone();
+    let stop = wait_for_signal();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            // The reload task logs the outcome (what changed, or why it was rejected).
+            Some(()) = hangup.recv() => { let _ = reload.reload("SIGHUP").await; }
+        }
+    }
     tracing::info!("signal received: shutting down");
     daemon.shutdown().await;
     Ok(())

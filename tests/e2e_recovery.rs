@@ -190,7 +190,7 @@ async fn malformed_and_unknown_events_disturb_nothing() -> anyhow::Result<()> {
     rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
     rig.client.wait_idle(&id, PATIENCE).await?;
 
-    let stats = &rig.daemon().pump_stats()[0].1;
+    let stats = rig.daemon().pump_stats()[0].1.clone();
     assert!(stats.malformed.load(Ordering::Relaxed) >= 2, "bad frames were seen and skipped");
     assert_eq!(stats.connects.load(Ordering::Relaxed), 1, "the stream was never dropped over bad input");
     // A well-formed lie (a session that does not exist, "busy") is checked before any
@@ -233,7 +233,7 @@ async fn after_the_stream_comes_back_a_session_that_stalled_unseen_is_found_and_
     // is then recovered like any stall.
     faults.cut_events.store(false, Ordering::SeqCst);
     rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
-    let stats = &rig.daemon().pump_stats()[0].1;
+    let stats = rig.daemon().pump_stats()[0].1.clone();
     assert!(stats.connects.load(Ordering::Relaxed) >= 2, "the pump reconnected");
     rig.stop().await;
     drop(proxy);

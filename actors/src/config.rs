@@ -31,6 +31,7 @@ pub struct Config {
     pub guard: GuardConfig,
     pub status: StatusConfig,
     pub advisor: AdvisorConfig,
+    pub toasts: ToastsConfig,
     pub log: LogConfig,
 }
 
@@ -671,6 +672,24 @@ impl Default for AdvisorConfig {
     }
 }
 
+/// Toasts in an OpenCode TUI attached to the session's server (`POST /tui/show-toast`)
+/// when Shepherd acts on a session: a continue after an abort, a nudge, a review, a
+/// hand-off. Off by default; best effort (a failed toast never affects the action).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToastsConfig {
+    pub enabled: bool,
+    /// How long the TUI shows a toast.
+    #[serde(with = "duration_str")]
+    pub duration: Duration,
+}
+
+impl Default for ToastsConfig {
+    fn default() -> Self {
+        Self { enabled: false, duration: Duration::from_secs(5) }
+    }
+}
+
 /// The HTTP control API (status, custom prompts).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -1003,6 +1022,9 @@ impl Config {
         }
         if self.review.message.trim().is_empty() {
             return Err(bad("review.message", "must not be empty"));
+        }
+        if self.toasts.enabled && self.toasts.duration.is_zero() {
+            return Err(bad("toasts.duration", "must be greater than zero"));
         }
         if self.control.enabled && self.control.bind.parse::<std::net::SocketAddr>().is_err() {
             return Err(bad("control.bind", "must be an address like 127.0.0.1:7433"));

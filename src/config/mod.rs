@@ -25,8 +25,9 @@
 //! Parts: `key_path` (how the environment and flags spell keys), `layers` (the merged
 //! tree and the origin of every key), `value_de` (deserializing it with key paths in
 //! errors), `render` (the effective config for `shepherd config check`, secrets masked),
-//! `password` (reading `servers[].password_env`).
+//! `password` (reading `servers[].password_env`), `diff` (what a reload changes).
 
+pub mod diff;
 mod key_path;
 mod layers;
 mod password;

@@ -52,7 +52,7 @@ pub(crate) fn is_secret_key(key: &str) -> bool {
     !key.ends_with("_env") && !key.ends_with("_file") && SECRET_WORDS.iter().any(|word| key.contains(word))
 }
 
-fn mask_secrets(value: &mut Value) {
+pub(super) fn mask_secrets(value: &mut Value) {
     match value {
         Value::Table(table) => {
             for (key, child) in table.iter_mut() {

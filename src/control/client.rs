@@ -179,6 +179,11 @@ impl ControlClient {
         serde_json::from_value(value).map_err(|e| self.protocol(e))
     }
 
+    /// `POST /v1/config/reload`: what changed, as the daemon sent it.
+    pub async fn reload_config(&self) -> Result<Value, ClientError> {
+        self.call(reqwest::Method::POST, &["v1", "config", "reload"], None).await
+    }
+
     fn protocol(&self, reason: impl ToString) -> ClientError {
         ClientError::Protocol { url: self.url().to_string(), reason: reason.to_string() }
     }

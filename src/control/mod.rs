@@ -27,7 +27,9 @@
 //! - `GET /v1/sessions` → every tracked session (`SessionDetail`);
 //! - `GET /v1/sessions/{id}` → one session, 404 when unknown;
 //! - `POST /v1/sessions/{id}/prompt` with a `CustomPromptRequest` → `CustomPromptReply`;
-//!   404 when the session is unknown, 400 naming the field when the body is wrong.
+//!   404 when the session is unknown, 400 naming the field when the body is wrong;
+//! - `POST /v1/config/reload` → re-read the configuration (as `SIGHUP` does): what
+//!   changed (`ConfigDiff`), or 400 with the error and the key as `field`.
 //!
 //! Every request but `/healthz` and `/readyz` needs `Authorization: Bearer <token>`
 //! (reads, `/metrics` among them, may go without when

@@ -30,6 +30,7 @@ use super::request::{parse_prompt_request, BadBody};
 use super::token::{ControlToken, IssuedToken};
 use crate::metrics::fleet::readiness;
 use crate::metrics::Metrics;
+use crate::reload::{ReloadError, ReloadHandle};
 
 /// Worker threads of the control server: it serves a few people and scripts, not load.
 const WORKERS: usize = 2;
@@ -53,8 +54,13 @@ impl std::fmt::Debug for ControlServer {
 impl ControlServer {
     /// Binds `control.bind` (port 0: any free port), establishes the token (from the
     /// environment, or generated and written to the token file) and starts serving.
-    pub fn start(cfg: &ControlConfig, supervisor: Addr<Supervisor>, metrics: Arc<Metrics>) -> anyhow::Result<Self> {
-        Self::start_with_env(cfg, supervisor, metrics, &|name| std::env::var_os(name))
+    pub fn start(
+        cfg: &ControlConfig,
+        supervisor: Addr<Supervisor>,
+        metrics: Arc<Metrics>,
+        reload: Option<ReloadHandle>,
+    ) -> anyhow::Result<Self> {
+        Self::start_with_env(cfg, supervisor, metrics, reload, &|name| std::env::var_os(name))
     }
 
     /// [`ControlServer::start`] with the environment given as a lookup function.
@@ -62,6 +68,7 @@ impl ControlServer {
         cfg: &ControlConfig,
         supervisor: Addr<Supervisor>,
         metrics: Arc<Metrics>,
+        reload: Option<ReloadHandle>,
         lookup: &dyn Fn(&str) -> Option<OsString>,
     ) -> anyhow::Result<Self> {
         let bind: SocketAddr = cfg
@@ -81,6 +88,7 @@ impl ControlServer {
         let state = web::Data::new(ApiState {
             supervisor,
             metrics,
+            reload,
             gate: Gate::new(issued.token.clone(), cfg.allow_unauthenticated_reads),
         });
         let (handle, thread) = crate::http_thread::spawn_server(format!("control-api-{}", local.port()), move || {
@@ -147,6 +155,8 @@ pub fn connectable(addr: SocketAddr) -> SocketAddr {
 struct ApiState {
     supervisor: Addr<Supervisor>,
     metrics: Arc<Metrics>,
+    /// Where `POST /v1/config/reload` goes; `None` when the daemon cannot reload.
+    reload: Option<ReloadHandle>,
     gate: Gate,
 }
 
@@ -205,6 +215,11 @@ fn app(
         .service(
             web::resource("/v1/handoffs/{id}/resume")
                 .route(web::post().to(resume_handoff))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/config/reload")
+                .route(web::post().to(reload_config))
                 .default_service(web::to(method_not_allowed)),
         )
         .default_service(web::to(not_found))
@@ -300,6 +315,26 @@ async fn resume_handoff(
 ) -> Result<HttpResponse, ApiError> {
     let view = state.supervisor.send(ResumeHandoff(id.into_inner())).await??;
     Ok(HttpResponse::Accepted().json(view))
+}
+
+/// Re-reads the daemon's configuration: 200 with what changed, or the error naming the
+/// key (400 for a configuration that does not load or cannot be used), 409 when the
+/// daemon has no configuration source, 503 while it shuts down.
+async fn reload_config(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    let Some(reload) = &state.reload else {
+        return Err(ApiError::new(StatusCode::CONFLICT, "this daemon cannot reload its configuration"));
+    };
+    match reload.reload("api").await {
+        Ok(diff) => Ok(HttpResponse::Ok().json(diff)),
+        Err(e) => {
+            let status = match e {
+                ReloadError::Invalid(_) | ReloadError::Unusable { .. } => StatusCode::BAD_REQUEST,
+                ReloadError::NoSource => StatusCode::CONFLICT,
+                ReloadError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            Err(ApiError { status, error: e.to_string(), field: e.key().map(str::to_string) })
+        }
+    }
 }
 
 async fn method_not_allowed(req: HttpRequest) -> HttpResponse {

@@ -10,11 +10,12 @@ use shepherd_actors::guard::{GuardHandle, NoGuard, PromptGuard, Shared};
 use shepherd_actors::ports::Clock;
 
 /// The guard the daemon's prompts pass: the guard actor (started on the current
-/// arbiter) with Redis as the shared store when configured, or no guard when disabled.
-pub fn start(cfg: &GuardConfig, clock: Arc<dyn Clock>, instance: &str) -> anyhow::Result<Arc<dyn PromptGuard>> {
+/// arbiter) with Redis as the shared store when configured; `None` when disabled (every
+/// prompt goes: [`NoGuard`], see [`as_port`]). The handle is kept to retune it on reload.
+pub fn start(cfg: &GuardConfig, clock: Arc<dyn Clock>, instance: &str) -> anyhow::Result<Option<GuardHandle>> {
     if !cfg.enabled {
         tracing::info!("guard disabled: prompts are neither deduplicated nor rate-limited");
-        return Ok(Arc::new(NoGuard));
+        return Ok(None);
     }
     let shared: Option<Arc<dyn Shared>> = match cfg.backend {
         GuardBackend::Memory => None,
@@ -24,5 +25,13 @@ pub fn start(cfg: &GuardConfig, clock: Arc<dyn Clock>, instance: &str) -> anyhow
             Some(Arc::new(store))
         }
     };
-    Ok(Arc::new(GuardHandle::start(cfg.clone(), clock, shared)))
+    Ok(Some(GuardHandle::start(cfg.clone(), clock, shared)))
+}
+
+/// The [`PromptGuard`] port over a started guard, or [`NoGuard`].
+pub fn as_port(guard: &Option<GuardHandle>) -> Arc<dyn PromptGuard> {
+    match guard {
+        Some(handle) => Arc::new(handle.clone()),
+        None => Arc::new(NoGuard),
+    }
 }

@@ -98,6 +98,17 @@ impl OpenCodeClient {
         self.auth.as_ref()
     }
 
+    /// `POST /tui/show-toast` (a TUI attached to the server shows it; OpenCode answers
+    /// `true` once it has published the toast). Not part of the [`Engine`] port: toasts
+    /// are the edge's business ([`crate::toast`]), never a decision's.
+    pub async fn show_toast(&self, directory: Option<&str>, toast: &crate::toast::Toast) -> Result<bool, EngineError> {
+        let mut rb = self.request(Method::POST, "/tui/show-toast").json(toast);
+        if let Some(d) = directory.filter(|d| !d.is_empty()) {
+            rb = rb.query(&[("directory", d)]);
+        }
+        self.get_json(rb, "POST /tui/show-toast").await
+    }
+
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
         let rb = self.http.request(method, format!("{}{}", self.base, path));
         match &self.auth {

@@ -1,0 +1,346 @@
+//! Hot reload: `SIGHUP` or `POST /v1/config/reload` re-reads the configuration the
+//! daemon was started from (the same layers: defaults < file < environment < flags),
+//! and applies what can change while running.
+//!
+//! Requests from every trigger go through one channel to one task, so two reloads never
+//! interleave. A reload is all or nothing up to the point of applying: the new
+//! configuration must load, validate, and every server it adds or changes must have its
+//! password variable set (and the advisor its key), or nothing changes and the caller
+//! gets the error naming the key. Then:
+//! - session rules (timeouts, thresholds, templates, limits) go to every session actor
+//!   and to those created later; the supervisor's intervals are re-armed;
+//! - the guard and the advisor are retuned in place;
+//! - a removed server's pump stops and its sessions save their state and stop; an added
+//!   one is attached and its pump started; a changed one is both, in that order;
+//! - keys read only at start-up ([`crate::config::diff::needs_restart`]) keep their
+//!   running value and are reported as needing a restart.
+//!
+//! Every reload is one `shepherd::reload` log event listing the changed keys, old → new,
+//! with secrets masked (passwords and API keys are read from variables the config names,
+//! and only the names are ever shown).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use actix::Addr;
+use shepherd_actors::advisor::actor::{AdvisorActor, Retune};
+use shepherd_actors::config::{Config, ServerConfig};
+use shepherd_actors::guard::GuardHandle;
+use shepherd_actors::supervisor::{AttachServer, DetachServer, ReconfigureAll, Supervisor};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::diff::{keep_restart_only, Change, ConfigDiff};
+use crate::config::{resolve_password, ConfigError};
+use crate::metrics::edge::TimedModel;
+use crate::metrics::Metrics;
+use crate::opencode::{Credentials, EventPump, OpenCodeClient, PumpStats};
+use crate::toast::Toasts;
+
+/// Where a reload reads the configuration: the sources `shepherd run` was started with.
+pub type ConfigLoader = Arc<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
+
+/// Why a reload changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The new configuration does not load or validate (names the key).
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+    /// It loads, but cannot be used: a named variable is unset, a client cannot be made.
+    #[error("{key}: {reason}")]
+    Unusable { key: String, reason: String },
+    #[error("this daemon was started from a configuration value, not from files: there is nothing to re-read")]
+    NoSource,
+    #[error("Shepherd is shutting down")]
+    ShuttingDown,
+}
+
+impl ReloadError {
+    /// The key path the error is about, when there is one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ReloadError::Invalid(ConfigError::Invalid { key, .. }) | ReloadError::Unusable { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}
+
+/// Asks the running daemon to reload (the `SIGHUP` handler, the control API, tests).
+#[derive(Clone)]
+pub struct ReloadHandle {
+    tx: mpsc::Sender<Request>,
+}
+
+struct Request {
+    trigger: &'static str,
+    /// Apply this configuration instead of re-reading the sources (tests).
+    config: Option<Config>,
+    reply: oneshot::Sender<Result<ConfigDiff, ReloadError>>,
+}
+
+impl ReloadHandle {
+    /// Re-reads the configuration and applies it; answers what changed.
+    pub async fn reload(&self, trigger: &'static str) -> Result<ConfigDiff, ReloadError> {
+        self.request(trigger, None).await
+    }
+
+    /// Applies `config` (validated first) as if it had been re-read.
+    pub async fn apply(&self, config: Config) -> Result<ConfigDiff, ReloadError> {
+        self.request("api", Some(config)).await
+    }
+
+    async fn request(&self, trigger: &'static str, config: Option<Config>) -> Result<ConfigDiff, ReloadError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx.send(Request { trigger, config, reply }).await.map_err(|_| ReloadError::ShuttingDown)?;
+        answer.await.unwrap_or(Err(ReloadError::ShuttingDown))
+    }
+}
+
+/// Each supervised server's pump counters, by server name (shared with the daemon).
+pub(crate) type PumpTable = Arc<RwLock<Vec<(String, Arc<PumpStats>)>>>;
+
+/// One server's event pump, stoppable on its own.
+struct Pump {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// Everything a reload may change, owned by the daemon (behind a lock shared with the
+/// reload task, so shutdown waits for a reload under way).
+pub(crate) struct Running {
+    pub(crate) cfg: Config,
+    loader: Option<ConfigLoader>,
+    supervisor: Addr<Supervisor>,
+    guard: Option<GuardHandle>,
+    advisor: Option<Addr<AdvisorActor>>,
+    toasts: Toasts,
+    pumps: BTreeMap<String, Pump>,
+    pub(crate) pump_stats: PumpTable,
+    metrics: Arc<Metrics>,
+    stopped: bool,
+}
+
+/// A server's clients, made before anything changes (a failure rejects the reload).
+struct Prepared {
+    server: ServerConfig,
+    auth: Option<Credentials>,
+    client: OpenCodeClient,
+}
+
+impl Running {
+    pub(crate) fn new(
+        cfg: Config,
+        loader: Option<ConfigLoader>,
+        supervisor: Addr<Supervisor>,
+        guard: Option<GuardHandle>,
+        advisor: Option<Addr<AdvisorActor>>,
+        toasts: Toasts,
+        metrics: Arc<Metrics>,
+    ) -> Running {
+        Running {
+            cfg,
+            loader,
+            supervisor,
+            guard,
+            advisor,
+            toasts,
+            pumps: BTreeMap::new(),
+            pump_stats: Arc::default(),
+            metrics,
+            stopped: false,
+        }
+    }
+
+    /// Resolves the server's password and builds its REST client.
+    fn prepare(&self, cfg: &Config, server: &ServerConfig) -> Result<Prepared, ReloadError> {
+        let unusable = |reason: String| ReloadError::Unusable { key: format!("servers.{}", server.name), reason };
+        let auth = resolve_password(server)
+            .map_err(|e| unusable(e.to_string()))?
+            .map(|password| Credentials { username: server.username.clone(), password });
+        let client = OpenCodeClient::new(server, auth.clone())
+            .map_err(|e| unusable(e.to_string()))?
+            .with_long_call_timeout(cfg.compaction.max_wait + server.request_timeout);
+        Ok(Prepared { server: server.clone(), auth, client })
+    }
+
+    /// Attaches the server to the supervisor and starts its pump.
+    fn start_server(&mut self, p: Prepared) {
+        let Prepared { server, auth, client } = p;
+        self.toasts.attach(&server.name, client.clone());
+        self.supervisor.do_send(AttachServer {
+            name: server.name.clone(),
+            engine: Arc::new(client),
+            list_limit: server.list_limit,
+            retry_initial: server.reconnect_initial,
+            retry_max: server.reconnect_max,
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let pump = EventPump::new(server.clone(), auth, self.supervisor.clone());
+        if let Ok(mut stats) = self.pump_stats.write() {
+            stats.retain(|(name, _)| *name != server.name);
+            stats.push((server.name.clone(), pump.stats()));
+        }
+        self.metrics.add_pump(&server.name, pump.stats());
+        let task = actix::spawn(pump.run(stop_rx));
+        self.pumps.insert(server.name.clone(), Pump { stop, task });
+        tracing::info!(server = %server.name, url = %server.url, "supervising");
+    }
+
+    /// Every configured server, at start-up (an error here stops the start).
+    pub(crate) fn start_servers(&mut self) -> anyhow::Result<()> {
+        let cfg = self.cfg.clone();
+        for server in &cfg.servers {
+            let prepared = self.prepare(&cfg, server).map_err(|e| anyhow::anyhow!("{e}"))?;
+            self.start_server(prepared);
+        }
+        Ok(())
+    }
+
+    /// Stops the server's pump, then releases its sessions (saved to the ledger).
+    async fn stop_server(&mut self, name: &str) -> usize {
+        if let Some(pump) = self.pumps.remove(name) {
+            let _ = pump.stop.send(true);
+            let _ = pump.task.await;
+        }
+        if let Ok(mut stats) = self.pump_stats.write() {
+            stats.retain(|(n, _)| n != name);
+        }
+        self.metrics.remove_pump(name);
+        self.toasts.detach(name);
+        self.supervisor.send(DetachServer { name: name.to_string() }).await.unwrap_or(0)
+    }
+
+    /// Stops every pump (shutdown); later reloads are refused.
+    pub(crate) async fn stop_pumps(&mut self) {
+        self.stopped = true;
+        for (_, pump) in std::mem::take(&mut self.pumps) {
+            let _ = pump.stop.send(true);
+            let _ = pump.task.await;
+        }
+    }
+
+    /// How long shutdown waits for recoveries under way: their waits plus a few requests.
+    pub(crate) fn shutdown_grace(&self) -> Duration {
+        let r = &self.cfg.recovery;
+        let slowest = self.cfg.servers.iter().map(|s| s.request_timeout).max().unwrap_or_default();
+        r.abort_poll_max + r.wait_after_abort + slowest * 3
+    }
+
+    async fn reload(&mut self, trigger: &'static str, given: Option<Config>) -> Result<ConfigDiff, ReloadError> {
+        if self.stopped {
+            return Err(ReloadError::ShuttingDown);
+        }
+        let new = match given {
+            Some(cfg) => {
+                cfg.validate().map_err(|e| ReloadError::Unusable { key: e.key, reason: e.reason })?;
+                cfg
+            }
+            None => (self.loader.as_ref().ok_or(ReloadError::NoSource)?)()?,
+        };
+        let diff = ConfigDiff::between(&self.cfg, &new);
+        let new = keep_restart_only(&self.cfg, new);
+        // Everything that can fail, before anything changes.
+        let mut prepared = Vec::new();
+        for name in diff.servers_added.iter().chain(&diff.servers_changed) {
+            if let Some(server) = new.servers.iter().find(|s| &s.name == name) {
+                prepared.push(self.prepare(&new, server)?);
+            }
+        }
+        let model = if new.advisor.enabled && diff.touches("advisor.") {
+            crate::advisor::ChatCompletions::from_config(&new.advisor)
+                .map_err(|e| ReloadError::Unusable { key: "advisor".into(), reason: e.to_string() })?
+                .map(|model| TimedModel::wrap(model, Arc::clone(&self.metrics)))
+        } else {
+            None
+        };
+        if diff.is_empty() {
+            tracing::info!(target: "shepherd::reload", trigger, changed = 0, "configuration reloaded: nothing changed");
+            return Ok(diff);
+        }
+
+        self.supervisor.do_send(ReconfigureAll { rules: Arc::new(new.session_rules()), fleet: new.supervisor.clone() });
+        if diff.touches("guard.") {
+            if let Some(guard) = &self.guard {
+                guard.retune(new.guard.clone());
+            }
+        }
+        if diff.touches("advisor.") {
+            if let Some(advisor) = &self.advisor {
+                advisor.do_send(Retune { cfg: new.advisor.clone(), model });
+            }
+        }
+        self.toasts.set_config(new.toasts.clone());
+        let mut released = 0;
+        for name in diff.servers_removed.iter().chain(&diff.servers_changed) {
+            released += self.stop_server(name).await;
+        }
+        for p in prepared {
+            self.start_server(p);
+        }
+        self.cfg = new;
+        log_reload(trigger, &diff, released);
+        Ok(diff)
+    }
+}
+
+/// The handle triggers hold, and the requests [`serve`] answers.
+pub(crate) fn channel() -> (ReloadHandle, Requests) {
+    let (tx, rx) = mpsc::channel::<Request>(8);
+    (ReloadHandle { tx }, Requests(rx))
+}
+
+/// Reload requests on their way to [`serve`].
+pub(crate) struct Requests(mpsc::Receiver<Request>);
+
+/// Serves reload requests one at a time until every handle is gone.
+pub(crate) fn serve(requests: Requests, running: Arc<tokio::sync::Mutex<Running>>) {
+    let mut rx = requests.0;
+    actix::spawn(async move {
+        while let Some(req) = rx.recv().await {
+            let result = running.lock().await.reload(req.trigger, req.config).await;
+            if let Err(e) = &result {
+                tracing::warn!(
+                    target: "shepherd::reload",
+                    trigger = req.trigger,
+                    key = e.key().unwrap_or(""),
+                    error = %e,
+                    "configuration reload rejected; the running configuration stays"
+                );
+            }
+            let _ = req.reply.send(result);
+        }
+    });
+}
+
+/// The one event a reload makes.
+fn log_reload(trigger: &str, diff: &ConfigDiff, released: usize) {
+    let list = |changes: &[Change]| changes.iter().map(Change::to_string).collect::<Vec<_>>().join("; ");
+    let names = |v: &[String]| v.join(",");
+    let (changed, restart) = (list(&diff.live), list(&diff.needs_restart));
+    let keys = diff.needs_restart.iter().map(|c| c.key.as_str()).collect::<Vec<_>>().join(", ");
+    macro_rules! event {
+        ($level:ident, $($msg:tt)+) => {
+            tracing::$level!(
+                target: "shepherd::reload",
+                trigger,
+                changed = %changed,
+                needs_restart = %restart,
+                servers_added = %names(&diff.servers_added),
+                servers_removed = %names(&diff.servers_removed),
+                servers_restarted = %names(&diff.servers_changed),
+                sessions_released = released,
+                $($msg)+
+            )
+        };
+    }
+    if diff.needs_restart.is_empty() {
+        event!(info, "configuration reloaded: {} key(s) changed", diff.live.len());
+    } else {
+        event!(
+            warn,
+            "configuration reloaded: {} key(s) changed; needs a restart (ignored until then): {keys}",
+            diff.live.len()
+        );
+    }
+}
