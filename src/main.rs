@@ -338,7 +338,10 @@ async fn handoff(args: HandoffArgs) -> anyhow::Result<()> {
 }
 
 async fn reload(args: ReloadArgs) -> anyhow::Result<()> {
-    let client = args.daemon.client()?;
+    // The CLI reads the same sources to find the daemon: a file that does not load
+    // here would not load there either, and the daemon is not asked.
+    let client =
+        args.daemon.client().context("the daemon was not asked to reload; it keeps its running configuration")?;
     let answer =
         client.reload_config().await.context("configuration not reloaded; the daemon keeps the running one")?;
     if args.json {
@@ -350,7 +353,10 @@ async fn reload(args: ReloadArgs) -> anyhow::Result<()> {
             .as_array()
             .map(|a| {
                 a.iter()
-                    .map(|c| format!("  {}: {} → {}", c["key"].as_str().unwrap_or("?"), c["old"], c["new"]))
+                    .map(|c| {
+                        let field = |k: &str| c[k].as_str().unwrap_or("?").to_string();
+                        format!("  {}: {} → {}", field("key"), field("old"), field("new"))
+                    })
                     .collect()
             })
             .unwrap_or_default()

@@ -86,12 +86,33 @@ impl Rig {
         Self::start_with_fake(|c, _| configure(c), tweak, via).await
     }
 
-    /// Like [`Rig::start_full`], with the fake model at hand while configuring (e.g. to
+    /// Like [`Rig::start_with_fake`], with the fake model at hand while configuring (e.g. to
     /// point the advisor at it).
     pub async fn start_with_fake(
         configure: impl FnOnce(&mut Config, &FakeModel),
         tweak: impl FnOnce(OpenCodeOptions) -> OpenCodeOptions,
         via: impl FnOnce(String) -> anyhow::Result<String>,
+    ) -> anyhow::Result<Rig> {
+        Self::start_inner(configure, tweak, via, None).await
+    }
+
+    /// Like [`Rig::start_config`], with the configuration written to `file` (TOML) and
+    /// the daemon started from it, so a reload re-reads the file ([`Rig::write_config`]).
+    pub async fn start_reloadable(file: &std::path::Path, configure: impl FnOnce(&mut Config)) -> anyhow::Result<Rig> {
+        Self::start_inner(|c, _| configure(c), |o| o, Ok, Some(file.to_path_buf())).await
+    }
+
+    /// Writes `cfg` as the configuration file a reload reads.
+    pub fn write_config(path: &std::path::Path, cfg: &Config) -> anyhow::Result<()> {
+        std::fs::write(path, shepherd::config::render_effective(cfg))?;
+        Ok(())
+    }
+
+    async fn start_inner(
+        configure: impl FnOnce(&mut Config, &FakeModel),
+        tweak: impl FnOnce(OpenCodeOptions) -> OpenCodeOptions,
+        via: impl FnOnce(String) -> anyhow::Result<String>,
+        file: Option<std::path::PathBuf>,
     ) -> anyhow::Result<Rig> {
         let fake = FakeModel::start()?;
         let opencode = OpenCodeServer::start(tweak(OpenCodeOptions::for_fake(&fake))).await?;
@@ -117,7 +138,17 @@ impl Rig {
         cfg.advisor = fast_advice();
         configure(&mut cfg, &fake);
         cfg.validate()?;
-        let daemon = Daemon::start(&cfg)?;
+        let daemon = match file {
+            None => Daemon::start(&cfg)?,
+            Some(path) => {
+                Self::write_config(&path, &cfg)?;
+                // The file alone: the test's process environment is not configuration.
+                let sources = shepherd::config::ConfigSources { file: Some(path), ..Default::default() };
+                let loader: shepherd::reload::ConfigLoader =
+                    std::sync::Arc::new(move || shepherd::config::load_with_env(&sources, &[]));
+                Daemon::start_reloadable(&cfg, loader)?
+            }
+        };
         let records = daemon.journal().subscribe();
         let rig = Rig { fake, opencode, client, daemon: Some(daemon), cfg, records, seen: Vec::new() };
         rig.wait_connected().await?;
