@@ -112,3 +112,20 @@ async fn over_the_session_limit_a_nudge_is_dropped_and_a_continue_waits_then_goe
     }
     assert_eq!(engine.prompts.lock().unwrap().len(), 2);
 }
+
+#[actix::test]
+async fn a_retuned_guard_judges_by_its_new_limits_and_still_remembers_what_was_sent() {
+    let engine = Engine1::default();
+    let tight = GuardConfig { session_per_minute: 1, session_burst: 1, ..GuardConfig::default() };
+    let guard = guard(tight.clone());
+    let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1" };
+    assert!(matches!(deliver(out, &order(PromptKind::Review, "Review your work")).await, Delivery::Sent { .. }));
+    let dropped = deliver(out, &order(PromptKind::Nudge, "Write the release notes")).await;
+    assert!(matches!(&dropped, Delivery::Guarded { reason, .. } if reason.contains("rate limit")), "{dropped:?}");
+
+    guard.retune(GuardConfig { session_burst: 5, ..tight });
+    let sent = deliver(out, &order(PromptKind::Nudge, "Write the release notes")).await;
+    assert!(matches!(sent, Delivery::Sent { .. }), "the new burst lets it through: {sent:?}");
+    let again = deliver(out, &order(PromptKind::Nudge, "Review your work")).await;
+    assert!(matches!(&again, Delivery::Guarded { reason, .. } if reason.contains("similar")), "{again:?}");
+}
