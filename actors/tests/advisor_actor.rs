@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use async_trait::async_trait;
-use shepherd_actors::advisor::actor::{AdvisorActor, Consult};
+use shepherd_actors::advisor::actor::{AdvisorActor, Consult, Retune};
 use shepherd_actors::advisor::{About, AdviceAction, Consulted, Situation, Source};
 use shepherd_actors::config::AdvisorConfig;
 use shepherd_actors::event::{ModelRef, SessionInfo, Status, Todo, TodoStatus};
@@ -208,4 +208,20 @@ async fn no_more_than_max_concurrent_model_calls_run_at_once() {
     assert!(answers.iter().all(|a| a.as_ref().is_ok_and(|c| c.source == Source::Model)));
     assert_eq!(model.calls.load(Ordering::SeqCst), 6);
     assert_eq!(model.most_at_once.load(Ordering::SeqCst), 2);
+}
+
+#[actix::test]
+async fn a_retuned_advisor_asks_its_new_model_and_forgets_answers_given_before() {
+    tokio::time::pause();
+    let addr = AdvisorActor::new(cfg(), None).start();
+    assert_eq!(ask(&addr, "a", stall(600)).await.source, Source::NoModel);
+    let model = ScriptedModel::new(Answer::Text("@abort:0.8"));
+    addr.send(Retune { cfg: cfg(), model: Some(model.clone()) }).await.unwrap();
+    let answer = ask(&addr, "a", stall(600)).await;
+    assert_eq!((answer.advice.action, answer.source), (AdviceAction::Abort, Source::Model));
+    assert_eq!(ask(&addr, "a", stall(600)).await.source, Source::Cached);
+    // A retune drops the cache: the same state is asked again under the new settings.
+    addr.send(Retune { cfg: cfg(), model: Some(model.clone()) }).await.unwrap();
+    assert_eq!(ask(&addr, "a", stall(600)).await.source, Source::Model);
+    assert_eq!(model.calls.load(Ordering::SeqCst), 2);
 }

@@ -440,3 +440,19 @@ async fn a_detached_server_s_sessions_save_their_state_stop_and_are_no_longer_su
     assert!(w.drain().is_empty());
     assert_eq!(w.engine.calls().iter().filter(|c| c.starts_with("abort")).count(), 1);
 }
+
+#[actix::test]
+async fn a_reload_to_a_shorter_discovery_interval_finds_a_missed_busy_session_sooner() {
+    tokio::time::pause();
+    let w = world(cfg()); // discovery every 60 s
+    w.send(r#"{"directory":"/p","payload":{"type":"session.diff","properties":{"sessionID":"ses_other","diff":[]}}}"#);
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    settle().await;
+    w.engine.busy.lock().unwrap().insert("ses_Q".into(), Status::Busy); // its event was lost
+    let fleet = SupervisorConfig { discovery_interval: Duration::from_secs(5), ..SupervisorConfig::default() };
+    w.supervisor.send(ReconfigureAll { rules: Arc::new(cfg().into()), fleet }).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    settle().await;
+    let fleet = w.supervisor.send(InspectFleet).await.unwrap();
+    assert!(fleet.sessions.iter().any(|s| s.id == "ses_Q" && s.busy), "found by discovery after 6 s, not 60 s");
+}
