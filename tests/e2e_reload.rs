@@ -353,3 +353,25 @@ async fn shepherd_config_reload_reports_what_changed_and_fails_naming_the_key_of
     rig.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn the_reload_endpoint_needs_the_token_and_says_when_there_is_nothing_to_re_read() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let mut cfg = shepherd_actors::config::Config::default();
+    cfg.control.bind = "127.0.0.1:0".into();
+    cfg.control.token_env = UNSET_TOKEN_ENV.into();
+    cfg.control.token_file = dir.path().join("control.token").to_string_lossy().into_owned();
+    cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
+    cfg.status.enabled = false;
+    // Started from a value, not from files (as tests and the demo do).
+    let daemon = shepherd::daemon::Daemon::start(&cfg)?;
+    let url = format!("{}/v1/config/reload", daemon.control_url().unwrap());
+    let http = reqwest::Client::new();
+    assert_eq!(http.post(&url).send().await?.status(), 401);
+    let answer = http.post(&url).bearer_auth(daemon.control_token().unwrap().expose()).send().await?;
+    assert_eq!(answer.status(), 409);
+    let body: serde_json::Value = answer.json().await?;
+    assert!(body["error"].as_str().unwrap().contains("nothing to re-read"), "{body}");
+    daemon.shutdown().await;
+    Ok(())
+}
