@@ -116,6 +116,9 @@ pub(crate) struct Running {
     advisor: Option<Addr<AdvisorActor>>,
     toasts: Toasts,
     pumps: BTreeMap<String, Pump>,
+    /// Each server's REST client (clones share their long-call timeout with the engine
+    /// the sessions hold).
+    clients: BTreeMap<String, OpenCodeClient>,
     pub(crate) pump_stats: PumpTable,
     metrics: Arc<Metrics>,
     stopped: bool,
@@ -146,6 +149,7 @@ impl Running {
             advisor,
             toasts,
             pumps: BTreeMap::new(),
+            clients: BTreeMap::new(),
             pump_stats: Arc::default(),
             metrics,
             stopped: false,
@@ -168,6 +172,7 @@ impl Running {
     fn start_server(&mut self, p: Prepared) {
         let Prepared { server, auth, client } = p;
         self.toasts.attach(&server.name, client.clone());
+        self.clients.insert(server.name.clone(), client.clone());
         self.supervisor.do_send(AttachServer {
             name: server.name.clone(),
             engine: Arc::new(client),
@@ -208,6 +213,7 @@ impl Running {
         }
         self.metrics.remove_pump(name);
         self.toasts.detach(name);
+        self.clients.remove(name);
         self.supervisor.send(DetachServer { name: name.to_string() }).await.unwrap_or(0)
     }
 
@@ -271,6 +277,14 @@ impl Running {
             }
         }
         self.toasts.set_config(new.toasts.clone());
+        if new.compaction.max_wait != self.cfg.compaction.max_wait {
+            // A compaction call may take `max_wait`; its HTTP timeout follows.
+            for server in &new.servers {
+                if let Some(client) = self.clients.get(&server.name) {
+                    client.set_long_call_timeout(new.compaction.max_wait + server.request_timeout);
+                }
+            }
+        }
         let mut released = 0;
         for name in diff.servers_removed.iter().chain(&diff.servers_changed) {
             released += self.stop_server(name).await;

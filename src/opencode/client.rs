@@ -48,9 +48,10 @@ pub struct OpenCodeClient {
     base: String,
     http: reqwest::Client,
     auth: Option<Credentials>,
-    /// Per-request timeout of calls that block until OpenCode has done the work
-    /// (`summarize`), instead of the server's `request_timeout`.
-    long_call_timeout: std::time::Duration,
+    /// Per-request timeout (ms) of calls that block until OpenCode has done the work
+    /// (`summarize`), instead of the server's `request_timeout`. Shared by clones, so a
+    /// reload of `compaction.max_wait` reaches the engine the sessions hold.
+    long_call_timeout_ms: Arc<std::sync::atomic::AtomicU64>,
     status_reads: Arc<StatusReads>,
 }
 
@@ -79,15 +80,25 @@ impl OpenCodeClient {
             base: server.url.trim_end_matches('/').to_string(),
             http,
             auth,
-            long_call_timeout: server.request_timeout,
+            long_call_timeout_ms: Arc::new(server.request_timeout.as_millis().try_into().unwrap_or(u64::MAX).into()),
             status_reads: Arc::default(),
         })
     }
 
     /// Sets the timeout of calls that block until OpenCode finished (compaction).
-    pub fn with_long_call_timeout(mut self, timeout: std::time::Duration) -> Self {
-        self.long_call_timeout = timeout;
+    pub fn with_long_call_timeout(self, timeout: std::time::Duration) -> Self {
+        self.set_long_call_timeout(timeout);
         self
+    }
+
+    /// Changes that timeout for this client and every clone of it (hot reload).
+    pub fn set_long_call_timeout(&self, timeout: std::time::Duration) {
+        let ms = timeout.as_millis().try_into().unwrap_or(u64::MAX);
+        self.long_call_timeout_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn long_call_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.long_call_timeout_ms.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     pub fn base_url(&self) -> &str {
@@ -313,7 +324,7 @@ impl Engine for OpenCodeClient {
     async fn summarize(&self, session_id: &str, model: &ModelRef) -> Result<(), EngineError> {
         let rb = self
             .request(Method::POST, &session_path(session_id, "/summarize"))
-            .timeout(self.long_call_timeout)
+            .timeout(self.long_call_timeout())
             .json(&json!({ "providerID": model.provider_id, "modelID": model.model_id }));
         let done: serde_json::Value = self.get_json(rb, "POST /session/{id}/summarize").await?;
         match done {
@@ -378,7 +389,7 @@ impl Engine for OpenCodeClient {
     async fn ask(&self, session_id: &str, prompt: &Prompt) -> Result<String, EngineError> {
         let rb = self
             .request(Method::POST, &session_path(session_id, "/message"))
-            .timeout(self.long_call_timeout)
+            .timeout(self.long_call_timeout())
             .json(&prompt_body(prompt));
         let reply: MessageWithParts = self.get_json(rb, "POST /session/{id}/message").await?;
         if let Some(err) = reply.info.pointer("/error/name").and_then(|v| v.as_str()) {
@@ -524,6 +535,14 @@ fn decode_message(info: &serde_json::Value) -> Option<MessageInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reloaded_long_call_timeout_reaches_the_clone_the_sessions_hold() {
+        let client = OpenCodeClient::new(&ServerConfig::new("a", "http://a:1"), None).unwrap();
+        let held = client.clone();
+        client.set_long_call_timeout(std::time::Duration::from_secs(99));
+        assert_eq!(held.long_call_timeout(), std::time::Duration::from_secs(99));
+    }
 
     #[test]
     fn one_sessions_status_is_found_in_the_directorys_map() {
