@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use actix::{Actor, Addr};
-use shepherd_actors::advisor::actor::AdvisorActor;
+use shepherd_actors::advisor::actor::{AdvisorActor, AdvisorSlot};
 use shepherd_actors::config::Config;
 use shepherd_actors::journal::Journal;
 use shepherd_actors::ports::SystemClock;
@@ -82,7 +82,8 @@ impl Daemon {
                 (true, true) => "model, heuristics as fallback",
             }
         );
-        let advisor = model.map(|model| AdvisorActor::new(cfg.advisor.clone(), Some(model)).start());
+        let advisor = AdvisorSlot::default();
+        advisor.set(model.map(|model| AdvisorActor::new(cfg.advisor.clone(), Some(model)).start()));
         let supervisor = Supervisor::new(
             Arc::new(cfg.session_rules()),
             cfg.supervisor.clone(),
@@ -92,11 +93,8 @@ impl Daemon {
             instance.clone(),
         )
         .with_workspace(Arc::new(crate::workspace::GitWorkspace))
-        .with_guard(crate::guard::as_port(&guard));
-        let supervisor = match &advisor {
-            Some(addr) => supervisor.with_advisor(addr.clone()),
-            None => supervisor,
-        }
+        .with_guard(crate::guard::as_port(&guard))
+        .with_advisor_slot(advisor.clone())
         .start();
         let toasts = Toasts::start(&cfg.toasts, &journal);
         let mut running =

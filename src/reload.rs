@@ -23,8 +23,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use actix::Addr;
-use shepherd_actors::advisor::actor::{AdvisorActor, Retune};
+use actix::{Actor as _, Addr};
+use shepherd_actors::advisor::actor::{AdvisorActor, AdvisorSlot, Retune};
 use shepherd_actors::config::{Config, ServerConfig};
 use shepherd_actors::guard::GuardHandle;
 use shepherd_actors::supervisor::{AttachServer, DetachServer, ReconfigureAll, Supervisor};
@@ -113,7 +113,7 @@ pub(crate) struct Running {
     loader: Option<ConfigLoader>,
     supervisor: Addr<Supervisor>,
     guard: Option<GuardHandle>,
-    advisor: Option<Addr<AdvisorActor>>,
+    advisor: AdvisorSlot,
     toasts: Toasts,
     pumps: BTreeMap<String, Pump>,
     /// Each server's REST client (clones share their long-call timeout with the engine
@@ -137,7 +137,7 @@ impl Running {
         loader: Option<ConfigLoader>,
         supervisor: Addr<Supervisor>,
         guard: Option<GuardHandle>,
-        advisor: Option<Addr<AdvisorActor>>,
+        advisor: AdvisorSlot,
         toasts: Toasts,
         metrics: Arc<Metrics>,
     ) -> Running {
@@ -272,8 +272,15 @@ impl Running {
             }
         }
         if diff.touches("advisor.") {
-            if let Some(advisor) = &self.advisor {
-                advisor.do_send(Retune { cfg: new.advisor.clone(), model });
+            // The model advisor runs only while a model is configured; the heuristics
+            // answer in place otherwise (and read `advisor.*` from the session rules).
+            match (self.advisor.get(), model) {
+                (Some(addr), Some(model)) => addr.do_send(Retune { cfg: new.advisor.clone(), model: Some(model) }),
+                (None, Some(model)) => {
+                    self.advisor.set(Some(AdvisorActor::new(new.advisor.clone(), Some(model)).start()));
+                }
+                (Some(_), None) => self.advisor.set(None),
+                (None, None) => {}
             }
         }
         self.toasts.set_config(new.toasts.clone());

@@ -245,6 +245,7 @@ async fn sighup_makes_a_running_shepherd_reload_its_file_and_recover_with_the_ne
     let mut cfg = shepherd_actors::config::Config {
         servers: vec![ServerConfig::new("local", rig.opencode.url())],
         recovery: support::fast_recovery(),
+        advisor: support::fast_advice(),
         ..Default::default()
     };
     cfg.recovery.stall_timeout = LONG;
@@ -373,5 +374,41 @@ async fn the_reload_endpoint_needs_the_token_and_says_when_there_is_nothing_to_r
     let body: serde_json::Value = answer.json().await?;
     assert!(body["error"].as_str().unwrap().contains("nothing to re-read"), "{body}");
     daemon.shutdown().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn a_model_advisor_added_by_a_reload_is_asked_and_one_removed_is_not() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let file = dir.path().join("shepherd.toml");
+    let mut rig = Rig::start_reloadable(&file, |c| c.recovery.stall_timeout = SHORT).await?;
+    assert!(rig.cfg.advisor.base_url.is_empty(), "heuristics only at start");
+
+    let mut with_model = rig.cfg.clone();
+    with_model.advisor.base_url = rig.fake.base_url();
+    with_model.advisor.model = shepherd::testbed::fake_model::ADVISOR_MODEL.into();
+    // Test sessions are seconds old: "new session" would make every case obvious.
+    with_model.advisor.new_session = Duration::ZERO;
+    Rig::write_config(&file, &with_model)?;
+    rig.daemon().reload().await?;
+    rig.fake.set_advisor_answers(vec![shepherd::testbed::fake_model::Behaviour::Say("Go on. @continue:0.8".into())]);
+    let id = rig.client.create_session(Some("advised")).await?;
+    rig.client.prompt_async(&id, stalled_prompt(), None, None, false).await?;
+    let advice = rig.wait_record(&id, Action::Advise, Outcome::Done, PATIENCE).await?;
+    assert_eq!(advice.numbers.advice_source.as_deref(), Some("model"), "{advice:?}");
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+    assert_eq!(rig.fake.advisor_requests().len(), 1);
+
+    // Back to heuristics: the next stall is decided without asking the model.
+    let mut without = with_model.clone();
+    without.advisor.base_url = String::new();
+    without.advisor.model = String::new();
+    Rig::write_config(&file, &without)?;
+    rig.daemon().reload().await?;
+    let other = rig.client.create_session(Some("unadvised")).await?;
+    rig.client.prompt_async(&other, stalled_prompt(), None, None, false).await?;
+    rig.wait_record(&other, Action::Continue, Outcome::Done, PATIENCE).await?;
+    assert_eq!(rig.fake.advisor_requests().len(), 1, "the model was not asked again");
+    rig.stop().await;
     Ok(())
 }

@@ -39,6 +39,24 @@ pub fn heuristic_answer(s: &Situation, cfg: &AdvisorConfig, source: Source) -> C
 
 type CacheKey = (String, String, u64);
 
+/// The advisor actor sessions consult, when a model is configured; empty otherwise (the
+/// heuristics answer in place). Shared by every session's environment, so a reload can
+/// start, retune or stop the model advisor for live sessions too.
+#[derive(Clone, Default)]
+pub struct AdvisorSlot(Arc<std::sync::RwLock<Option<Addr<AdvisorActor>>>>);
+
+impl AdvisorSlot {
+    pub fn get(&self) -> Option<Addr<AdvisorActor>> {
+        self.0.read().ok().and_then(|a| a.clone())
+    }
+
+    pub fn set(&self, advisor: Option<Addr<AdvisorActor>>) {
+        if let Ok(mut a) = self.0.write() {
+            *a = advisor;
+        }
+    }
+}
+
 pub struct AdvisorActor {
     cfg: AdvisorConfig,
     model: Option<Arc<dyn ModelPort>>,

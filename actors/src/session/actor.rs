@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use crate::advisor::actor::{heuristic_answer, AdvisorActor, Consult};
+use crate::advisor::actor::{heuristic_answer, AdvisorSlot, Consult};
 use crate::advisor::gate::AdviceRequest;
 use crate::advisor::Source;
 use crate::config::SessionRules;
@@ -44,7 +44,7 @@ pub struct SessionEnv {
     /// The guard every prompt passes (dedupe, rate limits, leases).
     pub guard: Arc<dyn PromptGuard>,
     /// The advisor (`advisor.enabled`); without it advice comes from the heuristic.
-    pub advisor: Option<Addr<AdvisorActor>>,
+    pub advisor: AdvisorSlot,
 }
 
 /// Session ids Shepherd created for its own use (a fork to ask the model in): they are
@@ -287,7 +287,7 @@ impl SessionActor {
 impl SessionActor {
     /// Asks the advisor actor; its answer goes back into the core, which decides.
     fn start_consultation(&mut self, request: AdviceRequest, ctx: &mut Context<Self>) {
-        let Some(advisor) = self.env.advisor.clone() else {
+        let Some(advisor) = self.env.advisor.get() else {
             let answer = heuristic_answer(&request.situation, &self.cfg.advisor, Source::NoModel);
             let effects = self.core.on_advice(&request, &answer, self.env.now());
             // Deferred: `apply` is running; the answer is applied as its own step.

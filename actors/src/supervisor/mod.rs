@@ -70,7 +70,7 @@ pub struct Supervisor {
     /// The guard every prompt passes.
     guard: Arc<dyn PromptGuard>,
     /// The advisor actor every session consults (`advisor.enabled`).
-    advisor: Option<Addr<crate::advisor::actor::AdvisorActor>>,
+    advisor: crate::advisor::actor::AdvisorSlot,
     /// The discovery and cleanup intervals, re-armed when a reload changes them.
     intervals: Vec<SpawnHandle>,
 }
@@ -155,7 +155,7 @@ impl Supervisor {
             workspace: Arc::new(NoWorkspace),
             scratch: Scratch::default(),
             guard: Arc::new(NoGuard),
-            advisor: None,
+            advisor: Default::default(),
             intervals: Vec::new(),
         }
     }
@@ -167,8 +167,14 @@ impl Supervisor {
     }
 
     /// Lets sessions consult the advisor actor before an abort or a nudge.
-    pub fn with_advisor(mut self, advisor: Addr<crate::advisor::actor::AdvisorActor>) -> Self {
-        self.advisor = Some(advisor);
+    pub fn with_advisor(self, advisor: Addr<crate::advisor::actor::AdvisorActor>) -> Self {
+        self.advisor.set(Some(advisor));
+        self
+    }
+
+    /// Consults whatever advisor `slot` holds (the daemon fills and empties it on reload).
+    pub fn with_advisor_slot(mut self, slot: crate::advisor::actor::AdvisorSlot) -> Self {
+        self.advisor = slot;
         self
     }
 
