@@ -393,7 +393,7 @@ async fn a_reload_to_a_shorter_stall_timeout_recovers_at_the_new_deadline_not_th
     settle().await;
     assert!(w.engine.calls().contains(&"abort ses_A".to_string()), "{:?}", w.engine.calls());
     let records = w.drain();
-    assert_eq!(records[0], (Action::StallDetected, Outcome::Done));
+    assert!(records.contains(&(Action::StallDetected, Outcome::Done)), "{records:?}");
     assert!(records.contains(&(Action::Continue, Outcome::Done)), "{records:?}");
 }
 
