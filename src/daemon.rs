@@ -24,7 +24,7 @@ use crate::metrics::edge::{CountingLedger, TimedModel};
 use crate::metrics::Metrics;
 use crate::opencode::PumpStats;
 use crate::reload::{ConfigLoader, ReloadHandle, Running};
-use crate::status::{status_path, StatusWriter};
+use crate::status::{status_path, StatusBoard, StatusWriter};
 use crate::toast::Toasts;
 
 /// A running Shepherd.
@@ -100,10 +100,26 @@ impl Daemon {
         let mut running =
             Running::new(cfg.clone(), loader, supervisor.clone(), guard, advisor, toasts, Arc::clone(&metrics));
         let pump_stats = Arc::clone(&running.pump_stats);
+        let board = StatusBoard::new(&cfg.status, supervisor.clone(), Arc::clone(&pump_stats), instance.clone());
         let (reload, requests) = crate::reload::channel();
         // Before the pumps: a control port already taken fails start-up with nothing running.
         let control = if cfg.control.enabled {
-            Some(ControlServer::start(&cfg.control, supervisor.clone(), Arc::clone(&metrics), Some(reload.clone()))?)
+            Some(ControlServer::start(
+                &cfg.control,
+                supervisor.clone(),
+                Arc::clone(&metrics),
+                Some(reload.clone()),
+                board.clone(),
+            )?)
+        } else {
+            None
+        };
+        // Before the pumps too, so no record is missed. The board is fed whenever
+        // something reads it: the status file, or the control API's `/v1/status`.
+        let status = if cfg.status.enabled || cfg.control.enabled {
+            let path =
+                if cfg.status.enabled { Some(status_path(&cfg.status, &|name| std::env::var_os(name))?) } else { None };
+            Some(StatusWriter::start(&cfg.status, path, &journal, board)?)
         } else {
             None
         };
@@ -111,12 +127,6 @@ impl Daemon {
         let running = Arc::new(tokio::sync::Mutex::new(running));
         crate::reload::serve(requests, Arc::clone(&running));
         tracing::info!(instance = %instance, servers = cfg.servers.len(), "started");
-        let status = if cfg.status.enabled {
-            let path = status_path(&cfg.status, &|name| std::env::var_os(name))?;
-            Some(StatusWriter::start(&cfg.status, path, &journal, supervisor.clone(), instance.clone())?)
-        } else {
-            None
-        };
         Ok(Self { supervisor, journal, running, pump_stats, reload, instance, control, status, metrics, metrics_task })
     }
 
@@ -168,7 +178,7 @@ impl Daemon {
 
     /// Where the status file is written, when it is enabled.
     pub fn status_path(&self) -> Option<&std::path::Path> {
-        self.status.as_ref().map(StatusWriter::path)
+        self.status.as_ref().and_then(StatusWriter::path)
     }
 
     /// Counters of each server's event pump (servers come and go with reloads).

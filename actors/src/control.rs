@@ -15,8 +15,17 @@ use crate::journal::ActionRecord;
 pub struct SessionDetail {
     pub server: String,
     pub id: String,
+    /// The session's title, when the server gave one.
+    pub title: Option<String>,
     pub directory: Option<String>,
     pub busy: bool,
+    /// A question or permission is open, or the last reply asks the person something.
+    pub waiting_on_person: bool,
+    /// Epoch ms of the session's last activity (what the stall timer counts from).
+    pub last_activity_ms: i64,
+    /// The stall timeout in force while the stall timer runs (busy, not paused,
+    /// recovering, compacting, handed off or waiting on a person), ms.
+    pub stall_timeout_ms: Option<u64>,
     pub recovering: bool,
     /// `user_abort` or `gave_up` when automation is off for this session.
     pub paused: Option<String>,
@@ -116,6 +125,9 @@ pub enum ControlError {
     Conflict(String),
     #[error("unknown hand-off snapshot: {0}")]
     UnknownSnapshot(String),
+    /// The ledger could not be read.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// Every tracked session.
@@ -134,4 +146,13 @@ pub struct GetSession(pub String);
 pub struct SendCustomPrompt {
     pub session: String,
     pub request: CustomPromptRequest,
+}
+
+/// A session's journal from the ledger, oldest first, at most `limit` newest records
+/// (`GET /v1/sessions/{id}/history`; the same records `shepherd history` prints).
+#[derive(Message)]
+#[rtype(result = "Result<Vec<ActionRecord>, ControlError>")]
+pub struct SessionJournal {
+    pub session: String,
+    pub limit: u32,
 }

@@ -263,8 +263,15 @@ impl StatsBook {
         self.sessions.retain(|id, s| live.contains(id.as_str()) || now_ms - s.last_record_ms < forget_after_ms);
     }
 
-    /// The status document: every live session and every session with statistics.
-    pub fn document(&self, live: &[SessionDetail], now_ms: i64, instance: &str) -> StatusDocument {
+    /// The status document: every live session and every session with statistics, and
+    /// each server's stream. The one builder of the status file and `GET /v1/status`.
+    pub fn document(
+        &self,
+        live: &[SessionDetail],
+        streams: &[StreamFacts],
+        now_ms: i64,
+        instance: &str,
+    ) -> StatusDocument {
         let empty = SessionStats::default();
         let mut sessions = BTreeMap::new();
         for d in live {
@@ -276,7 +283,127 @@ impl StatsBook {
                 sessions.insert(id.clone(), SessionStatus::of(stats, None, &stats.server, now_ms));
             }
         }
-        StatusDocument { version: STATUS_VERSION, timestamp: now_ms, instance: instance.to_string(), sessions }
+        let mut totals = BTreeMap::new();
+        for s in sessions.values() {
+            *totals.entry(s.state).or_insert(0) += 1;
+        }
+        let servers = streams.iter().map(|f| ServerStatus::of(f, now_ms)).collect();
+        StatusDocument {
+            version: STATUS_VERSION,
+            timestamp: now_ms,
+            instance: instance.to_string(),
+            totals,
+            servers,
+            sessions,
+        }
+    }
+}
+
+/// What the edge knows about one server's event stream (the pump's counters and the
+/// supervisor's view), the input of [`ServerStatus`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamFacts {
+    pub name: String,
+    pub connected: bool,
+    /// Sessions and statuses were read by REST after the latest connect.
+    pub reconciled: bool,
+    /// Successful connects since start (the first one is not a reconnect).
+    pub connects: u64,
+    pub frames: u64,
+    pub malformed: u64,
+    /// Epoch ms of the latest frame (heartbeats included).
+    pub last_event_ms: Option<i64>,
+}
+
+/// One server's event stream in the status document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerStatus {
+    pub name: String,
+    pub connected: bool,
+    pub reconciled: bool,
+    pub reconnects: u64,
+    pub events: u64,
+    pub malformed: u64,
+    pub last_event_ms: Option<i64>,
+    /// Since the latest frame, at the document's `timestamp` (OpenCode sends a
+    /// heartbeat every 10 s, so more than that on a connected stream is suspect).
+    pub since_last_event_ms: Option<i64>,
+}
+
+impl ServerStatus {
+    pub fn of(f: &StreamFacts, now_ms: i64) -> Self {
+        ServerStatus {
+            name: f.name.clone(),
+            connected: f.connected,
+            reconciled: f.reconciled,
+            reconnects: f.connects.saturating_sub(1),
+            events: f.frames,
+            malformed: f.malformed,
+            last_event_ms: f.last_event_ms,
+            since_last_event_ms: f.last_event_ms.map(|t| (now_ms - t).max(0)),
+        }
+    }
+}
+
+/// What a session is doing, in the words a person watching the fleet uses. Ordered by
+/// how much it asks for attention (stalled first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// Busy and quiet past its stall timeout, and no recovery under way yet (back-off,
+    /// advice awaited or postponing, out of continues).
+    Stalled,
+    /// Shepherd's abort + continue is under way.
+    Recovering,
+    /// The work is being moved to a fresh session.
+    HandingOff,
+    /// OpenCode or Shepherd is compacting the context.
+    Compacting,
+    /// A question or permission is open, or the last reply asks the person.
+    WaitingOnPerson,
+    /// Automation is off (the person pressed Esc, or Shepherd gave up).
+    Paused,
+    Working,
+    Idle,
+    /// No longer in memory (statistics only).
+    Untracked,
+}
+
+impl SessionState {
+    /// The state of a live session at `now_ms`.
+    pub fn of(d: &SessionDetail, now_ms: i64) -> SessionState {
+        let quiet_ms = (now_ms - d.last_activity_ms).max(0) as u64;
+        if d.paused.is_some() {
+            SessionState::Paused
+        } else if crate::session::handoff::Phase::parse(&d.handoff.phase).is_running() {
+            SessionState::HandingOff
+        } else if d.recovering {
+            SessionState::Recovering
+        } else if d.compacting {
+            SessionState::Compacting
+        } else if d.waiting_on_person {
+            SessionState::WaitingOnPerson
+        } else if d.stall_timeout_ms.is_some_and(|t| quiet_ms >= t) {
+            SessionState::Stalled
+        } else if d.busy {
+            SessionState::Working
+        } else {
+            SessionState::Idle
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Stalled => "stalled",
+            SessionState::Recovering => "recovering",
+            SessionState::HandingOff => "handing_off",
+            SessionState::Compacting => "compacting",
+            SessionState::WaitingOnPerson => "waiting_on_person",
+            SessionState::Paused => "paused",
+            SessionState::Working => "working",
+            SessionState::Idle => "idle",
+            SessionState::Untracked => "untracked",
+        }
     }
 }
 
@@ -288,6 +415,12 @@ pub struct StatusDocument {
     pub timestamp: i64,
     /// The Shepherd instance that wrote it.
     pub instance: String,
+    /// Sessions per state.
+    #[serde(default)]
+    pub totals: BTreeMap<SessionState, usize>,
+    /// Each server's event stream.
+    #[serde(default)]
+    pub servers: Vec<ServerStatus>,
     pub sessions: BTreeMap<String, SessionStatus>,
 }
 
@@ -295,11 +428,25 @@ pub struct StatusDocument {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionStatus {
     pub server: String,
+    #[serde(default)]
+    pub title: Option<String>,
     /// Since Shepherd first acted on the session, ms (0 when it has not yet).
     pub elapsed: i64,
     /// `busy`, `idle`, `recovering`, `compacting`, `paused:<why>`, or `untracked`
     /// (no longer in memory).
     pub status: String,
+    /// What the session is doing ([`SessionState`]).
+    #[serde(default = "untracked")]
+    pub state: SessionState,
+    /// Since the session's last activity, ms (what the stall timer counts).
+    #[serde(default)]
+    pub quiet_ms: Option<i64>,
+    /// The stall timeout in force, ms, while the stall timer runs.
+    #[serde(default)]
+    pub stall_timeout_ms: Option<u64>,
+    /// The latest thing Shepherd did to the session.
+    #[serde(default)]
+    pub last_action: Option<HistoryEntry>,
     pub recovery: RecoveryStatus,
     pub stall: StallStatus,
     pub compaction: Counts,
@@ -347,6 +494,10 @@ pub struct TodoCounts {
     pub total: usize,
 }
 
+fn untracked() -> SessionState {
+    SessionState::Untracked
+}
+
 impl SessionStatus {
     fn of(s: &SessionStats, live: Option<&SessionDetail>, server: &str, now_ms: i64) -> Self {
         let status = match live {
@@ -363,10 +514,24 @@ impl SessionStatus {
             let c = crate::session::prompt::TodoCounts::of(&d.todos);
             TodoCounts { open: c.open, completed: c.completed, total: c.total }
         });
+        let last_action = live
+            .and_then(|d| d.last_action.as_ref())
+            .map(|r| HistoryEntry {
+                at_ms: r.at_ms,
+                action: r.action.as_str().to_string(),
+                outcome: r.outcome.as_str().to_string(),
+                reason: r.reason.clone(),
+            })
+            .or_else(|| s.history.back().cloned());
         SessionStatus {
             server: server.to_string(),
+            title: live.and_then(|d| d.title.clone()),
             elapsed: if s.first_seen_ms > 0 { (now_ms - s.first_seen_ms).max(0) } else { 0 },
             status,
+            state: live.map_or(SessionState::Untracked, |d| SessionState::of(d, now_ms)),
+            quiet_ms: live.map(|d| (now_ms - d.last_activity_ms).max(0)),
+            stall_timeout_ms: live.and_then(|d| d.stall_timeout_ms),
+            last_action,
             recovery: RecoveryStatus {
                 attempts: s.recovery.attempts,
                 successes: s.recovery.successes,
@@ -488,25 +653,15 @@ mod tests {
             "tool-call-as-text prompt sent after the abort",
             Numbers::default(),
         ));
-        let live = SessionDetail {
-            server: "local".into(),
-            id: "ses_B".into(),
-            directory: None,
-            busy: true,
-            recovering: false,
-            paused: None,
-            attempts: 0,
-            todos: vec![],
-            context_tokens: Some(1200),
-            context_window: Some(8000),
-            context_percent: None,
-            compacting: false,
-            last_action: None,
-            handoff: crate::control::HandoffView { phase: "monitoring".into(), ..Default::default() },
-        };
-        let doc = book.document(&[live], 5_000, "inst");
+        let live = detail("ses_B", |d| {
+            d.busy = true;
+            d.context_tokens = Some(1200);
+            d.context_window = Some(8000);
+        });
+        let doc = book.document(&[live], &[], 5_000, "inst");
         assert_eq!(doc.version, STATUS_VERSION);
         assert_eq!(doc.sessions["ses_B"].status, "busy");
+        assert_eq!(doc.sessions["ses_B"].state, SessionState::Working);
         assert_eq!(doc.sessions["ses_B"].tokens, Some(1200));
         assert_eq!(doc.sessions["ses_B"].handoff_phase.as_deref(), Some("monitoring"));
         let a = &doc.sessions["ses_A"];
@@ -515,6 +670,91 @@ mod tests {
         assert_eq!(a.tool_calls_as_text, 1);
         let json = serde_json::to_string(&doc).unwrap();
         assert_eq!(serde_json::from_str::<StatusDocument>(&json).unwrap(), doc, "round-trips");
+    }
+
+    /// A live session as the supervisor describes it: idle, last active at 1 s.
+    fn detail(id: &str, change: impl FnOnce(&mut SessionDetail)) -> SessionDetail {
+        let mut d = SessionDetail {
+            server: "local".into(),
+            id: id.into(),
+            title: None,
+            directory: None,
+            busy: false,
+            waiting_on_person: false,
+            last_activity_ms: 1_000,
+            stall_timeout_ms: None,
+            recovering: false,
+            paused: None,
+            attempts: 0,
+            todos: vec![],
+            context_tokens: None,
+            context_window: None,
+            context_percent: None,
+            compacting: false,
+            last_action: None,
+            handoff: crate::control::HandoffView { phase: "monitoring".into(), ..Default::default() },
+        };
+        change(&mut d);
+        d
+    }
+
+    #[test]
+    fn a_busy_session_is_working_until_it_is_quiet_past_its_stall_timeout() {
+        let busy = detail("s", |d| {
+            d.busy = true;
+            d.stall_timeout_ms = Some(60_000);
+        });
+        assert_eq!(SessionState::of(&busy, 60_999), SessionState::Working);
+        assert_eq!(SessionState::of(&busy, 61_000), SessionState::Stalled);
+        // A busy session whose stall timer does not run (retry) is not stalled.
+        let retrying = detail("s", |d| d.busy = true);
+        assert_eq!(SessionState::of(&retrying, 1_000_000), SessionState::Working);
+    }
+
+    #[test]
+    fn what_shepherd_or_the_person_is_doing_wins_over_busy_and_idle() {
+        let at = |change: fn(&mut SessionDetail)| {
+            SessionState::of(
+                &detail("s", |d| {
+                    d.busy = true;
+                    d.stall_timeout_ms = Some(10);
+                    change(d);
+                }),
+                1_000_000,
+            )
+        };
+        assert_eq!(at(|d| d.paused = Some("user_abort".into())), SessionState::Paused);
+        assert_eq!(at(|d| d.handoff.phase = "persisting".into()), SessionState::HandingOff);
+        assert_eq!(at(|d| d.recovering = true), SessionState::Recovering);
+        assert_eq!(at(|d| d.compacting = true), SessionState::Compacting);
+        assert_eq!(at(|d| d.waiting_on_person = true), SessionState::WaitingOnPerson);
+        assert_eq!(SessionState::of(&detail("s", |_| {}), 1_000_000), SessionState::Idle);
+    }
+
+    #[test]
+    fn the_document_counts_states_and_reports_each_stream() {
+        let book = StatsBook::new(10);
+        let live = [
+            detail("a", |d| d.busy = true),
+            detail("b", |d| d.busy = true),
+            detail("c", |d| d.title = Some("Fix the parser".into())),
+        ];
+        let streams = [StreamFacts {
+            name: "local".into(),
+            connected: true,
+            reconciled: true,
+            connects: 3,
+            frames: 40,
+            malformed: 1,
+            last_event_ms: Some(4_000),
+        }];
+        let doc = book.document(&live, &streams, 5_000, "inst");
+        assert_eq!(doc.totals[&SessionState::Working], 2);
+        assert_eq!(doc.totals[&SessionState::Idle], 1);
+        assert_eq!(doc.sessions["c"].title.as_deref(), Some("Fix the parser"));
+        assert_eq!(doc.sessions["c"].quiet_ms, Some(4_000));
+        let s = &doc.servers[0];
+        assert_eq!((s.connected, s.reconnects, s.since_last_event_ms), (true, 2, Some(1_000)));
     }
 
     #[test]

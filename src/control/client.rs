@@ -12,6 +12,8 @@ use serde_json::Value;
 use shepherd_actors::config::ControlConfig;
 use shepherd_actors::control::{CustomPromptRequest, HandoffView};
 use shepherd_actors::event::Todo;
+use shepherd_actors::journal::ActionRecord;
+use shepherd_actors::stats::StatusDocument;
 
 use super::server::connectable;
 use super::token::{find_for_client, ControlToken, TokenError, TokenOrigin};
@@ -154,6 +156,21 @@ impl ControlClient {
         self.call(reqwest::Method::GET, &["v1", "sessions", id], None).await
     }
 
+    /// `GET /v1/status?history=N`: the fleet, each session's history cut to its newest
+    /// `history` entries.
+    pub async fn status(&self, history: usize) -> Result<StatusDocument, ClientError> {
+        let query = [("history", history.to_string())];
+        let value = self.call_with(reqwest::Method::GET, &["v1", "status"], &query, None).await?;
+        serde_json::from_value(value).map_err(|e| self.protocol(e))
+    }
+
+    /// `GET /v1/sessions/{id}/history?limit=N`: the session's journal, oldest first.
+    pub async fn session_history(&self, id: &str, limit: u32) -> Result<Vec<ActionRecord>, ClientError> {
+        let query = [("limit", limit.to_string())];
+        let value = self.call_with(reqwest::Method::GET, &["v1", "sessions", id, "history"], &query, None).await?;
+        serde_json::from_value(value).map_err(|e| self.protocol(e))
+    }
+
     /// `POST /v1/sessions/{id}/prompt`.
     pub async fn prompt(&self, id: &str, request: &CustomPromptRequest) -> Result<PromptReplyView, ClientError> {
         let body = serde_json::to_value(request).map_err(|e| self.protocol(e))?;
@@ -194,8 +211,21 @@ impl ControlClient {
         segments: &[&str],
         body: Option<Value>,
     ) -> Result<Value, ClientError> {
+        self.call_with(method, segments, &[], body).await
+    }
+
+    async fn call_with(
+        &self,
+        method: reqwest::Method,
+        segments: &[&str],
+        query: &[(&str, String)],
+        body: Option<Value>,
+    ) -> Result<Value, ClientError> {
         let mut url = self.base.clone();
         url.path_segments_mut().map_err(|()| self.protocol("not a base URL"))?.clear().extend(segments);
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
         let mut request = self.http.request(method, url).bearer_auth(self.token.expose());
         if let Some(body) = body {
             request = request.json(&body);

@@ -25,7 +25,12 @@
 //!   needed (server names only: no URL, no error text, no session);
 //! - `GET /metrics` → the Prometheus text exposition ([`crate::metrics`]); a read;
 //! - `GET /v1/sessions` → every tracked session (`SessionDetail`);
+//! - `GET /v1/status[?history=N]` → the fleet (`StatusDocument`: totals, each server's
+//!   stream, each session's state and statistics) — the status file's content, built by
+//!   the same code ([`crate::status::StatusBoard`]), live;
 //! - `GET /v1/sessions/{id}` → one session, 404 when unknown;
+//! - `GET /v1/sessions/{id}/history[?limit=N]` → its journal from the ledger, oldest
+//!   first (what `shepherd history` prints);
 //! - `POST /v1/sessions/{id}/prompt` with a `CustomPromptRequest` → `CustomPromptReply`;
 //!   404 when the session is unknown, 400 naming the field when the body is wrong;
 //! - `POST /v1/config/reload` → re-read the configuration (as `SIGHUP` does): what

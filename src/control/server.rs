@@ -22,7 +22,9 @@ use actix_web::{App, FromRequest, HttpRequest, HttpResponse, HttpServer, Respons
 use anyhow::Context as _;
 use serde_json::json;
 use shepherd_actors::config::ControlConfig;
-use shepherd_actors::control::{ControlError, GetSession, ListSessions, ResumeHandoff, SendCustomPrompt, StartHandoff};
+use shepherd_actors::control::{
+    ControlError, GetSession, ListSessions, ResumeHandoff, SendCustomPrompt, SessionJournal, StartHandoff,
+};
 use shepherd_actors::supervisor::{InspectFleet, InspectServers, Supervisor};
 
 use super::auth::{Access, Denied, Gate};
@@ -31,6 +33,10 @@ use super::token::{ControlToken, IssuedToken};
 use crate::metrics::fleet::readiness;
 use crate::metrics::Metrics;
 use crate::reload::{ReloadError, ReloadHandle};
+use crate::status::StatusBoard;
+
+/// Journal records `GET /v1/sessions/{id}/history` returns when no `limit` is given.
+const DEFAULT_HISTORY_LIMIT: u32 = 50;
 
 /// Worker threads of the control server: it serves a few people and scripts, not load.
 const WORKERS: usize = 2;
@@ -59,8 +65,9 @@ impl ControlServer {
         supervisor: Addr<Supervisor>,
         metrics: Arc<Metrics>,
         reload: Option<ReloadHandle>,
+        status: StatusBoard,
     ) -> anyhow::Result<Self> {
-        Self::start_with_env(cfg, supervisor, metrics, reload, &|name| std::env::var_os(name))
+        Self::start_with_env(cfg, supervisor, metrics, reload, status, &|name| std::env::var_os(name))
     }
 
     /// [`ControlServer::start`] with the environment given as a lookup function.
@@ -69,6 +76,7 @@ impl ControlServer {
         supervisor: Addr<Supervisor>,
         metrics: Arc<Metrics>,
         reload: Option<ReloadHandle>,
+        status: StatusBoard,
         lookup: &dyn Fn(&str) -> Option<OsString>,
     ) -> anyhow::Result<Self> {
         let bind: SocketAddr = cfg
@@ -89,6 +97,7 @@ impl ControlServer {
             supervisor,
             metrics,
             reload,
+            status,
             gate: Gate::new(issued.token.clone(), cfg.allow_unauthenticated_reads),
         });
         let (handle, thread) = crate::http_thread::spawn_server(format!("control-api-{}", local.port()), move || {
@@ -157,6 +166,7 @@ struct ApiState {
     metrics: Arc<Metrics>,
     /// Where `POST /v1/config/reload` goes; `None` when the daemon cannot reload.
     reload: Option<ReloadHandle>,
+    status: StatusBoard,
     gate: Gate,
 }
 
@@ -192,6 +202,9 @@ fn app(
         .route("/readyz", web::get().to(readyz))
         .route("/metrics", web::get().to(metrics))
         .service(
+            web::resource("/v1/status").route(web::get().to(fleet_status)).default_service(web::to(method_not_allowed)),
+        )
+        .service(
             web::resource("/v1/sessions")
                 .route(web::get().to(list_sessions))
                 .default_service(web::to(method_not_allowed)),
@@ -199,6 +212,11 @@ fn app(
         .service(
             web::resource("/v1/sessions/{id}")
                 .route(web::get().to(get_session))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/sessions/{id}/history")
+                .route(web::get().to(session_history))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
@@ -277,6 +295,45 @@ async fn get_session(
 ) -> Result<HttpResponse, ApiError> {
     let detail = state.supervisor.send(GetSession(id.into_inner())).await??;
     Ok(HttpResponse::Ok().json(detail))
+}
+
+/// `?history=N` on `/v1/status`: keep the newest N history entries per session (a
+/// poller such as `shepherd top` asks for 0; without it, all, as in the status file).
+#[derive(serde::Deserialize)]
+struct StatusQuery {
+    history: Option<usize>,
+}
+
+async fn fleet_status(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    query: web::Query<StatusQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let mut doc = state.status.snapshot().await;
+    if let Some(keep) = query.history {
+        for s in doc.sessions.values_mut() {
+            let drop = s.history.len().saturating_sub(keep);
+            s.history.drain(..drop);
+        }
+    }
+    Ok(HttpResponse::Ok().json(doc))
+}
+
+/// `?limit=N` on `/v1/sessions/{id}/history`.
+#[derive(serde::Deserialize)]
+struct HistoryQuery {
+    limit: Option<u32>,
+}
+
+async fn session_history(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    id: web::Path<String>,
+    query: web::Query<HistoryQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let limit = query.limit.unwrap_or(DEFAULT_HISTORY_LIMIT);
+    let records = state.supervisor.send(SessionJournal { session: id.into_inner(), limit }).await??;
+    Ok(HttpResponse::Ok().json(records))
 }
 
 async fn send_prompt(
@@ -423,7 +480,9 @@ impl From<ControlError> for ApiError {
             ControlError::BadRequest { ref field, .. } => {
                 Self { status: StatusCode::BAD_REQUEST, field: Some(field.clone()), error: e.to_string() }
             }
-            ControlError::ShuttingDown => Self::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            ControlError::ShuttingDown | ControlError::Unavailable(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            }
         }
     }
 }

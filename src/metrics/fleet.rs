@@ -96,8 +96,12 @@ mod tests {
         SessionDetail {
             server: "local".into(),
             id: "ses_1".into(),
+            title: None,
             directory: None,
             busy: false,
+            waiting_on_person: false,
+            last_activity_ms: 0,
+            stall_timeout_ms: None,
             recovering: false,
             paused: None,
             attempts: 0,

@@ -7,4 +7,4 @@ pub mod pump;
 pub mod sse;
 
 pub use client::{Credentials, OpenCodeClient};
-pub use pump::{EventPump, PumpStats};
+pub use pump::{EventPump, PumpRegistry, PumpStats};

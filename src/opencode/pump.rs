@@ -7,7 +7,7 @@
 //! 10 s), it reconnects with exponential back-off, and after every (re)connect the
 //! supervisor reconciles by REST, because the stream replays nothing.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use actix::Addr;
@@ -23,15 +23,28 @@ use super::sse::SseDecoder;
 /// Malformed frames are logged with at most this many characters of their text.
 const LOGGED_FRAME_CHARS: usize = 200;
 
-/// Counters of one pump, readable from outside (metrics at scrape time, tests).
+/// Counters of one pump, readable from outside (status, metrics at scrape time, tests).
 #[derive(Debug, Default)]
 pub struct PumpStats {
     pub frames: AtomicU64,
     pub malformed: AtomicU64,
     pub connects: AtomicU64,
+    /// The stream is connected now.
+    pub connected: AtomicBool,
     /// Epoch milliseconds of the latest frame (heartbeats included); 0 before the first.
     pub last_frame_ms: AtomicI64,
 }
+
+impl PumpStats {
+    /// Epoch ms of the latest frame, if any arrived.
+    pub fn last_frame_ms(&self) -> Option<i64> {
+        Some(self.last_frame_ms.load(Ordering::Relaxed)).filter(|&t| t > 0)
+    }
+}
+
+/// Every pump's counters by server name. Shared with the status board, so a pump
+/// started or stopped while Shepherd runs is shown (or no longer) without a restart.
+pub type PumpRegistry = Arc<std::sync::RwLock<Vec<(String, Arc<PumpStats>)>>>;
 
 /// Follows one server's event stream until shutdown.
 pub struct EventPump {
@@ -74,6 +87,7 @@ impl EventPump {
                 r = self.follow(&client) => r,
                 _ = shutdown.changed() => return,
             };
+            self.stats.connected.store(false, Ordering::Relaxed);
             self.supervisor.do_send(StreamDown { server: name.clone() });
             // A connection that lived a while resets the back-off.
             if started.elapsed() > self.server.reconnect_max {
@@ -116,6 +130,7 @@ impl EventPump {
             return Err(format!("HTTP {}", resp.status()));
         }
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
+        self.stats.connected.store(true, Ordering::Relaxed);
         tracing::info!(server = %name, url = %url, "event stream connected");
         self.supervisor.do_send(StreamUp { server: name.clone() });
         let shared_name: Arc<str> = name.as_str().into();

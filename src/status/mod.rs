@@ -1,13 +1,16 @@
-//! The status file: per-session statistics for external monitoring, written atomically.
+//! The fleet's status — the status file and `GET /v1/status` — and the file's writer.
 //!
-//! An edge adapter, off the hot path: the [`StatusWriter`] runs on a thread of its own.
-//! It folds every journal record into a [`StatsBook`] (pure, in `shepherd-actors`),
-//! and — when records arrived, at most every `status.min_interval`, and at least every
+//! An edge adapter, off the hot path. The [`StatusBoard`] holds the [`StatsBook`]
+//! (pure, in `shepherd-actors`) and builds the one [`StatusDocument`] both the file and
+//! the control API show, from the book, the supervisor's sessions and servers, and the
+//! event pumps' counters. The [`StatusWriter`] runs on a thread of its own: it folds
+//! every journal record into the board's book and — with `status.enabled`, when records
+//! arrived, at most every `status.min_interval`, and at least every
 //! `status.refresh_interval` — asks the supervisor for its sessions (status, todos,
-//! tokens), builds the [`StatusDocument`] and writes it with [`write_atomic`]: temp file
-//! in the same folder, fsync, rename, fsync the folder. A reader (or a crash at any
-//! point) sees the old file or the new one, never half of one. At start-up the previous
-//! file is rotated into `status.rotate` archives (`status.json.1` the newest).
+//! tokens), builds the document and writes it with [`write_atomic`]: temp file in the
+//! same folder, fsync, rename, fsync the folder. A reader (or a crash at any point) sees
+//! the old file or the new one, never half of one. At start-up the previous file is
+//! rotated into `status.rotate` archives (`status.json.1` the newest).
 //!
 //! Parts: [`render`] (the `shepherd status` command's readable view of the file).
 
@@ -16,18 +19,19 @@ pub mod render;
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use actix::Addr;
 use anyhow::Context as _;
 use shepherd_actors::config::StatusConfig;
-use shepherd_actors::control::{ListSessions, SessionDetail};
-use shepherd_actors::journal::Journal;
-use shepherd_actors::stats::{StatsBook, StatusDocument};
-use shepherd_actors::supervisor::Supervisor;
+use shepherd_actors::journal::{ActionRecord, Journal};
+use shepherd_actors::stats::{StatsBook, StatusDocument, StreamFacts};
+use shepherd_actors::supervisor::{FleetView, InspectFleet, Supervisor};
 use tokio::sync::{broadcast, watch};
 
+use crate::opencode::PumpRegistry;
 use crate::store::STATE_SUBDIR;
 
 /// How long the writer waits for the supervisor's list of sessions (a wedged or
@@ -117,28 +121,106 @@ pub fn read(path: &Path) -> anyhow::Result<StatusDocument> {
     serde_json::from_str(&text).with_context(|| format!("{} is not a Shepherd status file", path.display()))
 }
 
-/// The running writer.
+/// The fleet's status: the statistics folded from the journal, and the live view read
+/// on demand. Cloned freely (the control API holds one); [`StatusBoard::document`] is
+/// the one builder of the status file and `GET /v1/status`.
+#[derive(Clone)]
+pub struct StatusBoard {
+    inner: Arc<Board>,
+}
+
+struct Board {
+    book: Mutex<StatsBook>,
+    supervisor: Addr<Supervisor>,
+    pumps: PumpRegistry,
+    instance: String,
+    forget_after_ms: i64,
+}
+
+impl StatusBoard {
+    pub fn new(cfg: &StatusConfig, supervisor: Addr<Supervisor>, pumps: PumpRegistry, instance: String) -> Self {
+        let forget_after_ms = i64::try_from(cfg.forget_after.as_millis()).unwrap_or(i64::MAX);
+        let book = Mutex::new(StatsBook::new(cfg.max_history));
+        Self { inner: Arc::new(Board { book, supervisor, pumps, instance, forget_after_ms }) }
+    }
+
+    /// Folds one journal record into the statistics.
+    pub fn apply(&self, record: &ActionRecord) {
+        self.inner.book.lock().unwrap_or_else(PoisonError::into_inner).apply(record);
+    }
+
+    /// The supervisor's sessions and servers. A stopped or wedged supervisor answers
+    /// nothing within [`LIVE_READ_TIMEOUT`]: the statistics are still shown, the
+    /// sessions then as untracked.
+    pub async fn read_live(&self) -> FleetView {
+        tokio::time::timeout(LIVE_READ_TIMEOUT, self.inner.supervisor.send(InspectFleet))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+    }
+
+    /// The status document from `fleet` (as [`StatusBoard::read_live`] gave it), the
+    /// statistics and the pumps' counters now. Sessions gone from memory and quiet for
+    /// `status.forget_after` are forgotten first.
+    pub fn document(&self, fleet: &FleetView) -> StatusDocument {
+        let now_ms = shepherd_actors::ports::Clock::wall_ms(&shepherd_actors::ports::SystemClock);
+        let streams = self.streams(fleet);
+        let mut book = self.inner.book.lock().unwrap_or_else(PoisonError::into_inner);
+        book.forget_quiet(&fleet.sessions, now_ms, self.inner.forget_after_ms);
+        book.document(&fleet.sessions, &streams, now_ms, &self.inner.instance)
+    }
+
+    /// The document with the fleet as it is now (`GET /v1/status`).
+    pub async fn snapshot(&self) -> StatusDocument {
+        let fleet = self.read_live().await;
+        self.document(&fleet)
+    }
+
+    /// Each pump's counters joined with the supervisor's view of its server.
+    fn streams(&self, fleet: &FleetView) -> Vec<StreamFacts> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let pumps = self.inner.pumps.read().unwrap_or_else(PoisonError::into_inner);
+        pumps
+            .iter()
+            .map(|(name, stats)| StreamFacts {
+                name: name.clone(),
+                connected: stats.connected.load(Relaxed),
+                reconciled: fleet.servers.iter().any(|s| &s.name == name && s.connected && s.reconciled),
+                connects: stats.connects.load(Relaxed),
+                frames: stats.frames.load(Relaxed),
+                malformed: stats.malformed.load(Relaxed),
+                last_event_ms: stats.last_frame_ms(),
+            })
+            .collect()
+    }
+}
+
+/// The thread that folds the journal into the [`StatusBoard`] and, when the status file
+/// is enabled, writes it.
 pub struct StatusWriter {
     stop: watch::Sender<bool>,
     thread: Option<JoinHandle<()>>,
-    path: PathBuf,
+    path: Option<PathBuf>,
 }
 
 impl StatusWriter {
-    /// Rotates the previous file and starts writing `path` on a thread of its own.
-    /// Subscribes to the journal before returning, so no record is missed.
+    /// Rotates the previous file (when there is one to write) and starts folding (and
+    /// writing `path`) on a thread of its own. Subscribes to the journal before
+    /// returning, so no record is missed.
     pub fn start(
         cfg: &StatusConfig,
-        path: PathBuf,
+        path: Option<PathBuf>,
         journal: &Journal,
-        supervisor: Addr<Supervisor>,
-        instance: String,
+        board: StatusBoard,
     ) -> anyhow::Result<Self> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).with_context(|| format!("status: creating {}", dir.display()))?;
+        if let Some(path) = &path {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).with_context(|| format!("status: creating {}", dir.display()))?;
+            }
+            remove_stale_temp_files(path);
+            rotate(path, cfg.rotate).with_context(|| format!("status: rotating {}", path.display()))?;
         }
-        remove_stale_temp_files(&path);
-        rotate(&path, cfg.rotate).with_context(|| format!("status: rotating {}", path.display()))?;
         let records = journal.subscribe();
         let (stop, stop_rx) = watch::channel(false);
         let cfg = cfg.clone();
@@ -147,15 +229,18 @@ impl StatusWriter {
             .name("shepherd-status".into())
             .spawn(move || {
                 let system = actix::System::new();
-                system.block_on(run(cfg, file, records, supervisor, instance, stop_rx));
+                system.block_on(run(cfg, file, records, board, stop_rx));
             })
             .context("spawning the status writer thread")?;
-        tracing::info!(path = %path.display(), "status file");
+        if let Some(path) = &path {
+            tracing::info!(path = %path.display(), "status file");
+        }
         Ok(Self { stop, thread: Some(thread), path })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The status file, when one is written.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     /// Writes once more (the final state) and stops.
@@ -169,16 +254,14 @@ impl StatusWriter {
 
 async fn run(
     cfg: StatusConfig,
-    path: PathBuf,
-    mut records: broadcast::Receiver<shepherd_actors::journal::ActionRecord>,
-    supervisor: Addr<Supervisor>,
-    instance: String,
+    path: Option<PathBuf>,
+    mut records: broadcast::Receiver<ActionRecord>,
+    board: StatusBoard,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut book = StatsBook::new(cfg.max_history);
     // The supervisor's view (status, todos, tokens) costs one message per session
     // actor: it is re-read every `refresh_interval`, not on every write.
-    let mut live: Vec<SessionDetail> = Vec::new();
+    let mut live = FleetView::default();
     let mut live_stale = true;
     let mut dirty = true; // the first write shows the fleet as it is
     let mut last_write: Option<tokio::time::Instant> = None;
@@ -189,7 +272,7 @@ async fn run(
         tokio::select! {
             r = records.recv() => match r {
                 Ok(record) => {
-                    book.apply(&record);
+                    board.apply(&record);
                     dirty = true;
                 }
                 Err(broadcast::error::RecvError::Lagged(n)) => {
@@ -202,12 +285,14 @@ async fn run(
                 dirty = true;
                 live_stale = true;
             }
-            _ = tokio::time::sleep_until(next_allowed), if dirty => {
+            _ = tokio::time::sleep_until(next_allowed), if dirty && path.is_some() => {
                 if live_stale {
-                    live = read_live(&supervisor).await;
+                    live = board.read_live().await;
                     live_stale = false;
                 }
-                write(&cfg, &path, &mut book, &live, &instance);
+                if let Some(path) = &path {
+                    write(path, &board.document(&live));
+                }
                 last_write = Some(tokio::time::Instant::now());
                 dirty = false;
             }
@@ -216,26 +301,15 @@ async fn run(
     }
     // Drain what is queued, then the final write.
     while let Ok(record) = records.try_recv() {
-        book.apply(&record);
+        board.apply(&record);
     }
-    write(&cfg, &path, &mut book, &live, &instance);
+    if let Some(path) = &path {
+        write(path, &board.document(&live));
+    }
 }
 
-/// The supervisor's sessions. A stopped supervisor (shutdown) answers nothing: the
-/// statistics are still written, the sessions then shown as untracked.
-async fn read_live(supervisor: &Addr<Supervisor>) -> Vec<SessionDetail> {
-    tokio::time::timeout(LIVE_READ_TIMEOUT, supervisor.send(ListSessions))
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default()
-}
-
-fn write(cfg: &StatusConfig, path: &Path, book: &mut StatsBook, live: &[SessionDetail], instance: &str) {
-    let now_ms = shepherd_actors::ports::Clock::wall_ms(&shepherd_actors::ports::SystemClock);
-    book.forget_quiet(live, now_ms, cfg.forget_after.as_millis() as i64);
-    let doc = book.document(live, now_ms, instance);
-    let bytes = match serde_json::to_vec_pretty(&doc) {
+fn write(path: &Path, doc: &StatusDocument) {
+    let bytes = match serde_json::to_vec_pretty(doc) {
         Ok(b) => b,
         Err(e) => return tracing::warn!(error = %e, "status: could not serialise the document"),
     };

@@ -109,7 +109,7 @@ mod tests {
         };
         book.apply(&rec(1_000, Action::StallDetected, "busy with no progress", Some("reasoning")));
         book.apply(&rec(5_200, Action::Continue, "continue sent after the abort", None));
-        let doc = book.document(&[], 10_000, "inst1");
+        let doc = book.document(&[], &[], 10_000, "inst1");
         let text = render_status(&doc, 12_000);
         assert!(text.starts_with("Shepherd inst1 — status written 2s ago, 1 session(s)"), "{text}");
         assert!(text.contains("ses_A  [local]  untracked"), "{text}");

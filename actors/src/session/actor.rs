@@ -462,11 +462,17 @@ impl Handler<Inspect> for SessionActor {
     type Result = MessageResult<Inspect>;
 
     fn handle(&mut self, _: Inspect, _: &mut Context<Self>) -> Self::Result {
+        let now = self.env.now();
+        let quiet_ms = i64::try_from(self.core.quiet_for(now).as_millis()).unwrap_or(i64::MAX);
         MessageResult(SessionDetail {
             server: self.env.server.to_string(),
             id: self.core.id().to_string(),
+            title: self.core.title().map(str::to_string),
             directory: self.core.directory().map(str::to_string),
             busy: self.core.is_busy(),
+            waiting_on_person: self.core.waits_on_person(),
+            last_activity_ms: now.wall_ms.saturating_sub(quiet_ms),
+            stall_timeout_ms: self.core.stall_clock().map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
             recovering: self.core.is_recovering(),
             paused: self.core.pause().map(|p| p.as_str().to_string()),
             attempts: self.core.attempts(),

@@ -184,6 +184,9 @@ pub struct SessionCore {
     id: String,
     cfg: Arc<SessionRules>,
     directory: Option<String>,
+    /// The session's title as the server last described it (shown by `shepherd top`).
+    /// Boxed: one pointer and length inline, nothing when there is none.
+    title: Option<Box<str>>,
     created_ms: Option<i64>,
     busy: RunState,
     last_activity: Instant,
@@ -250,6 +253,7 @@ impl SessionCore {
             id: id.into(),
             cfg,
             directory: None,
+            title: None,
             created_ms: None,
             busy: RunState::Idle,
             last_activity: now.mono,
@@ -368,6 +372,36 @@ impl SessionCore {
 
     pub fn is_compacting(&self) -> bool {
         self.compacting || self.compaction_in_flight
+    }
+
+    pub fn title(&self) -> Option<&str> {
+        self.title.as_deref()
+    }
+
+    /// How long the session has been quiet: no activity (what the stall timer counts).
+    pub fn quiet_for(&self, now: Now) -> Duration {
+        now.mono.saturating_duration_since(self.last_activity)
+    }
+
+    /// The stall timeout in force while the stall timer runs — busy, not retrying, not
+    /// paused, recovering, compacting, handed off, or waiting on a person — else `None`.
+    /// A session past it that is still here is stalled (in back-off, postponed by
+    /// advice, out of continues, or being looked at by the advisor).
+    pub fn stall_clock(&self) -> Option<Duration> {
+        let runs = self.busy == RunState::Busy
+            && self.recovering.is_none()
+            && self.pause.is_none()
+            && self.waiting_on_person.is_empty()
+            && !self.is_compacting()
+            && !self.rollover.suspends_automation();
+        runs.then(|| self.stall_timeout())
+    }
+
+    /// The session waits for a person: a question or permission is open, or it stopped
+    /// with a reply that asks the person something.
+    pub fn waits_on_person(&self) -> bool {
+        !self.waiting_on_person.is_empty()
+            || (self.busy == RunState::Idle && (self.last_reply.text_asks || self.last_reply.used_question_tool))
     }
 
     /// Replaces the recovery settings (hot reload); applies to decisions from now on.
@@ -582,6 +616,11 @@ impl SessionCore {
         }
         if info.time.created.is_some() {
             self.created_ms = info.time.created;
+        }
+        if let Some(title) = info.title.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+            if self.title.as_deref() != Some(title) {
+                self.title = Some(title.into());
+            }
         }
         if let Some(from) = info.handoff_from() {
             self.rollover.set_from(from);

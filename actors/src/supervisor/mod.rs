@@ -18,7 +18,7 @@ use actix::prelude::*;
 use crate::config::{SessionRules, SupervisorConfig};
 use crate::control::{
     ControlError, CustomPromptReply, GetSession, HandoffView, ListSessions, ResumeHandoff, SendCustomPrompt,
-    SessionDetail, StartHandoff,
+    SessionDetail, SessionJournal, StartHandoff,
 };
 use crate::event::{Envelope, Event, SessionInfo, Status};
 use crate::guard::{NoGuard, PromptGuard};
@@ -839,6 +839,20 @@ impl Handler<ListSessions> for Supervisor {
 
     fn handle(&mut self, _: ListSessions, _: &mut Context<Self>) -> Self::Result {
         Box::pin(self.details())
+    }
+}
+
+impl Handler<SessionJournal> for Supervisor {
+    type Result = ResponseFuture<Result<Vec<crate::journal::ActionRecord>, ControlError>>;
+
+    fn handle(&mut self, msg: SessionJournal, _: &mut Context<Self>) -> Self::Result {
+        let ledger = Arc::clone(&self.ledger);
+        Box::pin(async move {
+            ledger
+                .history(&msg.session, msg.limit)
+                .await
+                .map_err(|e| ControlError::Unavailable(format!("reading the journal: {e}")))
+        })
     }
 }
 
