@@ -18,4 +18,5 @@ pub mod status;
 pub mod store;
 pub mod testbed;
 pub mod toast;
+pub mod top;
 pub mod workspace;

@@ -1,5 +1,5 @@
 //! The `shepherd` command line: `run`, `demo`, `config check`, `fake-model`, and the
-//! control API's clients `sessions`, `prompt` and `config reload`.
+//! control API's clients `sessions`, `prompt`, `handoff`, `top` and `config reload`.
 
 use std::path::PathBuf;
 
@@ -45,6 +45,28 @@ enum Command {
     Handoff(HandoffArgs),
     /// Print the status file (per-session recoveries, stalls, follow-ups) readably.
     Status(StatusArgs),
+    /// A live view of the fleet from the running daemon (q quits; a plain refreshing
+    /// table when stdout is not a terminal).
+    Top(TopArgs),
+}
+
+#[derive(Args, Clone)]
+struct TopArgs {
+    /// Print one snapshot as a plain table and exit.
+    #[arg(long)]
+    once: bool,
+    /// Show the fleet's counts in the terminal's title (also `top.terminal_title`).
+    #[arg(long)]
+    title: bool,
+    /// Show the most-stalled session's way to recovery as the terminal's progress
+    /// indicator, OSC 9;4 (also `top.progress`).
+    #[arg(long)]
+    progress: bool,
+    /// Poll this often, e.g. `1s` (default `top.refresh_interval`).
+    #[arg(long, value_name = "DURATION")]
+    refresh: Option<String>,
+    #[command(flatten)]
+    daemon: DaemonArgs,
 }
 
 #[derive(Args, Clone)]
@@ -71,10 +93,13 @@ struct DaemonArgs {
 }
 
 impl DaemonArgs {
-    fn client(&self) -> anyhow::Result<ControlClient> {
+    fn load(&self) -> anyhow::Result<shepherd_actors::config::Config> {
         let sources = ConfigSources { file: self.config.clone(), overrides: self.set.clone(), server_url: None };
-        let cfg = load(&sources).context("invalid configuration")?;
-        Ok(ControlClient::from_config(&cfg.control)?)
+        load(&sources).context("invalid configuration")
+    }
+
+    fn client(&self) -> anyhow::Result<ControlClient> {
+        Ok(ControlClient::from_config(&self.load()?.control)?)
     }
 }
 
@@ -251,7 +276,26 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
         Command::Prompt(args) => client_runtime()?.block_on(prompt(args)),
         Command::Handoff(args) => client_runtime()?.block_on(handoff(args)),
         Command::Status(args) => status(args),
+        Command::Top(args) => top(args),
     }
+}
+
+fn top(args: TopArgs) -> anyhow::Result<()> {
+    let cfg = args.daemon.load()?;
+    let client = ControlClient::from_config(&cfg.control)?;
+    let refresh_interval = match &args.refresh {
+        Some(text) => humantime::parse_duration(text).with_context(|| format!("--refresh {text:?}"))?,
+        None => cfg.top.refresh_interval,
+    }
+    .max(std::time::Duration::from_millis(100));
+    let opts = shepherd::top::TopOptions {
+        once: args.once,
+        title: args.title || cfg.top.terminal_title,
+        progress: args.progress || cfg.top.progress,
+        refresh_interval,
+        journal_entries: cfg.top.journal_entries,
+    };
+    shepherd::top::run(client, opts)
 }
 
 fn status(args: StatusArgs) -> anyhow::Result<()> {

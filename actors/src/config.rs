@@ -32,6 +32,7 @@ pub struct Config {
     pub status: StatusConfig,
     pub advisor: AdvisorConfig,
     pub toasts: ToastsConfig,
+    pub top: TopConfig,
     pub log: LogConfig,
 }
 
@@ -597,6 +598,28 @@ impl Default for StatusConfig {
     }
 }
 
+/// `shepherd top`, the live terminal view of the fleet (a client of the control API).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopConfig {
+    /// How often the view polls `GET /v1/status` (and redraws the times).
+    #[serde(with = "duration_str")]
+    pub refresh_interval: Duration,
+    /// Journal records shown in the detail pane.
+    pub journal_entries: u32,
+    /// Show the fleet's counts in the terminal's title (`--title` turns it on too).
+    pub terminal_title: bool,
+    /// Show the most-stalled session's way towards recovery as the terminal's progress
+    /// (OSC 9;4; `--progress` turns it on too).
+    pub progress: bool,
+}
+
+impl Default for TopConfig {
+    fn default() -> Self {
+        Self { refresh_interval: Duration::from_secs(2), journal_entries: 20, terminal_title: false, progress: false }
+    }
+}
+
 /// The advisor: a model that advises before an abort or a nudge ("the model advises,
 /// rules decide"), with a heuristic fallback that is always there. On by default with
 /// heuristics only; a model is asked only once `base_url` and `model` are set.
@@ -1004,6 +1027,12 @@ impl Config {
             if path.trim() != path || path.ends_with('/') || path == "~" {
                 return Err(bad("status.path", "must name a file, e.g. /var/lib/shepherd/status.json"));
             }
+        }
+        if self.top.refresh_interval < Duration::from_millis(100) {
+            return Err(bad("top.refresh_interval", "must be at least 100ms"));
+        }
+        if self.top.journal_entries == 0 {
+            return Err(bad("top.journal_entries", "must be at least 1"));
         }
         if self.supervisor.discovery_interval.is_zero() {
             return Err(bad("supervisor.discovery_interval", "must be greater than zero"));
