@@ -3,8 +3,9 @@
 //! [`Daemon::start`] must be called inside a running actix `System`. The same wiring
 //! serves `shepherd run`, `shepherd demo` and the end-to-end tests, so what the tests
 //! prove is what users run. With `control.enabled`, the control API
-//! ([`crate::control`]) is served on a thread of its own beside the actors; with
-//! `status.enabled`, the status file ([`crate::status`]) is written from another. The
+//! ([`crate::control`]) is served on a thread of its own beside the actors; another
+//! folds the journal into the [`StatusBoard`] that `GET /v1/status` reads and, with
+//! `status.enabled`, writes the status file ([`crate::status`]) from it. The
 //! servers, their pumps and every setting a reload may change are held in
 //! [`crate::reload`]'s `Running`, behind the one task that applies reloads. The
 //! daemon's [`Metrics`] (served at the control API's `/metrics`) follow its journal,

@@ -150,7 +150,7 @@ impl StatusBoard {
     }
 
     /// The supervisor's sessions and servers. A stopped or wedged supervisor answers
-    /// nothing within [`LIVE_READ_TIMEOUT`]: the statistics are still shown, the
+    /// nothing within `LIVE_READ_TIMEOUT`: the statistics are still shown, the
     /// sessions then as untracked.
     pub async fn read_live(&self) -> FleetView {
         tokio::time::timeout(LIVE_READ_TIMEOUT, self.inner.supervisor.send(InspectFleet))

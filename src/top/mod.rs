@@ -7,7 +7,7 @@
 //! - [`render`]: the ratatui screen and the plain table (a pipe, `--once`).
 //! - [`terminal`]: the title and OSC 9;4 progress sequences (opt-in).
 //! - here, the edge: the event loop (crossterm keys, a redraw at most every
-//!   [`TICK`]), a worker thread that talks to the daemon so a slow answer never freezes
+//!   `TICK`), a worker thread that talks to the daemon so a slow answer never freezes
 //!   the screen, and the terminal's set-up and restoration (also on a panic).
 //!
 //! It decides nothing about sessions: a prompt or a hand-off is the control API's
