@@ -293,3 +293,27 @@ async fn top_in_a_terminal_shows_a_working_session_and_q_exits_and_restores_the_
     rig.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn with_unauthenticated_reads_allowed_the_status_is_served_without_the_token_but_actions_are_not() {
+    let state = TempDir::new().unwrap();
+    let mut cfg = shepherd_actors::config::Config::default();
+    cfg.control.bind = "127.0.0.1:0".into();
+    cfg.control.token_env = UNSET_TOKEN_ENV.into();
+    cfg.control.token_file = token_file(&state).to_string_lossy().into_owned();
+    cfg.control.allow_unauthenticated_reads = true;
+    cfg.store.backend = shepherd_actors::config::StoreBackend::Memory;
+    cfg.status.enabled = false;
+    let daemon = shepherd::daemon::Daemon::start(&cfg).unwrap();
+    let url = daemon.control_url().unwrap().to_string();
+    let http = reqwest::Client::builder().timeout(PATIENCE).build().unwrap();
+
+    let status = http.get(format!("{url}/v1/status")).send().await.unwrap();
+    assert_eq!(status.status().as_u16(), 200);
+    let doc: Value = status.json().await.unwrap();
+    assert_eq!(doc["sessions"], serde_json::json!({}), "{doc}");
+    assert!(doc["instance"].as_str().is_some_and(|i| !i.is_empty()), "{doc}");
+    let handoff = http.post(format!("{url}/v1/sessions/ses_x/handoff")).send().await.unwrap();
+    assert_eq!(handoff.status().as_u16(), 401, "acting still needs the token");
+    daemon.shutdown().await;
+}
