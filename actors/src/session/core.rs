@@ -2102,6 +2102,33 @@ mod tests {
     }
 
     #[test]
+    fn the_stall_clock_runs_while_busy_and_stops_while_a_person_is_asked() {
+        let mut b = Bench::new();
+        assert_eq!(b.core.stall_clock(), None, "idle: no stall timer");
+        b.busy(0);
+        assert_eq!(b.core.stall_clock(), Some(Duration::from_secs(180)));
+        assert_eq!(b.core.quiet_for(b.at(45)), Duration::from_secs(45));
+        assert!(!b.core.waits_on_person());
+        b.feed(50, r#"{"type":"question.asked","properties":{"id":"que_1","sessionID":"ses_A","questions":[]}}"#);
+        assert_eq!(b.core.stall_clock(), None);
+        assert!(b.core.waits_on_person());
+        assert_eq!(b.core.quiet_for(b.at(60)), Duration::from_secs(10), "the question was activity");
+    }
+
+    #[test]
+    fn the_title_follows_the_servers_description() {
+        let mut b = Bench::new();
+        assert_eq!(b.core.title(), None);
+        b.feed(
+            1,
+            r#"{"type":"session.updated","properties":{"info":{"id":"ses_A","title":"Fix the parser","time":{}}}}"#,
+        );
+        assert_eq!(b.core.title(), Some("Fix the parser"));
+        b.feed(2, r#"{"type":"session.updated","properties":{"info":{"id":"ses_A","title":"  ","time":{}}}}"#);
+        assert_eq!(b.core.title(), Some("Fix the parser"), "a blank title changes nothing");
+    }
+
+    #[test]
     fn retry_is_opencodes_own_wait_and_not_a_stall() {
         let mut b = Bench::new();
         b.busy(0);
