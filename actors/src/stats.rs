@@ -370,6 +370,18 @@ pub enum SessionState {
 }
 
 impl SessionState {
+    /// Every state a live session can be in (all but `Untracked`), most urgent first.
+    pub const LIVE: [SessionState; 8] = [
+        SessionState::Stalled,
+        SessionState::Recovering,
+        SessionState::HandingOff,
+        SessionState::Compacting,
+        SessionState::WaitingOnPerson,
+        SessionState::Paused,
+        SessionState::Working,
+        SessionState::Idle,
+    ];
+
     /// The state of a live session at `now_ms`.
     pub fn of(d: &SessionDetail, now_ms: i64) -> SessionState {
         let quiet_ms = (now_ms - d.last_activity_ms).max(0) as u64;
@@ -392,7 +404,7 @@ impl SessionState {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             SessionState::Stalled => "stalled",
             SessionState::Recovering => "recovering",

@@ -3,30 +3,27 @@
 
 use serde::Serialize;
 use shepherd_actors::control::SessionDetail;
+use shepherd_actors::stats::SessionState;
 use shepherd_actors::supervisor::ServerView;
 
 /// Every state [`session_state`] names, so each is exported (as 0 when no session is in
 /// it) and a state a session has left does not keep its last value.
-pub const SESSION_STATES: [&str; 6] = ["working", "idle", "recovering", "compacting", "handing_off", "paused"];
-
-/// One session's state, as one of [`SESSION_STATES`]: `paused` (automation off until the
-/// person writes), `handing_off` (a hand-off step under way), `recovering` (abort +
-/// continue under way), `compacting`, `working` (busy) or `idle`.
-pub fn session_state(s: &SessionDetail) -> &'static str {
-    const HANDING_OFF: [&str; 3] = ["persisting", "handing_over", "resuming"];
-    if s.paused.is_some() {
-        "paused"
-    } else if HANDING_OFF.contains(&s.handoff.phase.as_str()) {
-        "handing_off"
-    } else if s.recovering {
-        "recovering"
-    } else if s.compacting {
-        "compacting"
-    } else if s.busy {
-        "working"
-    } else {
-        "idle"
+pub const SESSION_STATES: [&str; 8] = {
+    let live = SessionState::LIVE;
+    let mut names = [""; 8];
+    let mut i = 0;
+    while i < live.len() {
+        names[i] = live[i].as_str();
+        i += 1;
     }
+    names
+};
+
+/// One session's state at `now_ms`, as one of [`SESSION_STATES`]: decided by
+/// [`SessionState::of`], the same rule the status file, `GET /v1/status` and
+/// `shepherd top` show.
+pub fn session_state(s: &SessionDetail, now_ms: i64) -> &'static str {
+    SessionState::of(s, now_ms).as_str()
 }
 
 /// A server that is not ready, and why (for the 503 body of `/readyz`).
@@ -117,17 +114,24 @@ mod tests {
 
     #[test]
     fn a_session_has_one_state_the_strongest_fact_first() {
-        assert_eq!(session_state(&detail()), "idle");
-        assert_eq!(session_state(&SessionDetail { busy: true, ..detail() }), "working");
-        assert_eq!(session_state(&SessionDetail { busy: true, recovering: true, ..detail() }), "recovering");
-        assert_eq!(session_state(&SessionDetail { compacting: true, ..detail() }), "compacting");
+        assert_eq!(session_state(&detail(), 0), "idle");
+        assert_eq!(session_state(&SessionDetail { busy: true, ..detail() }, 0), "working");
+        assert_eq!(session_state(&SessionDetail { busy: true, recovering: true, ..detail() }, 0), "recovering");
+        assert_eq!(session_state(&SessionDetail { compacting: true, ..detail() }, 0), "compacting");
         let handing = HandoffView { phase: "persisting".into(), ..HandoffView::default() };
-        assert_eq!(session_state(&SessionDetail { busy: true, handoff: handing, ..detail() }), "handing_off");
+        assert_eq!(session_state(&SessionDetail { busy: true, handoff: handing, ..detail() }, 0), "handing_off");
         assert_eq!(
-            session_state(&SessionDetail { paused: Some("user_abort".into()), busy: true, ..detail() }),
+            session_state(&SessionDetail { paused: Some("user_abort".into()), busy: true, ..detail() }, 0),
             "paused"
         );
-        for s in ["idle", "working", "recovering", "compacting", "handing_off", "paused"] {
+        let quiet = SessionDetail { busy: true, stall_timeout_ms: Some(1_000), ..detail() };
+        assert_eq!(session_state(&quiet, 999), "working");
+        assert_eq!(session_state(&quiet, 1_000), "stalled");
+        let asks = SessionDetail { waiting_on_person: true, ..detail() };
+        assert_eq!(session_state(&asks, 0), "waiting_on_person");
+        for s in
+            ["idle", "working", "recovering", "compacting", "handing_off", "paused", "stalled", "waiting_on_person"]
+        {
             assert!(SESSION_STATES.contains(&s));
         }
     }

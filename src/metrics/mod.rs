@@ -205,10 +205,11 @@ fn apply(o: &Observation) {
 /// Sessions by server and state, events by server and type, stream state: set from the
 /// supervisor's view (every state of every server, so a state left reads 0).
 fn sample_fleet(fleet: &FleetView) {
+    let now_ms = shepherd_actors::ports::Clock::wall_ms(&shepherd_actors::ports::SystemClock);
     for server in &fleet.servers {
         let name = server.name.clone();
         for state in SESSION_STATES {
-            let n = fleet.sessions.iter().filter(|s| s.server == name && session_state(s) == state).count();
+            let n = fleet.sessions.iter().filter(|s| s.server == name && session_state(s, now_ms) == state).count();
             gauge!("shepherd_sessions", "server" => name.clone(), "state" => state).set(n as f64);
         }
         gauge!("shepherd_stream_connected", "server" => name.clone()).set(f64::from(u8::from(server.connected)));
