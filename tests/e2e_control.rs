@@ -6,58 +6,24 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use shepherd::testbed::client::{wait_until, Message};
-use shepherd_actors::config::ControlConfig;
+use support::control::{token_file, Api};
 use support::{Rig, PATIENCE};
 use tempfile::TempDir;
 
 /// Named by the test config, set nowhere: the daemon generates its token.
 const UNSET_TOKEN_ENV: &str = "SHEPHERD_E2E_CONTROL_TOKEN_NEVER_SET";
 
-/// A rig whose daemon serves the control API; nudges and reviews are off so the only
-/// prompts Shepherd sends are the ones a test asks for.
 async fn start(state: &TempDir) -> anyhow::Result<Rig> {
-    let token_file = token_file(state);
-    Rig::start_config(move |c| {
-        c.control = ControlConfig {
-            enabled: true,
-            bind: "127.0.0.1:0".into(),
-            token_env: UNSET_TOKEN_ENV.into(),
-            token_file: token_file.to_string_lossy().into_owned(),
-            allow_unauthenticated_reads: false,
-        };
-        c.nudge.enabled = false;
-        c.review.enabled = false;
-    })
-    .await
-}
-
-fn token_file(state: &TempDir) -> PathBuf {
-    state.path().join("state").join("control.token")
-}
-
-/// The control API of a rig's daemon, and plain HTTP to it.
-struct Api {
-    url: String,
-    token: String,
-    http: reqwest::Client,
+    support::control::start(state, UNSET_TOKEN_ENV, |_| {}).await
 }
 
 impl Api {
-    fn of(rig: &Rig) -> Api {
-        let daemon = rig.daemon();
-        Api {
-            url: daemon.control_url().expect("control API enabled").to_string(),
-            token: daemon.control_token().expect("control API enabled").expose().to_string(),
-            http: reqwest::Client::builder().timeout(PATIENCE).build().unwrap(),
-        }
-    }
-
     async fn send(&self, req: reqwest::RequestBuilder, token: Option<&str>) -> anyhow::Result<(u16, Value)> {
         let req = match token {
             Some(t) => req.bearer_auth(t),

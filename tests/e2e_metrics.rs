@@ -12,31 +12,15 @@ use std::time::Duration;
 use serde_json::Value;
 use shepherd::metrics::exposition::{try_parse, value, Sample};
 use shepherd::testbed::client::wait_until;
-use shepherd_actors::config::ControlConfig;
 use shepherd_actors::journal::{Action, Outcome};
+use support::control::Api;
 use support::{Rig, PATIENCE};
 use tempfile::TempDir;
 
 /// Named by the test config, set nowhere: the daemon generates its token.
 const UNSET_TOKEN_ENV: &str = "SHEPHERD_E2E_METRICS_TOKEN_NEVER_SET";
 
-/// The control API of a rig's daemon, and plain HTTP to it.
-struct Api {
-    url: String,
-    token: String,
-    http: reqwest::Client,
-}
-
 impl Api {
-    fn of(rig: &Rig) -> Api {
-        let daemon = rig.daemon();
-        Api {
-            url: daemon.control_url().expect("control API enabled").to_string(),
-            token: daemon.control_token().expect("control API enabled").expose().to_string(),
-            http: reqwest::Client::builder().timeout(PATIENCE).build().unwrap(),
-        }
-    }
-
     async fn get(&self, path: &str, token: bool) -> anyhow::Result<(u16, String)> {
         let mut req = self.http.get(format!("{}{path}", self.url));
         if token {
@@ -86,20 +70,12 @@ impl Api {
 /// quick and scripted to finish the todos, and reviews off (so the run's prompts are
 /// exactly the ones the test makes happen).
 async fn start(state: &TempDir) -> anyhow::Result<Rig> {
-    let token_file = state.path().join("control.token");
-    Rig::start_config(move |c| {
-        c.control = ControlConfig {
-            enabled: true,
-            bind: "127.0.0.1:0".into(),
-            token_env: UNSET_TOKEN_ENV.into(),
-            token_file: token_file.to_string_lossy().into_owned(),
-            allow_unauthenticated_reads: false,
-        };
+    support::control::start(state, UNSET_TOKEN_ENV, |c| {
+        c.nudge.enabled = true;
         c.nudge.user_quiet = Duration::ZERO;
         c.nudge.idle_delay = Duration::from_millis(300);
         c.nudge.cooldown = Duration::from_secs(600);
         c.nudge.message = "[[fake:todo:done]] Keep going: {pending} of {total} open".into();
-        c.review.enabled = false;
     })
     .await
 }

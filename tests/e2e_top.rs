@@ -5,39 +5,20 @@
 mod support;
 
 use std::io::{Read as _, Write as _};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shepherd_actors::config::ControlConfig;
 use shepherd_actors::journal::{Action, Outcome};
+use support::control::token_file;
 use support::{Rig, PATIENCE};
 use tempfile::TempDir;
 
 /// Named by the test config, set nowhere: the daemon generates its token.
 const UNSET_TOKEN_ENV: &str = "SHEPHERD_E2E_TOP_TOKEN_NEVER_SET";
 
-/// A rig whose daemon serves the control API (generated token in a private file);
-/// nudges and reviews are off so the journal holds only what a test provokes.
 async fn start(state: &TempDir) -> anyhow::Result<Rig> {
-    let token_file = token_file(state);
-    Rig::start_config(move |c| {
-        c.control = ControlConfig {
-            enabled: true,
-            bind: "127.0.0.1:0".into(),
-            token_env: UNSET_TOKEN_ENV.into(),
-            token_file: token_file.to_string_lossy().into_owned(),
-            allow_unauthenticated_reads: false,
-        };
-        c.nudge.enabled = false;
-        c.review.enabled = false;
-    })
-    .await
-}
-
-fn token_file(state: &TempDir) -> PathBuf {
-    state.path().join("state").join("control.token")
+    support::control::start(state, UNSET_TOKEN_ENV, |_| {}).await
 }
 
 async fn get(rig: &Rig, path: &str, token: bool) -> anyhow::Result<(u16, Value)> {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the rig
 
+pub mod control;
 pub mod faulty_proxy;
 
 use std::time::Duration;
