@@ -40,6 +40,33 @@ pub struct SessionDetail {
     pub handoff: HandoffView,
 }
 
+impl SessionDetail {
+    /// A session as first seen: idle, nothing known about it yet (the base test
+    /// fixtures and views start from).
+    pub fn new(server: &str, id: &str) -> SessionDetail {
+        SessionDetail {
+            server: server.into(),
+            id: id.into(),
+            title: None,
+            directory: None,
+            busy: false,
+            waiting_on_person: false,
+            last_activity_ms: 0,
+            stall_timeout_ms: None,
+            recovering: false,
+            paused: None,
+            attempts: 0,
+            todos: vec![],
+            context_tokens: None,
+            context_window: None,
+            context_percent: None,
+            compacting: false,
+            last_action: None,
+            handoff: HandoffView { phase: "monitoring".into(), ..HandoffView::default() },
+        }
+    }
+}
+
 /// Where a session's hand-off stands.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HandoffView {

@@ -686,26 +686,7 @@ mod tests {
 
     /// A live session as the supervisor describes it: idle, last active at 1 s.
     fn detail(id: &str, change: impl FnOnce(&mut SessionDetail)) -> SessionDetail {
-        let mut d = SessionDetail {
-            server: "local".into(),
-            id: id.into(),
-            title: None,
-            directory: None,
-            busy: false,
-            waiting_on_person: false,
-            last_activity_ms: 1_000,
-            stall_timeout_ms: None,
-            recovering: false,
-            paused: None,
-            attempts: 0,
-            todos: vec![],
-            context_tokens: None,
-            context_window: None,
-            context_percent: None,
-            compacting: false,
-            last_action: None,
-            handoff: crate::control::HandoffView { phase: "monitoring".into(), ..Default::default() },
-        };
+        let mut d = SessionDetail { last_activity_ms: 1_000, ..SessionDetail::new("local", id) };
         change(&mut d);
         d
     }

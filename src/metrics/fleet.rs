@@ -90,26 +90,7 @@ mod tests {
     }
 
     fn detail() -> SessionDetail {
-        SessionDetail {
-            server: "local".into(),
-            id: "ses_1".into(),
-            title: None,
-            directory: None,
-            busy: false,
-            waiting_on_person: false,
-            last_activity_ms: 0,
-            stall_timeout_ms: None,
-            recovering: false,
-            paused: None,
-            attempts: 0,
-            todos: vec![],
-            context_tokens: None,
-            context_window: None,
-            context_percent: None,
-            compacting: false,
-            last_action: None,
-            handoff: HandoffView { phase: "monitoring".into(), ..HandoffView::default() },
-        }
+        SessionDetail::new("local", "ses_1")
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! A fleet for the view's tests, built by the real status builder
 //! ([`StatsBook::document`]) from what a supervisor and two pumps would report.
 
-use shepherd_actors::control::{HandoffView, SessionDetail};
+use shepherd_actors::control::SessionDetail;
 use shepherd_actors::event::{Todo, TodoStatus};
 use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
 use shepherd_actors::stats::{StatsBook, StatusDocument, StreamFacts};
@@ -30,24 +30,10 @@ fn record(session: &str, action: Action, ago_ms: i64) -> ActionRecord {
 
 fn session(id: &str, title: Option<&str>, change: impl FnOnce(&mut SessionDetail)) -> SessionDetail {
     let mut d = SessionDetail {
-        server: "local".into(),
-        id: id.into(),
         title: title.map(str::to_string),
         directory: Some("/work/project".into()),
-        busy: false,
-        waiting_on_person: false,
         last_activity_ms: NOW_MS - 10 * S,
-        stall_timeout_ms: None,
-        recovering: false,
-        paused: None,
-        attempts: 0,
-        todos: vec![],
-        context_tokens: None,
-        context_window: None,
-        context_percent: None,
-        compacting: false,
-        last_action: None,
-        handoff: HandoffView { phase: "monitoring".into(), ..HandoffView::default() },
+        ..SessionDetail::new("local", id)
     };
     change(&mut d);
     d
