@@ -222,14 +222,15 @@ fn advice_source(source: &str) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use shepherd_actors::advisor::Source;
     use shepherd_actors::guard::Verdict;
     use shepherd_actors::journal::Numbers;
 
     use super::*;
 
-    fn rec(session: &str, at_ms: i64, action: Action, outcome: Outcome, reason: &str) -> ActionRecord {
+    /// A journal record for the tests (the metrics module's tests use it too).
+    pub(crate) fn rec(session: &str, at_ms: i64, action: Action, outcome: Outcome, reason: &str) -> ActionRecord {
         ActionRecord {
             server: "local".into(),
             session: session.into(),

@@ -277,23 +277,13 @@ fn describe() {
 mod tests {
     use std::collections::BTreeMap;
 
-    use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
+    use shepherd_actors::journal::{Action, Outcome};
     use shepherd_actors::supervisor::ServerView;
 
     use super::exposition::{parse, value};
     use super::*;
 
-    fn rec(session: &str, at_ms: i64, action: Action, outcome: Outcome, reason: &str) -> ActionRecord {
-        ActionRecord {
-            server: "local".into(),
-            session: session.into(),
-            action,
-            outcome,
-            reason: reason.into(),
-            numbers: Numbers::default(),
-            at_ms,
-        }
-    }
+    use super::journal::tests::rec;
 
     async fn until(metrics: &Metrics, name: &str, labels: &[(&str, &str)], want: f64) -> String {
         for _ in 0..200 {

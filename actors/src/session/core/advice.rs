@@ -130,10 +130,14 @@ mod tests {
             self.core.on_deadline(now)
         }
         fn answer(&mut self, secs: u64, req: &AdviceRequest, action: AdviceAction, confidence: f64) -> Vec<Effect> {
-            let answer = Consulted { advice: Advice { action, confidence }, source: Source::Model, why: "test".into() };
             let now = self.at(secs);
-            self.core.on_advice(req, &answer, now)
+            self.core.on_advice(req, &model_says(action, confidence), now)
         }
+    }
+
+    /// The model's answer, as the advisor actor hands it over.
+    pub(super) fn model_says(action: AdviceAction, confidence: f64) -> Consulted {
+        Consulted { advice: Advice { action, confidence }, source: Source::Model, why: "test".into() }
     }
 
     fn asked(effects: &[Effect]) -> AdviceRequest {
@@ -190,22 +194,12 @@ mod tests {
         for _ in 0..3 {
             t += 180;
             let req = asked(&b.tick(t));
-            let answer = Consulted {
-                advice: Advice { action: AdviceAction::Continue, confidence: 0.5 },
-                source: Source::Model,
-                why: "test".into(),
-            };
-            assert!(recovers(&b.core.on_advice(&req, &answer, b.at(t))));
+            assert!(recovers(&b.core.on_advice(&req, &model_says(AdviceAction::Continue, 0.5), b.at(t))));
             b.recovered(t);
         }
         t += 180;
         let req = asked(&b.tick(t));
-        let wait = Consulted {
-            advice: Advice { action: AdviceAction::Wait, confidence: 0.9 },
-            source: Source::Model,
-            why: "test".into(),
-        };
-        let out = b.core.on_advice(&req, &wait, b.at(t));
+        let out = b.core.on_advice(&req, &model_says(AdviceAction::Wait, 0.9), b.at(t));
         assert!(record(&out, Action::Escalate).is_none() && !recovers(&out), "postponed: {out:?}");
         let postpone = b.core.cfg.advisor.postpone.as_secs();
         let out = b.tick(t + postpone);
@@ -258,7 +252,7 @@ mod nudge_tests {
     //! Before a nudge: a sure wait or abort skips it (journalled as declined with the
     //! advice); anything else sends it.
     use super::*;
-    use crate::advisor::{Advice, AdviceAction, Source};
+    use crate::advisor::AdviceAction;
     use crate::event::decode;
 
     fn core_with_todos() -> (SessionCore, Instant) {
@@ -292,9 +286,7 @@ mod nudge_tests {
         }
     }
 
-    fn answer(action: AdviceAction, confidence: f64) -> Consulted {
-        Consulted { advice: Advice { action, confidence }, source: Source::Model, why: "test".into() }
-    }
+    use super::tests::model_says as answer;
 
     #[test]
     fn a_sure_wait_or_abort_skips_the_nudge_and_says_so() {
