@@ -110,21 +110,16 @@ struct World {
 }
 
 fn world(cfg: RecoveryConfig) -> World {
+    world_with_ledger(cfg, Arc::new(MemoryLedger::default()))
+}
+
+/// A supervisor with one server (`srv`, a fresh fake engine), a fresh journal and a
+/// paused clock, over `ledger` (tests of eviction and restarts pass the same one twice).
+fn world_with_ledger(cfg: RecoveryConfig, ledger: Arc<MemoryLedger>) -> World {
     let engine = Arc::new(FakeEngine::default());
     let journal = Journal::new();
     let records = journal.subscribe();
     let clock = Arc::new(PausedClock { start: tokio::time::Instant::now() });
-    world_with_ledger(cfg, Arc::new(MemoryLedger::default()), engine, journal, records, clock)
-}
-
-fn world_with_ledger(
-    cfg: RecoveryConfig,
-    ledger: Arc<MemoryLedger>,
-    engine: Arc<FakeEngine>,
-    journal: Journal,
-    records: tokio::sync::broadcast::Receiver<ActionRecord>,
-    clock: Arc<PausedClock>,
-) -> World {
     let supervisor =
         Supervisor::new(Arc::new(cfg.into()), SupervisorConfig::default(), ledger, clock, journal, "test".into())
             .start();
@@ -291,11 +286,7 @@ async fn shutdown_waits_for_a_recovery_under_way_to_send_its_continue() {
 async fn an_evicted_idle_session_resumes_with_its_counters_intact() {
     tokio::time::pause();
     let ledger = Arc::new(MemoryLedger::default());
-    let engine = Arc::new(FakeEngine::default());
-    let journal = Journal::new();
-    let records = journal.subscribe();
-    let clock = Arc::new(PausedClock { start: tokio::time::Instant::now() });
-    let mut w = world_with_ledger(cfg(), Arc::clone(&ledger), engine, journal, records, clock);
+    let mut w = world_with_ledger(cfg(), Arc::clone(&ledger));
     w.busy("ses_A");
     settle().await;
     tokio::time::sleep(Duration::from_secs(190)).await; // stall -> recovery 1
@@ -334,15 +325,9 @@ async fn a_completion_seen_before_a_restart_is_reviewed_exactly_once_after_it() 
     };
     let idle = r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_R","status":{"type":"idle"}}}}"#;
     let reviews = |w: &World| w.engine.prompts.lock().unwrap().iter().filter(|(_, p)| p.tag.kind == "review").count();
-    let start = |ledger: Arc<MemoryLedger>| {
-        let journal = Journal::new();
-        let records = journal.subscribe();
-        let clock = Arc::new(PausedClock { start: tokio::time::Instant::now() });
-        world_with_ledger(cfg(), ledger, Arc::new(FakeEngine::default()), journal, records, clock)
-    };
 
     // First Shepherd: sees the last todo done mid-turn, then stops before the turn ends.
-    let w = start(Arc::clone(&ledger));
+    let w = world_with_ledger(cfg(), Arc::clone(&ledger));
     w.send(todos_open);
     w.busy("ses_R");
     w.send(todos_done);
@@ -351,7 +336,7 @@ async fn a_completion_seen_before_a_restart_is_reviewed_exactly_once_after_it() 
     assert_eq!(reviews(&w), 0);
 
     // Second Shepherd, same ledger: the turn ends; the completion is reviewed once.
-    let w2 = start(Arc::clone(&ledger));
+    let w2 = world_with_ledger(cfg(), Arc::clone(&ledger));
     w2.busy("ses_R");
     w2.send(&reply("msg_1"));
     w2.engine.busy.lock().unwrap().clear();
@@ -415,11 +400,7 @@ async fn a_session_seen_after_a_reload_decides_by_the_new_rules() {
 async fn a_detached_server_s_sessions_save_their_state_stop_and_are_no_longer_supervised() {
     tokio::time::pause();
     let ledger = Arc::new(MemoryLedger::default());
-    let engine = Arc::new(FakeEngine::default());
-    let journal = Journal::new();
-    let records = journal.subscribe();
-    let clock = Arc::new(PausedClock { start: tokio::time::Instant::now() });
-    let mut w = world_with_ledger(cfg(), Arc::clone(&ledger), engine, journal, records, clock);
+    let mut w = world_with_ledger(cfg(), Arc::clone(&ledger));
     w.busy("ses_A");
     settle().await;
     tokio::time::sleep(Duration::from_secs(190)).await; // one recovery: attempts = 1
