@@ -30,6 +30,10 @@ async fn prompts_of_kind(rig: &Rig, id: &str, kind: &str) -> anyhow::Result<Vec<
 }
 
 fn quick(c: &mut Config) {
+    // These sessions go idle and are nudged within a second of being created: the
+    // heuristic "new session → wait" would skip the first nudge (that skip and its
+    // retry are tested in e2e_advisor). Here the nudge's own rules are under test.
+    c.advisor.new_session = Duration::ZERO;
     c.nudge.user_quiet = Duration::ZERO;
     c.nudge.idle_delay = Duration::from_millis(300);
     c.review.debounce = Duration::from_millis(300);
