@@ -30,7 +30,10 @@
 //! Environment: `FLEET_SIZES` (default `1000,10000`), `FLEET_IDLE_SECS` (default 30),
 //! `FLEET_BURST_TURNS` (default 12 at 1k, 1 at 10k), `FLEET_BURST_STEP_US` (default 0:
 //! as fast as Shepherd reads), `FLEET_BACKGROUND_STEP_MS` (default 250; 0 = no
-//! background traffic during the stalls).
+//! background traffic during the stalls), `FLEET_EXIT_AT_END` (exit right after the
+//! last measurement, without shutting down: under `heaptrack`, whatever Shepherd still
+//! holds is then reported as leaked — run the child directly, e.g.
+//! `heaptrack target/release/deps/fleet-… --fleet-scale 1000`).
 
 mod sim;
 
@@ -629,6 +632,11 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     r.heap_end_kib = heap_in_use_kib();
     r.rss_peak_kib = proc_status_kib("VmHWM:");
     r.messages = h.report().await?.messages;
+    if std::env::var_os("FLEET_EXIT_AT_END").is_some() {
+        // For a heap profiler: what is allocated now is reported as leaked.
+        println!("FLEET_RESULT {}", serde_json::to_string(&r).unwrap_or_default());
+        std::process::exit(0);
+    }
     r.load_after = load_average();
     daemon.shutdown().await;
     remove_ledger(&ledger);

@@ -256,7 +256,7 @@ async fn the_status_file_shows_each_sessions_recoveries_and_is_valid_after_every
     assert!(s.recovery.histogram.min_ms.unwrap() > 0);
     assert_eq!(s.stall.detections, 1);
     assert!(!s.stall.patterns.is_empty() && s.stall.last_part.is_some(), "{:?}", s.stall);
-    assert!(s.history.iter().any(|h| h.action == "abort"), "{:?}", s.history);
+    assert!(s.history.iter().any(|h| h.action == Action::Abort), "{:?}", s.history);
     let text = shepherd::status::render::render_status(&doc, doc.timestamp);
     assert!(text.contains(&id) && text.contains("1 attempts, 1 succeeded"), "{text}");
     rig.stop().await;

@@ -208,7 +208,7 @@ impl Handler<Ping> for SessionLike {
 #[actix::test]
 async fn an_actor_saves_and_loads_through_the_port_inside_an_actix_system() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = StoreConfig { backend: StoreBackend::Sqlite, path: ledger_file(&dir).display().to_string() };
+    let cfg = StoreConfig { backend: StoreBackend::Sqlite, path: ledger_file(&dir).display().to_string(), ..StoreConfig::default() };
     let ledger = open_ledger(&cfg).unwrap();
     let actor = SessionLike { ledger: ledger.clone() }.start();
     for attempts in 1..=3 {
@@ -255,12 +255,12 @@ async fn a_save_waiting_for_the_database_lock_does_not_block_the_actix_thread() 
 async fn open_ledger_creates_the_configured_file_or_keeps_everything_in_memory() {
     let dir = tempfile::tempdir().unwrap();
     let path = ledger_file(&dir);
-    let sqlite = StoreConfig { backend: StoreBackend::Sqlite, path: path.display().to_string() };
+    let sqlite = StoreConfig { backend: StoreBackend::Sqlite, path: path.display().to_string(), ..StoreConfig::default() };
     let ledger = open_ledger(&sqlite).unwrap();
     ledger.save("local", "ses_a", &state(1)).await.unwrap();
     assert!(path.is_file(), "the file and its folders are created");
 
-    let memory = StoreConfig { backend: StoreBackend::Memory, path: String::new() };
+    let memory = StoreConfig { backend: StoreBackend::Memory, path: String::new(), ..StoreConfig::default() };
     let ledger = open_ledger(&memory).unwrap();
     ledger.save("local", "ses_a", &state(2)).await.unwrap();
     assert_eq!(ledger.load("local", "ses_a").await.unwrap(), Some(state(2)));

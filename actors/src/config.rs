@@ -753,11 +753,15 @@ pub struct StoreConfig {
     /// The SQLite file (a leading `~/` is the home directory); empty = the default
     /// `$XDG_STATE_HOME/shepherd/ledger.sqlite3` (`~/.local/state/shepherd/ledger.sqlite3`).
     pub path: String,
+    /// SQLite's page cache, KiB. The ledger mostly appends and reads one session's row
+    /// when its actor starts; the operating system caches the file too. SQLite's own
+    /// default (2 MiB) would be a fixed cost of 2 KiB per session in a fleet of 1,000.
+    pub cache_kib: u32,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { backend: StoreBackend::Sqlite, path: String::new() }
+        Self { backend: StoreBackend::Sqlite, path: String::new(), cache_kib: 512 }
     }
 }
 
@@ -1066,6 +1070,9 @@ impl Config {
             if path.ends_with('/') || path == "~" {
                 return Err(bad("store.path", "names a directory; give a file, e.g. /var/lib/shepherd/ledger.sqlite3"));
             }
+            if self.store.cache_kib < 64 {
+                return Err(bad("store.cache_kib", "must be at least 64"));
+            }
         }
         let mut names = std::collections::HashSet::new();
         for (i, s) in self.servers.iter().enumerate() {
@@ -1172,6 +1179,15 @@ mod tests {
         let c = Config::default();
         assert_eq!(c.store.backend, StoreBackend::Sqlite);
         assert_eq!(c.store.path, "", "empty = the default path under the user's state directory");
+    }
+
+    #[test]
+    fn a_ledger_cache_too_small_to_hold_the_tree_is_rejected_with_its_key() {
+        let mut c = Config::default();
+        c.store.cache_kib = 16;
+        assert_eq!(c.validate().unwrap_err().key, "store.cache_kib");
+        c.store.cache_kib = 64;
+        c.validate().unwrap();
     }
 
     #[test]

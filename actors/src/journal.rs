@@ -160,6 +160,22 @@ pub struct ActionRecord {
     pub at_ms: i64,
 }
 
+/// One record without its numbers: what a session's history and its last action keep
+/// (the numbers are in the log and the ledger's journal).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct HistoryEntry {
+    pub at_ms: i64,
+    pub action: Action,
+    pub outcome: Outcome,
+    pub reason: String,
+}
+
+impl From<&ActionRecord> for HistoryEntry {
+    fn from(r: &ActionRecord) -> Self {
+        HistoryEntry { at_ms: r.at_ms, action: r.action, outcome: r.outcome, reason: r.reason.clone() }
+    }
+}
+
 /// Where records go: the log and every subscriber.
 #[derive(Debug, Clone)]
 pub struct Journal {

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::control::SessionDetail;
+pub use crate::journal::HistoryEntry;
 use crate::journal::{Action, ActionRecord, Outcome};
 
 /// The status document's format version (bumped on incompatible changes).
@@ -95,15 +96,6 @@ impl Counts {
         }
         self.last_ms = Some(r.at_ms);
     }
-}
-
-/// One record, as the history keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HistoryEntry {
-    pub at_ms: i64,
-    pub action: String,
-    pub outcome: String,
-    pub reason: String,
 }
 
 /// min / median / max of a set of durations, and how many there are.
@@ -193,12 +185,7 @@ impl SessionStats {
         {
             self.tool_calls_as_text += 1;
         }
-        self.history.push_back(HistoryEntry {
-            at_ms: r.at_ms,
-            action: r.action.as_str().to_string(),
-            outcome: r.outcome.as_str().to_string(),
-            reason: r.reason.clone(),
-        });
+        self.history.push_back(HistoryEntry::from(r));
         while self.history.len() > max_history {
             self.history.pop_front();
         }
@@ -223,10 +210,11 @@ impl SessionStats {
     }
 }
 
-/// Statistics of every session Shepherd acted on, keyed by session id.
+/// Statistics of every session Shepherd acted on, keyed by session id. Boxed: the
+/// table keeps spare slots, and a slot is then a pointer rather than a whole record.
 #[derive(Debug, Default)]
 pub struct StatsBook {
-    sessions: HashMap<String, SessionStats>,
+    sessions: HashMap<String, Box<SessionStats>>,
     max_history: usize,
 }
 
@@ -237,16 +225,14 @@ impl StatsBook {
 
     /// Folds one record in.
     pub fn apply(&mut self, r: &ActionRecord) {
-        let stats = self.sessions.entry(r.session.clone()).or_insert_with(|| SessionStats {
-            server: r.server.clone(),
-            first_seen_ms: r.at_ms,
-            ..SessionStats::default()
+        let stats = self.sessions.entry(r.session.clone()).or_insert_with(|| {
+            Box::new(SessionStats { server: r.server.clone(), first_seen_ms: r.at_ms, ..SessionStats::default() })
         });
         stats.apply(r, self.max_history);
     }
 
     pub fn get(&self, session: &str) -> Option<&SessionStats> {
-        self.sessions.get(session)
+        self.sessions.get(session).map(|s| &**s)
     }
 
     pub fn len(&self) -> usize {
@@ -275,7 +261,7 @@ impl StatsBook {
         let empty = SessionStats::default();
         let mut sessions = BTreeMap::new();
         for d in live {
-            let stats = self.sessions.get(&d.id).unwrap_or(&empty);
+            let stats = self.sessions.get(&d.id).map_or(&empty, |s| &**s);
             sessions.insert(d.id.clone(), SessionStatus::of(stats, Some(d), &d.server, now_ms));
         }
         for (id, stats) in &self.sessions {
@@ -526,15 +512,7 @@ impl SessionStatus {
             let c = crate::session::prompt::TodoCounts::of(&d.todos);
             TodoCounts { open: c.open, completed: c.completed, total: c.total }
         });
-        let last_action = live
-            .and_then(|d| d.last_action.as_ref())
-            .map(|r| HistoryEntry {
-                at_ms: r.at_ms,
-                action: r.action.as_str().to_string(),
-                outcome: r.outcome.as_str().to_string(),
-                reason: r.reason.clone(),
-            })
-            .or_else(|| s.history.back().cloned());
+        let last_action = live.and_then(|d| d.last_action.clone()).or_else(|| s.history.back().cloned());
         SessionStatus {
             server: server.to_string(),
             title: live.and_then(|d| d.title.clone()),

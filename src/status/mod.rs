@@ -7,7 +7,9 @@
 //! every journal record into the board's book and — with `status.enabled`, when records
 //! arrived, at most every `status.min_interval`, and at least every
 //! `status.refresh_interval` — asks the supervisor for its sessions (status, todos,
-//! tokens), builds the document and writes it with [`write_atomic`]: temp file in the
+//! tokens), builds the document, writes it with [`write_atomic`] and lets the view go
+//! (kept between writes it would cost every tracked session about a kilobyte for as
+//! long as Shepherd runs): temp file in the
 //! same folder, fsync, rename, fsync the folder. A reader (or a crash at any point) sees
 //! the old file or the new one, never half of one. At start-up the previous file is
 //! rotated into `status.rotate` archives (`status.json.1` the newest).
@@ -259,10 +261,9 @@ async fn run(
     board: StatusBoard,
     mut stop: watch::Receiver<bool>,
 ) {
-    // The supervisor's view (status, todos, tokens) costs one message per session
-    // actor: it is re-read every `refresh_interval`, not on every write.
-    let mut live = FleetView::default();
-    let mut live_stale = true;
+    // The supervisor's view (status, todos, tokens) is read for each write and dropped
+    // after it: writes are at most every `min_interval`, and a view kept in between
+    // would hold a copy of every tracked session's state.
     let mut dirty = true; // the first write shows the fleet as it is
     let mut last_write: Option<tokio::time::Instant> = None;
     let mut refresh = tokio::time::interval(cfg.refresh_interval);
@@ -281,17 +282,10 @@ async fn run(
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             },
-            _ = refresh.tick() => {
-                dirty = true;
-                live_stale = true;
-            }
+            _ = refresh.tick() => dirty = true,
             _ = tokio::time::sleep_until(next_allowed), if dirty && path.is_some() => {
-                if live_stale {
-                    live = board.read_live().await;
-                    live_stale = false;
-                }
                 if let Some(path) = &path {
-                    write(path, &board.document(&live));
+                    write(path, &board.document(&board.read_live().await));
                 }
                 last_write = Some(tokio::time::Instant::now());
                 dirty = false;
@@ -304,7 +298,7 @@ async fn run(
         board.apply(&record);
     }
     if let Some(path) = &path {
-        write(path, &board.document(&live));
+        write(path, &board.document(&board.read_live().await));
     }
 }
 

@@ -59,7 +59,7 @@ pub fn render_status(doc: &StatusDocument, now_ms: i64) -> String {
             s.todos.open, s.todos.total, s.todos.completed
         ));
         for h in s.history.iter().rev().take(3) {
-            out.push_str(&format!("  {:>4} ago   {} {}: {}\n", ago(now_ms - h.at_ms), h.action, h.outcome, h.reason));
+            out.push_str(&format!("  {:>4} ago   {} {}: {}\n", ago(now_ms - h.at_ms), h.action.as_str(), h.outcome.as_str(), h.reason));
         }
     }
     out

@@ -39,7 +39,7 @@ pub fn open_ledger(cfg: &StoreConfig) -> Result<Arc<dyn Ledger>, LedgerError> {
         }
         StoreBackend::Sqlite => {
             let path = ledger_path(cfg, &|name| std::env::var_os(name))?;
-            let ledger = SqliteLedger::open(&path)?;
+            let ledger = SqliteLedger::open_with_cache(&path, cfg.cache_kib)?;
             tracing::info!(path = %path.display(), "ledger opened");
             Ok(Arc::new(ledger))
         }

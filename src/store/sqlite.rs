@@ -37,6 +37,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
+use shepherd_actors::config::StoreConfig;
 use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
 use shepherd_actors::ledger::{
     Claim, DurableState, Ledger, LedgerError, Snapshot, SnapshotStore, HANDOFF_RUNNING_PHASES,
@@ -153,6 +154,11 @@ impl SqliteLedger {
     /// to WAL and runs the missing migrations. Blocks while it does: call it at start-up
     /// or from `spawn_blocking`, not from an actor.
     pub fn open(path: &Path) -> Result<SqliteLedger, LedgerError> {
+        Self::open_with_cache(path, StoreConfig::default().cache_kib)
+    }
+
+    /// [`SqliteLedger::open`] with a page cache of `cache_kib` KiB (`store.cache_kib`).
+    pub fn open_with_cache(path: &Path, cache_kib: u32) -> Result<SqliteLedger, LedgerError> {
         let at = |e: rusqlite::Error| storage_error(&format!("{}", path.display()), e);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
@@ -165,6 +171,8 @@ impl SqliteLedger {
             tracing::warn!(path = %path.display(), mode, "ledger: WAL mode refused; readers may wait for writes");
         }
         conn.execute_batch("PRAGMA synchronous = NORMAL").map_err(at)?;
+        // Negative: a size in KiB rather than in pages.
+        conn.execute_batch(&format!("PRAGMA cache_size = -{cache_kib}")).map_err(at)?;
         migrate(&mut conn).map_err(|e| prefix(&path.display().to_string(), e))?;
         Self::start(conn, Some(path.to_path_buf()))
     }

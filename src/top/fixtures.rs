@@ -50,7 +50,7 @@ pub fn fleet_doc() -> StatusDocument {
             d.todos = todos(2, 3);
             d.context_tokens = Some(96_000);
             d.context_window = Some(128_000);
-            d.last_action = Some(record("ses_stuck", Action::Nudge, 12 * M));
+            d.last_action = Some((&record("ses_stuck", Action::Nudge, 12 * M)).into());
         }),
         session("ses_busy", Some("Fix the parser"), |d| {
             d.busy = true;
@@ -59,7 +59,7 @@ pub fn fleet_doc() -> StatusDocument {
             d.todos = todos(3, 1);
             d.context_tokens = Some(30_000);
             d.context_window = Some(200_000);
-            d.last_action = Some(record("ses_busy", Action::Continue, 5 * M));
+            d.last_action = Some((&record("ses_busy", Action::Continue, 5 * M)).into());
         }),
         session("ses_asks", Some("Which database to use?"), |d| {
             d.waiting_on_person = true;
@@ -72,7 +72,7 @@ pub fn fleet_doc() -> StatusDocument {
             d.recovering = true;
             d.last_activity_ms = NOW_MS - 3 * M;
             d.todos = todos(1, 1);
-            d.last_action = Some(record("ses_recov", Action::StallDetected, 2 * S));
+            d.last_action = Some((&record("ses_recov", Action::StallDetected, 2 * S)).into());
         }),
         session("ses_0123456789abcdef", None, |d| {
             d.server = "remote".into();
@@ -81,7 +81,7 @@ pub fn fleet_doc() -> StatusDocument {
         session("ses_paused", Some("Write the docs"), |d| {
             d.paused = Some("user_abort".into());
             d.last_activity_ms = NOW_MS - 20 * M;
-            d.last_action = Some(record("ses_paused", Action::Pause, 20 * M));
+            d.last_action = Some((&record("ses_paused", Action::Pause, 20 * M)).into());
         }),
     ];
     let streams = vec![

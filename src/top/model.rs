@@ -36,7 +36,7 @@ impl Row {
             todos_total: s.todos.total,
             tokens: s.tokens,
             window: s.window,
-            last_action: s.last_action.as_ref().map(|a| (a.action.clone(), a.at_ms)),
+            last_action: s.last_action.as_ref().map(|a| (a.action.as_str().to_string(), a.at_ms)),
         }
     }
 

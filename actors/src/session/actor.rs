@@ -16,7 +16,7 @@ use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
 use crate::control::{HandoffView, SessionDetail};
 use crate::event::{Event, ModelRef, SessionInfo};
 use crate::guard::PromptGuard;
-use crate::journal::{ActionRecord, Journal};
+use crate::journal::{HistoryEntry, Journal};
 use crate::ledger::{DurableState, Ledger};
 use crate::ports::{Clock, Engine, Workspace};
 use crate::session::core::{CompactOrder, Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
@@ -116,8 +116,9 @@ pub struct SessionActor {
     timer: Option<(SpawnHandle, tokio::time::Instant)>,
     /// A stop arrived during a recovery: stop once it has finished.
     stop_after_recovery: bool,
-    /// The latest record about this session (boxed: most sessions never have one).
-    last_action: Option<Box<ActionRecord>>,
+    /// The latest record about this session, without its numbers (boxed: most sessions
+    /// never have one).
+    last_action: Option<Box<HistoryEntry>>,
     /// The core's durable generation when the state was last written or loaded (to
     /// write only changes); `None` until then.
     saved_generation: Option<u64>,
@@ -150,7 +151,7 @@ impl SessionActor {
         for effect in effects {
             match effect {
                 Effect::Record(r) => {
-                    self.last_action = Some(Box::new(r.clone()));
+                    self.last_action = Some(Box::new(HistoryEntry::from(&r)));
                     self.record_unsaved = true;
                     let ledger = Arc::clone(&self.env.ledger);
                     let entry = r.clone();
