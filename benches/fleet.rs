@@ -103,6 +103,10 @@ struct ScaleResult {
     heap_tracked_kib: u64,
     heap_burst_kib: u64,
     heap_end_kib: u64,
+    /// File-backed resident pages (the binary's code as later phases first run it,
+    /// the ledger's shared-memory index): a fixed cost, not the sessions'.
+    rss_file_connected_kib: u64,
+    rss_file_end_kib: u64,
     rss_burst_live_kib: u64,
     burst_cpu_pct: f64,
     burst_sim_cpu_pct: f64,
@@ -279,6 +283,13 @@ fn print_table(results: &[ScaleResult]) {
             (r.heap_burst_kib as f64 - r.heap_tracked_kib as f64) * 1024.0
                 / (r.messages_burst as f64 - r.messages_tracked as f64).max(1.0)
         );
+        println!(
+            "  - file-backed RSS (code first run by later phases, the ledger's index): {} KiB connected, {} KiB at the end, \
+             {:.2} KiB per session of the growth",
+            r.rss_file_connected_kib,
+            r.rss_file_end_kib,
+            (r.rss_file_end_kib as f64 - r.rss_file_connected_kib as f64) / r.sessions.max(1) as f64
+        );
         println!("  - requests while tracking: {}", r.requests_tracking);
         println!("  - requests during the burst: {}", r.requests_burst);
         println!("  - requests during the stall phase: {}", r.requests_stall);
@@ -415,6 +426,7 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     tokio::time::sleep(Duration::from_millis(500)).await;
     (r.rss_connected_kib, r.rss_connected_live_kib) = rss_raw_and_live();
     r.heap_connected_kib = heap_in_use_kib();
+    r.rss_file_connected_kib = proc_status_kib("RssFile:") + proc_status_kib("RssShmem:");
 
     // 3. Every session has one turn, paced: now each is tracked.
     let track = RunSpec {
@@ -630,6 +642,7 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
 
     (r.rss_end_kib, r.rss_end_live_kib) = rss_raw_and_live();
     r.heap_end_kib = heap_in_use_kib();
+    r.rss_file_end_kib = proc_status_kib("RssFile:") + proc_status_kib("RssShmem:");
     r.rss_peak_kib = proc_status_kib("VmHWM:");
     r.messages = h.report().await?.messages;
     if std::env::var_os("FLEET_EXIT_AT_END").is_some() {

@@ -41,6 +41,8 @@ pub struct Daemon {
     status: Option<StatusWriter>,
     metrics: Arc<Metrics>,
     metrics_task: tokio::task::JoinHandle<()>,
+    /// Returns freed heap to the system every `supervisor.cleanup_interval`.
+    trimmer: tokio::task::JoinHandle<()>,
 }
 
 impl Daemon {
@@ -127,8 +129,21 @@ impl Daemon {
         running.start_servers()?;
         let running = Arc::new(tokio::sync::Mutex::new(running));
         crate::reload::serve(requests, Arc::clone(&running));
+        let trimmer = crate::memory::spawn_trimmer(cfg.supervisor.cleanup_interval);
         tracing::info!(instance = %instance, servers = cfg.servers.len(), "started");
-        Ok(Self { supervisor, journal, running, pump_stats, reload, instance, control, status, metrics, metrics_task })
+        Ok(Self {
+            supervisor,
+            journal,
+            running,
+            pump_stats,
+            reload,
+            instance,
+            control,
+            status,
+            metrics,
+            metrics_task,
+            trimmer,
+        })
     }
 
     /// Asks for a reload (what `SIGHUP` and `POST /v1/config/reload` do).
@@ -226,5 +241,6 @@ impl Daemon {
             status.stop().await; // the final state, after the last recovery
         }
         self.metrics_task.abort();
+        self.trimmer.abort();
     }
 }

@@ -11,6 +11,7 @@ pub mod demo;
 pub mod guard;
 pub mod http_thread;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod opencode;
 pub mod reload;

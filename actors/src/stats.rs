@@ -244,7 +244,7 @@ impl StatsBook {
     }
 
     /// Forgets sessions that are not `live` and had no record for `forget_after_ms`.
-    pub fn forget_quiet(&mut self, live: &[SessionDetail], now_ms: i64, forget_after_ms: i64) {
+    pub fn forget_quiet(&mut self, live: &[LiveSession], now_ms: i64, forget_after_ms: i64) {
         let live: std::collections::HashSet<&str> = live.iter().map(|d| d.id.as_str()).collect();
         self.sessions.retain(|id, s| live.contains(id.as_str()) || now_ms - s.last_record_ms < forget_after_ms);
     }
@@ -253,7 +253,7 @@ impl StatsBook {
     /// each server's stream. The one builder of the status file and `GET /v1/status`.
     pub fn document(
         &self,
-        live: &[SessionDetail],
+        live: &[LiveSession],
         streams: &[StreamFacts],
         now_ms: i64,
         instance: &str,
@@ -281,6 +281,68 @@ impl StatsBook {
             totals,
             servers,
             sessions,
+        }
+    }
+}
+
+/// What the status document needs of a live session: its [`SessionDetail`] without the
+/// todo list, directory, last record and hand-off particulars. A fraction of its size,
+/// so the status writer can keep the whole fleet's between refreshes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveSession {
+    pub id: String,
+    pub server: String,
+    pub title: Option<String>,
+    /// `user_abort` or `gave_up` when automation is off.
+    pub paused: Option<String>,
+    pub activity: Activity,
+    pub todos: TodoCounts,
+    pub context_tokens: Option<u64>,
+    pub context_window: Option<u64>,
+}
+
+impl From<&SessionDetail> for LiveSession {
+    fn from(d: &SessionDetail) -> Self {
+        let c = crate::session::prompt::TodoCounts::of(&d.todos);
+        LiveSession {
+            id: d.id.clone(),
+            server: d.server.clone(),
+            title: d.title.clone(),
+            paused: d.paused.clone(),
+            activity: Activity::of(d),
+            todos: TodoCounts { open: c.open, completed: c.completed, total: c.total },
+            context_tokens: d.context_tokens,
+            context_window: d.context_window,
+        }
+    }
+}
+
+/// What a live session is doing: everything [`SessionState`] is decided from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Activity {
+    pub busy: bool,
+    pub waiting_on_person: bool,
+    pub recovering: bool,
+    pub compacting: bool,
+    pub paused: bool,
+    pub handoff: crate::session::handoff::Phase,
+    /// Epoch ms of the session's last activity (what the stall timer counts from).
+    pub last_activity_ms: i64,
+    /// The stall timeout in force while the stall timer runs, ms.
+    pub stall_timeout_ms: Option<u64>,
+}
+
+impl Activity {
+    pub fn of(d: &SessionDetail) -> Activity {
+        Activity {
+            busy: d.busy,
+            waiting_on_person: d.waiting_on_person,
+            recovering: d.recovering,
+            compacting: d.compacting,
+            paused: d.paused.is_some(),
+            handoff: crate::session::handoff::Phase::parse(&d.handoff.phase),
+            last_activity_ms: d.last_activity_ms,
+            stall_timeout_ms: d.stall_timeout_ms,
         }
     }
 }
@@ -370,10 +432,15 @@ impl SessionState {
 
     /// The state of a live session at `now_ms`.
     pub fn of(d: &SessionDetail, now_ms: i64) -> SessionState {
+        Self::of_activity(&Activity::of(d), now_ms)
+    }
+
+    /// The state of a live session doing `d` at `now_ms`.
+    pub fn of_activity(d: &Activity, now_ms: i64) -> SessionState {
         let quiet_ms = (now_ms - d.last_activity_ms).max(0) as u64;
-        if d.paused.is_some() {
+        if d.paused {
             SessionState::Paused
-        } else if crate::session::handoff::Phase::parse(&d.handoff.phase).is_running() {
+        } else if d.handoff.is_running() {
             SessionState::HandingOff
         } else if d.recovering {
             SessionState::Recovering
@@ -497,10 +564,10 @@ fn untracked() -> SessionState {
 }
 
 impl SessionStatus {
-    fn of(s: &SessionStats, live: Option<&SessionDetail>, server: &str, now_ms: i64) -> Self {
+    fn of(s: &SessionStats, live: Option<&LiveSession>, server: &str, now_ms: i64) -> Self {
         let status = match live {
             None => "untracked".to_string(),
-            Some(d) => match (&d.paused, d.recovering, d.compacting, d.busy) {
+            Some(d) => match (&d.paused, d.activity.recovering, d.activity.compacting, d.activity.busy) {
                 (Some(p), ..) => format!("paused:{p}"),
                 (None, true, ..) => "recovering".to_string(),
                 (None, false, true, _) => "compacting".to_string(),
@@ -508,20 +575,17 @@ impl SessionStatus {
                 (None, false, false, false) => "idle".to_string(),
             },
         };
-        let todos = live.map_or_else(TodoCounts::default, |d| {
-            let c = crate::session::prompt::TodoCounts::of(&d.todos);
-            TodoCounts { open: c.open, completed: c.completed, total: c.total }
-        });
-        let last_action = live.and_then(|d| d.last_action.clone()).or_else(|| s.history.back().cloned());
+        let todos = live.map_or_else(TodoCounts::default, |d| d.todos);
         SessionStatus {
             server: server.to_string(),
             title: live.and_then(|d| d.title.clone()),
             elapsed: if s.first_seen_ms > 0 { (now_ms - s.first_seen_ms).max(0) } else { 0 },
             status,
-            state: live.map_or(SessionState::Untracked, |d| SessionState::of(d, now_ms)),
-            quiet_ms: live.map(|d| (now_ms - d.last_activity_ms).max(0)),
-            stall_timeout_ms: live.and_then(|d| d.stall_timeout_ms),
-            last_action,
+            state: live.map_or(SessionState::Untracked, |d| SessionState::of_activity(&d.activity, now_ms)),
+            quiet_ms: live.map(|d| (now_ms - d.activity.last_activity_ms).max(0)),
+            stall_timeout_ms: live.and_then(|d| d.activity.stall_timeout_ms),
+            // Every record passes the book: its newest is the session's last action.
+            last_action: s.history.back().cloned(),
             recovery: RecoveryStatus {
                 attempts: s.recovery.attempts,
                 successes: s.recovery.successes,
@@ -538,7 +602,7 @@ impl SessionStatus {
             nudge: s.nudge.clone(),
             review: s.review.clone(),
             handoff: s.handoff.clone(),
-            handoff_phase: live.map(|d| d.handoff.phase.clone()),
+            handoff_phase: live.map(|d| d.activity.handoff.as_str().to_string()),
             escalations: s.escalations,
             spinning_tools: s.spinning_tools,
             tool_calls_as_text: s.tool_calls_as_text,
@@ -648,7 +712,7 @@ mod tests {
             d.context_tokens = Some(1200);
             d.context_window = Some(8000);
         });
-        let doc = book.document(&[live], &[], 5_000, "inst");
+        let doc = book.document(&[LiveSession::from(&live)], &[], 5_000, "inst");
         assert_eq!(doc.version, STATUS_VERSION);
         assert_eq!(doc.sessions["ses_B"].status, "busy");
         assert_eq!(doc.sessions["ses_B"].state, SessionState::Working);
@@ -709,7 +773,8 @@ mod tests {
             detail("a", |d| d.busy = true),
             detail("b", |d| d.busy = true),
             detail("c", |d| d.title = Some("Fix the parser".into())),
-        ];
+        ]
+        .map(|d| LiveSession::from(&d));
         let streams = [StreamFacts {
             name: "local".into(),
             connected: true,

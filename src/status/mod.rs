@@ -7,9 +7,9 @@
 //! every journal record into the board's book and — with `status.enabled`, when records
 //! arrived, at most every `status.min_interval`, and at least every
 //! `status.refresh_interval` — asks the supervisor for its sessions (status, todos,
-//! tokens), builds the document, writes it with [`write_atomic`] and lets the view go
-//! (kept between writes it would cost every tracked session about a kilobyte for as
-//! long as Shepherd runs): temp file in the
+//! tokens) — kept between refreshes as [`LiveFleet`], a tenth of the supervisor's full
+//! view — builds the document and streams it into the file with [`write_atomic_with`]:
+//! temp file in the
 //! same folder, fsync, rename, fsync the folder. A reader (or a crash at any point) sees
 //! the old file or the new one, never half of one. At start-up the previous file is
 //! rotated into `status.rotate` archives (`status.json.1` the newest).
@@ -29,7 +29,7 @@ use actix::Addr;
 use anyhow::Context as _;
 use shepherd_actors::config::StatusConfig;
 use shepherd_actors::journal::{ActionRecord, Journal};
-use shepherd_actors::stats::{StatsBook, StatusDocument, StreamFacts};
+use shepherd_actors::stats::{LiveSession, StatsBook, StatusDocument, StreamFacts};
 use shepherd_actors::supervisor::{FleetView, InspectFleet, Supervisor};
 use tokio::sync::{broadcast, watch};
 
@@ -39,6 +39,9 @@ use crate::store::STATE_SUBDIR;
 /// How long the writer waits for the supervisor's list of sessions (a wedged or
 /// stopped supervisor must not stop the statistics from being written).
 const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The status file is written through a buffer of this size.
+const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 
 /// The status file's name in the state folder when `status.path` is empty.
 pub const STATUS_FILE_NAME: &str = "status.json";
@@ -65,12 +68,22 @@ pub fn status_path(cfg: &StatusConfig, lookup: &dyn Fn(&str) -> Option<OsString>
 /// of the new: a temp file beside it, written and fsynced, renamed over it, and the
 /// folder fsynced so the rename itself survives a power cut.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_with(path, |w| w.write_all(bytes))
+}
+
+/// [`write_atomic`] with the content written by `fill` through a buffer, so a large
+/// document is never whole in memory as bytes.
+pub fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
+        let mut w = std::io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, std::fs::File::create(&tmp)?);
+        fill(&mut w)?;
+        let f = w.into_inner().map_err(std::io::IntoInnerError::into_error)?;
         f.sync_all()?;
         drop(f);
         std::fs::rename(&tmp, path)?;
@@ -151,21 +164,25 @@ impl StatusBoard {
         self.inner.book.lock().unwrap_or_else(PoisonError::into_inner).apply(record);
     }
 
-    /// The supervisor's sessions and servers. A stopped or wedged supervisor answers
-    /// nothing within `LIVE_READ_TIMEOUT`: the statistics are still shown, the
-    /// sessions then as untracked.
-    pub async fn read_live(&self) -> FleetView {
-        tokio::time::timeout(LIVE_READ_TIMEOUT, self.inner.supervisor.send(InspectFleet))
+    /// The supervisor's sessions and servers, as the document needs them. A stopped or
+    /// wedged supervisor answers nothing within `LIVE_READ_TIMEOUT`: the statistics are
+    /// still shown, the sessions then as untracked.
+    pub async fn read_live(&self) -> LiveFleet {
+        let fleet: FleetView = tokio::time::timeout(LIVE_READ_TIMEOUT, self.inner.supervisor.send(InspectFleet))
             .await
             .ok()
             .and_then(Result::ok)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        LiveFleet {
+            reconciled: fleet.servers.iter().filter(|s| s.connected && s.reconciled).map(|s| s.name.clone()).collect(),
+            sessions: fleet.sessions.iter().map(LiveSession::from).collect(),
+        }
     }
 
     /// The status document from `fleet` (as [`StatusBoard::read_live`] gave it), the
     /// statistics and the pumps' counters now. Sessions gone from memory and quiet for
     /// `status.forget_after` are forgotten first.
-    pub fn document(&self, fleet: &FleetView) -> StatusDocument {
+    pub fn document(&self, fleet: &LiveFleet) -> StatusDocument {
         let now_ms = shepherd_actors::ports::Clock::wall_ms(&shepherd_actors::ports::SystemClock);
         let streams = self.streams(fleet);
         let mut book = self.inner.book.lock().unwrap_or_else(PoisonError::into_inner);
@@ -180,7 +197,7 @@ impl StatusBoard {
     }
 
     /// Each pump's counters joined with the supervisor's view of its server.
-    fn streams(&self, fleet: &FleetView) -> Vec<StreamFacts> {
+    fn streams(&self, fleet: &LiveFleet) -> Vec<StreamFacts> {
         use std::sync::atomic::Ordering::Relaxed;
         let pumps = self.inner.pumps.read().unwrap_or_else(PoisonError::into_inner);
         pumps
@@ -188,7 +205,7 @@ impl StatusBoard {
             .map(|(name, stats)| StreamFacts {
                 name: name.clone(),
                 connected: stats.connected.load(Relaxed),
-                reconciled: fleet.servers.iter().any(|s| &s.name == name && s.connected && s.reconciled),
+                reconciled: fleet.reconciled.contains(name),
                 connects: stats.connects.load(Relaxed),
                 frames: stats.frames.load(Relaxed),
                 malformed: stats.malformed.load(Relaxed),
@@ -196,6 +213,14 @@ impl StatusBoard {
             })
             .collect()
     }
+}
+
+/// The fleet as the status document needs it: the servers connected and reconciled, and
+/// a [`LiveSession`] per session in memory (kept by the writer between refreshes).
+#[derive(Debug, Default)]
+pub struct LiveFleet {
+    reconciled: Vec<String>,
+    sessions: Vec<LiveSession>,
 }
 
 /// The thread that folds the journal into the [`StatusBoard`] and, when the status file
@@ -261,9 +286,10 @@ async fn run(
     board: StatusBoard,
     mut stop: watch::Receiver<bool>,
 ) {
-    // The supervisor's view (status, todos, tokens) is read for each write and dropped
-    // after it: writes are at most every `min_interval`, and a view kept in between
-    // would hold a copy of every tracked session's state.
+    // The supervisor's view (status, todos, tokens) costs one message per session
+    // actor: it is re-read every `refresh_interval`, not on every write.
+    let mut live = LiveFleet::default();
+    let mut live_stale = true;
     let mut dirty = true; // the first write shows the fleet as it is
     let mut last_write: Option<tokio::time::Instant> = None;
     let mut refresh = tokio::time::interval(cfg.refresh_interval);
@@ -282,10 +308,23 @@ async fn run(
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             },
-            _ = refresh.tick() => dirty = true,
+            _ = refresh.tick() => {
+                dirty = true;
+                live_stale = true;
+            }
             _ = tokio::time::sleep_until(next_allowed), if dirty && path.is_some() => {
+                let refreshed = live_stale;
+                if live_stale {
+                    live = board.read_live().await;
+                    live_stale = false;
+                }
                 if let Some(path) = &path {
-                    write(path, &board.document(&board.read_live().await));
+                    write(path, &board.document(&live));
+                }
+                if refreshed {
+                    // The supervisor's full view and the document were the daemon's
+                    // largest short-lived allocations: give their pages back.
+                    crate::memory::trim();
                 }
                 last_write = Some(tokio::time::Instant::now());
                 dirty = false;
@@ -298,16 +337,13 @@ async fn run(
         board.apply(&record);
     }
     if let Some(path) = &path {
-        write(path, &board.document(&board.read_live().await));
+        write(path, &board.document(&live));
     }
 }
 
+/// Serialises `doc` straight into the file (at 10k sessions the text is tens of MB).
 fn write(path: &Path, doc: &StatusDocument) {
-    let bytes = match serde_json::to_vec_pretty(doc) {
-        Ok(b) => b,
-        Err(e) => return tracing::warn!(error = %e, "status: could not serialise the document"),
-    };
-    if let Err(e) = write_atomic(path, &bytes) {
+    if let Err(e) = write_atomic_with(path, |w| serde_json::to_writer_pretty(w, doc).map_err(std::io::Error::from)) {
         tracing::warn!(path = %path.display(), error = %e, "status: write failed");
     }
 }

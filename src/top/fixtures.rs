@@ -4,7 +4,7 @@
 use shepherd_actors::control::SessionDetail;
 use shepherd_actors::event::{Todo, TodoStatus};
 use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
-use shepherd_actors::stats::{StatsBook, StatusDocument, StreamFacts};
+use shepherd_actors::stats::{LiveSession, StatsBook, StatusDocument, StreamFacts};
 
 /// The document's time: every age in the fixtures is relative to it.
 pub const NOW_MS: i64 = 1_800_000_000_000;
@@ -105,9 +105,16 @@ pub fn fleet_doc() -> StatusDocument {
         },
     ];
     let mut book = StatsBook::new(10);
-    for r in [record("ses_stuck", Action::Nudge, 12 * M), record("ses_busy", Action::Continue, 5 * M)] {
+    // Every record passes the book (the sessions' last actions above among them).
+    for r in [
+        record("ses_stuck", Action::Nudge, 12 * M),
+        record("ses_busy", Action::Continue, 5 * M),
+        record("ses_recov", Action::StallDetected, 2 * S),
+        record("ses_paused", Action::Pause, 20 * M),
+    ] {
         book.apply(&r);
     }
+    let live: Vec<LiveSession> = live.iter().map(LiveSession::from).collect();
     book.document(&live, &streams, NOW_MS, "fixture")
 }
 
