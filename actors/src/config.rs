@@ -573,7 +573,9 @@ pub struct StatusConfig {
     pub min_interval: Duration,
     /// Archives kept at start-up (`status.json.1` newest … `status.json.N`); 0 = none.
     pub rotate: u32,
-    /// Entries of each session's rolling history.
+    /// Entries of each session's rolling history in the file (the whole journal is in
+    /// the ledger: `shepherd history`). Each costs about 150 bytes of memory per session
+    /// that has that many records, and a line of the file on every write.
     pub max_history: usize,
     /// Written at least this often (the live state — busy, todos, tokens — changes
     /// without records).
@@ -591,7 +593,7 @@ impl Default for StatusConfig {
             path: String::new(),
             min_interval: Duration::from_secs(2),
             rotate: 3,
-            max_history: 50,
+            max_history: 10,
             refresh_interval: Duration::from_secs(30),
             forget_after: Duration::from_secs(60 * 60),
         }
@@ -755,13 +757,14 @@ pub struct StoreConfig {
     pub path: String,
     /// SQLite's page cache, KiB. The ledger mostly appends and reads one session's row
     /// when its actor starts; the operating system caches the file too. SQLite's own
-    /// default (2 MiB) would be a fixed cost of 2 KiB per session in a fleet of 1,000.
+    /// default (2 MiB) would be a fixed cost of 2 KiB per session in a fleet of 1,000;
+    /// 256 KiB (64 pages) holds the upper levels of the ledger's trees.
     pub cache_kib: u32,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { backend: StoreBackend::Sqlite, path: String::new(), cache_kib: 512 }
+        Self { backend: StoreBackend::Sqlite, path: String::new(), cache_kib: 256 }
     }
 }
 

@@ -8,7 +8,7 @@ use actix::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::event::Todo;
-use crate::journal::{ActionRecord, HistoryEntry};
+use crate::journal::{ActionRecord, LastAction};
 
 /// What Shepherd knows about one session, and what it last did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -36,7 +36,7 @@ pub struct SessionDetail {
     pub context_window: Option<u64>,
     pub context_percent: Option<f64>,
     pub compacting: bool,
-    pub last_action: Option<HistoryEntry>,
+    pub last_action: Option<LastAction>,
     pub handoff: HandoffView,
 }
 

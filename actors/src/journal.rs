@@ -176,6 +176,21 @@ impl From<&ActionRecord> for HistoryEntry {
     }
 }
 
+/// A record's what and when, without its why: what a session actor keeps of its latest
+/// record (the reason is in the status book's history and the ledger's journal).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+pub struct LastAction {
+    pub at_ms: i64,
+    pub action: Action,
+    pub outcome: Outcome,
+}
+
+impl From<&ActionRecord> for LastAction {
+    fn from(r: &ActionRecord) -> Self {
+        LastAction { at_ms: r.at_ms, action: r.action, outcome: r.outcome }
+    }
+}
+
 /// Where records go: the log and every subscriber.
 #[derive(Debug, Clone)]
 pub struct Journal {

@@ -16,7 +16,7 @@ use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
 use crate::control::{HandoffView, SessionDetail};
 use crate::event::{Event, ModelRef, SessionInfo};
 use crate::guard::PromptGuard;
-use crate::journal::{HistoryEntry, Journal};
+use crate::journal::{Journal, LastAction};
 use crate::ledger::{DurableState, Ledger};
 use crate::ports::{Clock, Engine, Workspace};
 use crate::session::core::{CompactOrder, Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
@@ -116,9 +116,8 @@ pub struct SessionActor {
     timer: Option<(SpawnHandle, tokio::time::Instant)>,
     /// A stop arrived during a recovery: stop once it has finished.
     stop_after_recovery: bool,
-    /// The latest record about this session, without its numbers (boxed: most sessions
-    /// never have one).
-    last_action: Option<Box<HistoryEntry>>,
+    /// What the latest record about this session was, and when.
+    last_action: Option<LastAction>,
     /// The core's durable generation when the state was last written or loaded (to
     /// write only changes); `None` until then.
     saved_generation: Option<u64>,
@@ -151,7 +150,7 @@ impl SessionActor {
         for effect in effects {
             match effect {
                 Effect::Record(r) => {
-                    self.last_action = Some(Box::new(HistoryEntry::from(&r)));
+                    self.last_action = Some(LastAction::from(&r));
                     self.record_unsaved = true;
                     let ledger = Arc::clone(&self.env.ledger);
                     let entry = r.clone();
@@ -482,7 +481,7 @@ impl Handler<Inspect> for SessionActor {
             context_window: self.core.context().1,
             context_percent: self.core.context_share().map(|s| (s * 1000.0).round() / 10.0),
             compacting: self.core.is_compacting(),
-            last_action: self.last_action.as_deref().cloned(),
+            last_action: self.last_action,
             handoff: HandoffView::of(self.core.handoff()),
         })
     }
