@@ -160,20 +160,15 @@ pub struct ActionRecord {
     pub at_ms: i64,
 }
 
-/// One record without its numbers: what a session's history and its last action keep
-/// (the numbers are in the log and the ledger's journal).
+/// One record without its numbers: what a session's history keeps (the numbers are in
+/// the log and the ledger's journal). The reason is shared: the status book keeps one
+/// copy of each text however many histories hold it.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct HistoryEntry {
     pub at_ms: i64,
     pub action: Action,
     pub outcome: Outcome,
-    pub reason: String,
-}
-
-impl From<&ActionRecord> for HistoryEntry {
-    fn from(r: &ActionRecord) -> Self {
-        HistoryEntry { at_ms: r.at_ms, action: r.action, outcome: r.outcome, reason: r.reason.clone() }
-    }
+    pub reason: std::sync::Arc<str>,
 }
 
 /// A record's what and when, without its why: what a session actor keeps of its latest

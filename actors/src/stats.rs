@@ -8,7 +8,8 @@
 //! [`SessionStats`] is a plain serialisable struct so a metrics endpoint can export it
 //! as it is.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -121,7 +122,7 @@ impl Histogram {
 }
 
 impl SessionStats {
-    fn apply(&mut self, r: &ActionRecord, max_history: usize) {
+    fn apply(&mut self, r: &ActionRecord, reason: Arc<str>, max_history: usize) {
         self.last_record_ms = r.at_ms;
         if r.numbers.context_tokens.is_some() {
             self.tokens = r.numbers.context_tokens;
@@ -185,7 +186,7 @@ impl SessionStats {
         {
             self.tool_calls_as_text += 1;
         }
-        self.history.push_back(HistoryEntry::from(r));
+        self.history.push_back(HistoryEntry { at_ms: r.at_ms, action: r.action, outcome: r.outcome, reason });
         while self.history.len() > max_history {
             self.history.pop_front();
         }
@@ -216,19 +217,30 @@ impl SessionStats {
 pub struct StatsBook {
     sessions: HashMap<String, Box<SessionStats>>,
     max_history: usize,
+    /// One copy of each reason the histories hold (most reasons recur across sessions
+    /// and records); texts no history holds any more are dropped by `forget_quiet`.
+    reasons: HashSet<Arc<str>>,
 }
 
 impl StatsBook {
     pub fn new(max_history: usize) -> Self {
-        Self { sessions: HashMap::new(), max_history }
+        Self { sessions: HashMap::new(), max_history, reasons: HashSet::new() }
     }
 
     /// Folds one record in.
     pub fn apply(&mut self, r: &ActionRecord) {
+        let reason = match self.reasons.get(r.reason.as_str()) {
+            Some(shared) => Arc::clone(shared),
+            None => {
+                let shared: Arc<str> = r.reason.as_str().into();
+                self.reasons.insert(Arc::clone(&shared));
+                shared
+            }
+        };
         let stats = self.sessions.entry(r.session.clone()).or_insert_with(|| {
             Box::new(SessionStats { server: r.server.clone(), first_seen_ms: r.at_ms, ..SessionStats::default() })
         });
-        stats.apply(r, self.max_history);
+        stats.apply(r, reason, self.max_history);
     }
 
     pub fn get(&self, session: &str) -> Option<&SessionStats> {
@@ -247,6 +259,7 @@ impl StatsBook {
     pub fn forget_quiet(&mut self, live: &[LiveSession], now_ms: i64, forget_after_ms: i64) {
         let live: std::collections::HashSet<&str> = live.iter().map(|d| d.id.as_str()).collect();
         self.sessions.retain(|id, s| live.contains(id.as_str()) || now_ms - s.last_record_ms < forget_after_ms);
+        self.reasons.retain(|reason| Arc::strong_count(reason) > 1);
     }
 
     /// The status document: every live session and every session with statistics, and
@@ -686,13 +699,35 @@ mod tests {
     }
 
     #[test]
+    fn a_reason_recorded_for_many_sessions_is_kept_once_until_no_history_holds_it() {
+        let mut book = StatsBook::new(1);
+        let text = "continue sent after the abort";
+        for (i, session) in ["a", "b"].iter().enumerate() {
+            let mut r = rec(i as i64, Action::Continue, Outcome::Done, text, Numbers::default());
+            r.session = session.to_string();
+            book.apply(&r);
+        }
+        let held = |s: &str| Arc::clone(&book.get(s).unwrap().history[0].reason);
+        assert!(Arc::ptr_eq(&held("a"), &held("b")), "one copy for both sessions");
+        assert_eq!(book.reasons.len(), 1);
+        // Both histories roll past it; the next pass drops the text.
+        for session in ["a", "b"] {
+            let mut r = rec(10, Action::Nudge, Outcome::Done, "idle with open todos", Numbers::default());
+            r.session = session.to_string();
+            book.apply(&r);
+        }
+        book.forget_quiet(&[], 20, 1_000);
+        assert_eq!(book.reasons.iter().map(|r| &**r).collect::<Vec<_>>(), ["idle with open todos"]);
+    }
+
+    #[test]
     fn the_history_rolls_at_max_history() {
         let mut book = StatsBook::new(3);
         for i in 0..5 {
             book.apply(&rec(i, Action::Nudge, Outcome::Done, &format!("n{i}"), Numbers::default()));
         }
         let s = book.get("ses_A").unwrap();
-        assert_eq!(s.history.iter().map(|h| h.reason.as_str()).collect::<Vec<_>>(), vec!["n2", "n3", "n4"]);
+        assert_eq!(s.history.iter().map(|h| &*h.reason).collect::<Vec<_>>(), vec!["n2", "n3", "n4"]);
         assert_eq!(s.nudge.done, 5);
     }
 

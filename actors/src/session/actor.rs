@@ -123,8 +123,9 @@ pub struct SessionActor {
     saved_generation: Option<u64>,
     /// A record was made since the last write (its action is part of the state).
     record_unsaved: bool,
-    /// The last action as the ledger had it, until this actor records one of its own.
-    loaded_last_action: (Option<String>, Option<i64>),
+    /// The last action as the ledger had it (name, epoch ms), until this actor records
+    /// one of its own. Boxed: only sessions loaded from the ledger have one.
+    loaded_last_action: Option<Box<(Option<String>, Option<i64>)>>,
     /// (window table, core model) generations at the last window lookup.
     window_seen: Option<(u64, u64)>,
 }
@@ -141,7 +142,7 @@ impl SessionActor {
             last_action: None,
             saved_generation: None,
             record_unsaved: false,
-            loaded_last_action: (None, None),
+            loaded_last_action: None,
             window_seen: None,
         }
     }
@@ -205,7 +206,7 @@ impl SessionActor {
             state.last_action = Some(format!("{}:{}", r.action.as_str(), r.outcome.as_str()));
             state.last_action_ms = Some(r.at_ms);
         } else {
-            (state.last_action, state.last_action_ms) = self.loaded_last_action.clone();
+            (state.last_action, state.last_action_ms) = self.loaded_last_action.as_deref().cloned().unwrap_or_default();
         }
         state
     }
@@ -380,7 +381,8 @@ impl Actor for SessionActor {
         ctx.wait(load.into_actor(self).map(|loaded, act, ctx| match loaded {
             Ok(Some(state)) => {
                 act.core.restore(&state, act.env.now());
-                act.loaded_last_action = (state.last_action.clone(), state.last_action_ms);
+                act.loaded_last_action = (state.last_action.is_some() || state.last_action_ms.is_some())
+                    .then(|| Box::new((state.last_action.clone(), state.last_action_ms)));
                 act.saved_generation = Some(act.core.durable_generation());
                 let effects = act.core.resume_interrupted_handoff(act.env.now());
                 if !effects.is_empty() {

@@ -103,11 +103,13 @@ impl ToolSpin {
             self.run.clear();
             self.reported = false;
         }
-        self.run.push_back(now);
         self.run.retain(|at| now.saturating_duration_since(*at) <= window);
-        if self.run.len() > count {
-            self.run.pop_front(); // only whether the run reached `count` matters
+        // Only whether the run reached `count` matters: room is made before the push, so
+        // the ring never grows past `count` entries.
+        while self.run.len() >= count.max(1) {
+            self.run.pop_front();
         }
+        self.run.push_back(now);
         if self.run.len() < count {
             return SpinVerdict::Normal;
         }
