@@ -287,7 +287,9 @@ async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     // The supervisor's view (status, todos, tokens) costs one message per session
-    // actor: it is re-read every `refresh_interval`, not on every write.
+    // actor: it is re-read every `refresh_interval`, not on every write. (Not keeping it
+    // while the fleet is quiet saves little and moves the read into the first busy
+    // moment after: on the 10k bench that took the abort latency's p99 from 6 to 13 ms.)
     let mut live = LiveFleet::default();
     let mut live_stale = true;
     let mut dirty = true; // the first write shows the fleet as it is
@@ -337,6 +339,9 @@ async fn run(
         board.apply(&record);
     }
     if let Some(path) = &path {
+        if live_stale {
+            live = board.read_live().await;
+        }
         write(path, &board.document(&live));
     }
 }
