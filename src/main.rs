@@ -229,7 +229,7 @@ impl ConfigArgs {
 /// they are the user's to fix (a config key, an unreachable daemon), not a crash.
 fn main() -> std::process::ExitCode {
     // Before any thread starts (the daemon does it again; it is idempotent).
-    shepherd::memory::share_one_arena();
+    shepherd::memory::limit_arenas();
     match run_cli(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
