@@ -5,6 +5,7 @@
 pub mod client;
 pub mod pump;
 pub mod sse;
+pub mod stream;
 
 pub use client::{Credentials, OpenCodeClient};
 pub use pump::{EventPump, PumpRegistry, PumpStats};

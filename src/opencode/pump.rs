@@ -1,7 +1,7 @@
 //! The event pump: one per server, following `GET /global/event` (every directory).
 //!
-//! Its own `reqwest` client has a read timeout, not a total one (a total timeout would
-//! cut the endless stream). It decodes each frame and hands it to the supervisor; an
+//! The stream's connection is [`EventStream`]'s (bounded buffers on plain HTTP); each
+//! read is bounded by `stream_read_timeout`, the stream as a whole is not (it is endless). It decodes each frame and hands it to the supervisor; an
 //! undecodable frame is logged (truncated) and skipped, never fatal. When the stream
 //! breaks or goes silent past `stream_read_timeout` (OpenCode sends a heartbeat every
 //! 10 s), it reconnects with exponential back-off, and after every (re)connect the
@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use actix::Addr;
-use futures::StreamExt;
 use shepherd_actors::config::ServerConfig;
 use shepherd_actors::event::decode;
 use shepherd_actors::supervisor::{Ingest, StreamDown, StreamUp, Supervisor};
@@ -19,6 +18,7 @@ use tokio::sync::watch;
 
 use super::client::Credentials;
 use super::sse::SseDecoder;
+use super::stream::EventStream;
 
 /// Malformed frames are logged with at most this many characters of their text.
 const LOGGED_FRAME_CHARS: usize = 200;
@@ -113,22 +113,9 @@ impl EventPump {
     async fn follow(&self, client: &reqwest::Client) -> Result<(), String> {
         let name = &self.server.name;
         let url = format!("{}/global/event", self.server.url.trim_end_matches('/'));
-        let mut rb = client.get(&url).header("accept", "text/event-stream");
-        if let Some(c) = &self.auth {
-            rb = rb.basic_auth(&c.username, Some(&c.password));
-        }
         // A server that is still booting may accept the connection and never answer:
-        // bound the wait for the response headers by the REST timeout, then retry.
-        let resp = tokio::time::timeout(self.server.request_timeout, rb.send())
-            .await
-            .map_err(|_| format!("no response headers within {:?}", self.server.request_timeout))?
-            .map_err(|e| format!("connect: {e}"))?;
-        if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
-            return Err("401 unauthorized: check the server's password (password_env)".into());
-        }
-        if !resp.status().is_success() {
-            return Err(format!("HTTP {}", resp.status()));
-        }
+        // the wait for the response headers is bounded by the REST timeout, then retried.
+        let mut stream = EventStream::open(&url, self.auth.as_ref(), client, self.server.request_timeout).await?;
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
         self.stats.connected.store(true, Ordering::Relaxed);
         tracing::info!(server = %name, url = %url, "event stream connected");
@@ -136,9 +123,14 @@ impl EventPump {
         let shared_name: Arc<str> = name.as_str().into();
 
         let mut decoder = SseDecoder::new();
-        let mut body = resp.bytes_stream();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| format!("read: {e}"))?;
+        // Silence past `stream_read_timeout` (heartbeats come every 10 s) is a dead stream.
+        let read_timeout = self.server.stream_read_timeout;
+        loop {
+            let chunk = match tokio::time::timeout(read_timeout, stream.next_chunk()).await {
+                Ok(Some(chunk)) => chunk?,
+                Ok(None) => break,
+                Err(_) => return Err(format!("read: nothing for {read_timeout:?}")),
+            };
             let dropped = decoder.push_each(&chunk, |data| {
                 self.stats.frames.fetch_add(1, Ordering::Relaxed);
                 self.stats.last_frame_ms.store(epoch_ms(), Ordering::Relaxed);

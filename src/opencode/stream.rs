@@ -1,0 +1,147 @@
+//! The event stream's HTTP connection, opened for the pump.
+//!
+//! A plain `http://` server (the usual `opencode serve` on loopback) gets a connection of
+//! Shepherd's own, made with hyper, whose read buffer is bounded by
+//! [`READ_BUFFER_BYTES`]. reqwest's buffer for the same stream grows while the pump is
+//! behind — to about half a megabyte during a burst — and keeps that size for as long as
+//! the connection lives, and reqwest offers no way to bound it. `https://` servers go
+//! through reqwest (and its TLS).
+//!
+//! Either way the pump sees the same thing: an [`EventStream`] of byte chunks, after the
+//! same checks of the response (401 names the password, any other failure its status).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::BodyExt;
+
+use super::client::Credentials;
+
+/// The most the plain connection buffers while the pump is behind (hyper's minimum is
+/// 8 KiB). A frame is read in as many reads as it needs, so nothing is lost to it.
+const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// One open event stream: the body of `GET /global/event`, chunk by chunk.
+pub struct EventStream {
+    body: Body,
+}
+
+enum Body {
+    /// Our own connection; the task driving it is aborted with the stream.
+    Plain { body: hyper::body::Incoming, connection: tokio::task::JoinHandle<()> },
+    Reqwest(futures::stream::BoxStream<'static, reqwest::Result<Bytes>>),
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        if let Body::Plain { connection, .. } = &self.body {
+            connection.abort();
+        }
+    }
+}
+
+impl EventStream {
+    /// Connects to `url` (`…/global/event`) and checks the answer. `client` serves
+    /// `https://` URLs; `request_timeout` bounds the connect and the wait for the
+    /// response headers (a server still booting may accept and never answer).
+    pub async fn open(
+        url: &str,
+        auth: Option<&Credentials>,
+        client: &reqwest::Client,
+        request_timeout: Duration,
+    ) -> Result<EventStream, String> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("bad URL {url}: {e}"))?;
+        let opening = async {
+            if parsed.scheme() == "http" {
+                open_plain(&parsed, auth).await
+            } else {
+                open_reqwest(url, auth, client).await
+            }
+        };
+        tokio::time::timeout(request_timeout, opening)
+            .await
+            .map_err(|_| format!("no response headers within {request_timeout:?}"))?
+    }
+
+    /// The next chunk of the body; `None` when the server ended the stream.
+    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, String>> {
+        match &mut self.body {
+            Body::Plain { body, .. } => loop {
+                match body.frame().await? {
+                    Ok(frame) => match frame.into_data() {
+                        Ok(data) => return Some(Ok(data)),
+                        Err(_trailers) => continue,
+                    },
+                    Err(e) => return Some(Err(format!("read: {e}"))),
+                }
+            },
+            Body::Reqwest(stream) => stream.next().await.map(|r| r.map_err(|e| format!("read: {e}"))),
+        }
+    }
+}
+
+/// The checks both kinds of connection make of the response's status.
+fn check_status(status: u16) -> Result<(), String> {
+    match status {
+        401 => Err("401 unauthorized: check the server's password (password_env)".into()),
+        200..=299 => Ok(()),
+        other => Err(format!("HTTP {other}")),
+    }
+}
+
+async fn open_plain(url: &reqwest::Url, auth: Option<&Credentials>) -> Result<EventStream, String> {
+    use base64::Engine as _;
+    let host = url.host_str().ok_or_else(|| format!("no host in {url}"))?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    // An IPv6 literal comes in brackets (as the Host header wants it, not the resolver).
+    let address = host.trim_start_matches('[').trim_end_matches(']');
+    let tcp = tokio::net::TcpStream::connect((address, port)).await.map_err(|e| format!("connect: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(READ_BUFFER_BYTES)
+        .handshake::<_, http_body_util::Empty<Bytes>>(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let connection = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let path = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_string(),
+    };
+    let authority = match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    };
+    let mut request = hyper::Request::get(path)
+        .header(hyper::header::HOST, authority)
+        .header(hyper::header::ACCEPT, "text/event-stream");
+    if let Some(c) = auth {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.username, c.password));
+        request = request.header(hyper::header::AUTHORIZATION, format!("Basic {token}"));
+    }
+    let request = request.body(http_body_util::Empty::new()).map_err(|e| format!("request: {e}"))?;
+    let response = match sender.send_request(request).await {
+        Ok(r) => r,
+        Err(e) => {
+            connection.abort();
+            return Err(format!("connect: {e}"));
+        }
+    };
+    // Built before the check: dropped on a bad status, it closes the connection.
+    let status = response.status().as_u16();
+    let stream = EventStream { body: Body::Plain { body: response.into_body(), connection } };
+    check_status(status)?;
+    Ok(stream)
+}
+
+async fn open_reqwest(url: &str, auth: Option<&Credentials>, client: &reqwest::Client) -> Result<EventStream, String> {
+    let mut rb = client.get(url).header("accept", "text/event-stream");
+    if let Some(c) = auth {
+        rb = rb.basic_auth(&c.username, Some(&c.password));
+    }
+    let resp = rb.send().await.map_err(|e| format!("connect: {e}"))?;
+    check_status(resp.status().as_u16())?;
+    Ok(EventStream { body: Body::Reqwest(resp.bytes_stream().boxed()) })
+}
