@@ -7,10 +7,9 @@
 //! every journal record into the board's book and — with `status.enabled`, when records
 //! arrived, at most every `status.min_interval`, and at least every
 //! `status.refresh_interval` — asks the supervisor for its sessions (status, todos,
-//! tokens) — kept between refreshes as [`LiveFleet`], a tenth of the supervisor's full
-//! view — builds the document and streams it into the file with [`write_atomic_with`]:
-//! temp file in the
-//! same folder, fsync, rename, fsync the folder. A reader (or a crash at any point) sees
+//! tokens) — kept between refreshes as [`LiveFleet`], about a third of the supervisor's
+//! full view — builds the document and streams it into the file with
+//! [`write_atomic_with`]: temp file in the same folder, fsync, rename, fsync the folder. A reader (or a crash at any point) sees
 //! the old file or the new one, never half of one. At start-up the previous file is
 //! rotated into `status.rotate` archives (`status.json.1` the newest).
 //!

@@ -75,12 +75,12 @@ pub struct Supervisor {
     intervals: Vec<SpawnHandle>,
 }
 
-/// `(server, session id)`: a session's identity everywhere. Maps keyed by it are looked
-/// up with borrowed strings ([`key`]), so routing an event copies no id.
 /// How many session actors [`Supervisor::details`] asks at a time (about half a
 /// millisecond of work on the actors' thread).
 const INSPECT_SLICE: usize = 256;
 
+/// `(server, session id)`: a session's identity everywhere. Maps keyed by it are looked
+/// up with borrowed strings ([`key`]), so routing an event copies no id.
 type SessionKey = (String, String);
 
 /// A session key, owned or borrowed; hashes and compares like `(&str, &str)`.
