@@ -1,7 +1,8 @@
 //! The event pump: one per server, following `GET /global/event` (every directory).
 //!
 //! The stream's connection is [`EventStream`]'s (bounded buffers on plain HTTP); each
-//! read is bounded by `stream_read_timeout`, the stream as a whole is not (it is endless). It decodes each frame and hands it to the supervisor; an
+//! read is bounded by `stream_read_timeout`, the stream as a whole is not (it is
+//! endless). The pump decodes each frame and hands it to the supervisor; an
 //! undecodable frame is logged (truncated) and skipped, never fatal. When the stream
 //! breaks or goes silent past `stream_read_timeout` (OpenCode sends a heartbeat every
 //! 10 s), it reconnects with exponential back-off, and after every (re)connect the
@@ -68,7 +69,6 @@ impl EventPump {
         let name = self.server.name.clone();
         let client = match reqwest::Client::builder()
             .connect_timeout(self.server.request_timeout)
-            .read_timeout(self.server.stream_read_timeout)
             .build()
         {
             Ok(c) => c,
