@@ -250,6 +250,7 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
         Command::Run(args) => {
             let cfg = args.load()?;
             shepherd::logging::init(cfg.log.format, &cfg.log.level);
+            install_kill_point();
             if cfg.servers.is_empty() {
                 anyhow::bail!("no servers configured: add [[servers]] to the config or pass --server URL");
             }
@@ -449,6 +450,28 @@ async fn run(cfg: shepherd_actors::config::Config, loader: shepherd::reload::Con
     tracing::info!("signal received: shutting down");
     daemon.shutdown().await;
     Ok(())
+}
+
+/// The test-only variable naming the step at which `shepherd run` kills itself
+/// (`shepherd_actors::killpoint`): the crash-consistency tests restart it after.
+const KILL_AT_ENV: &str = "SHEPHERD_KILL_AT";
+
+/// Arms the kill point named by `SHEPHERD_KILL_AT`, if any: the process sends itself
+/// `SIGKILL` the first time a procedure reaches that step. Never set it in production.
+fn install_kill_point() {
+    let Ok(target) = std::env::var(KILL_AT_ENV) else { return };
+    if !shepherd_actors::killpoint::step::ALL.contains(&target.as_str()) {
+        tracing::warn!(variable = KILL_AT_ENV, value = %target, known = ?shepherd_actors::killpoint::step::ALL, "unknown kill point; ignored");
+        return;
+    }
+    tracing::warn!(variable = KILL_AT_ENV, step = %target, "TEST ONLY: this process kills itself (SIGKILL) when it reaches this step");
+    shepherd_actors::killpoint::install(move |step| {
+        if step == target {
+            eprintln!("kill point {step} reached: SIGKILL");
+            // SAFETY: `kill` on our own pid with a signal number has no memory effects.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+    });
 }
 
 async fn wait_for_signal() {

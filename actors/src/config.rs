@@ -148,6 +148,9 @@ pub struct RecoveryConfig {
     pub detect_tool_calls_as_text: bool,
     /// How many recent messages the scan reads.
     pub tool_call_scan_messages: u32,
+    /// How many of a session's latest messages are read to see whether the prompt of
+    /// an action left unfinished by a crash (an intent in the ledger) arrived.
+    pub verify_messages: u32,
     /// Sent instead of the continue (or nudge) when the model wrote a tool call as
     /// text. Variables as for `continue_with_todos_message`, plus `{pattern}` (what
     /// was found).
@@ -190,6 +193,7 @@ impl Default for RecoveryConfig {
                 .to_string(),
             detect_tool_calls_as_text: true,
             tool_call_scan_messages: 20,
+            verify_messages: 50,
             tool_call_as_text_message: "Your previous response wrote a tool call as text ({pattern}) instead \
                 of calling the tool, so nothing was executed. Make that call again through the \
                 proper tool-calling mechanism (a real tool call, not text in your reply), then \
@@ -888,6 +892,9 @@ impl Config {
         }
         if r.tool_call_scan_messages == 0 {
             return Err(bad("recovery.tool_call_scan_messages", "must be at least 1"));
+        }
+        if r.verify_messages == 0 {
+            return Err(bad("recovery.verify_messages", "must be at least 1"));
         }
         if r.planning_timeout.is_zero() {
             return Err(bad("recovery.planning_timeout", "must be greater than zero"));

@@ -51,9 +51,9 @@ pub enum LedgerError {
     Corrupt(String),
 }
 
-/// Durable per-session state, the action journal and hand-off snapshots.
+/// Durable per-session state, the action journal, hand-off snapshots and intents.
 #[async_trait]
-pub trait Ledger: SnapshotStore {
+pub trait Ledger: SnapshotStore + IntentLog {
     async fn load(&self, server: &str, session: &str) -> Result<Option<DurableState>, LedgerError>;
     async fn save(&self, server: &str, session: &str, state: &DurableState) -> Result<(), LedgerError>;
     async fn append(&self, record: &ActionRecord) -> Result<(), LedgerError>;
@@ -71,6 +71,34 @@ pub struct MemoryLedger {
     journal: Mutex<Vec<ActionRecord>>,
     /// Snapshots in the order written, with the session that claimed each.
     snapshots: Mutex<Vec<(Snapshot, Option<String>)>>,
+    /// Open intents by (server, decision).
+    intents: Mutex<HashMap<(String, String), Intent>>,
+}
+
+#[async_trait]
+impl IntentLog for MemoryLedger {
+    async fn put_intent(&self, intent: &Intent) -> Result<(), LedgerError> {
+        let mut all = self.intents.lock().map_err(|e| LedgerError::Storage(e.to_string()))?;
+        all.insert((intent.server.clone(), intent.decision.clone()), intent.clone());
+        Ok(())
+    }
+
+    async fn end_intent(&self, server: &str, decision: &str) -> Result<(), LedgerError> {
+        let mut all = self.intents.lock().map_err(|e| LedgerError::Storage(e.to_string()))?;
+        all.remove(&(server.to_string(), decision.to_string()));
+        Ok(())
+    }
+
+    async fn open_intents(&self, server: &str, session: Option<&str>) -> Result<Vec<Intent>, LedgerError> {
+        let all = self.intents.lock().map_err(|e| LedgerError::Storage(e.to_string()))?;
+        let mut open: Vec<Intent> = all
+            .values()
+            .filter(|i| i.server == server && session.is_none_or(|s| s == i.session))
+            .cloned()
+            .collect();
+        open.sort_by_key(|i| i.started_ms);
+        Ok(open)
+    }
 }
 
 #[async_trait]
@@ -277,4 +305,97 @@ pub trait SnapshotStore: Send + Sync + 'static {
     async fn snapshot(&self, id: &str) -> Result<Option<Result<Snapshot, LedgerError>>, LedgerError>;
     /// Claims a snapshot for the session it is restored into; idempotent per session.
     async fn claim(&self, id: &str, session: &str) -> Result<Claim, LedgerError>;
+}
+
+/// An action Shepherd began on a session and has not seen through yet: written before
+/// the first request that changes the session (the abort, the prompt), updated as the
+/// procedure passes each step, and removed once its outcome is known. A crash leaves it
+/// behind; on start, reconnect and rediscovery it is resumed by looking at the session
+/// itself (OpenCode's messages carry Shepherd's tag and the decision id): what already
+/// happened is not done again, what is missing is done once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    pub server: String,
+    pub session: String,
+    /// The decision id: written into the prompt's tag, so the session shows whether the
+    /// prompt arrived.
+    pub decision: String,
+    pub kind: IntentKind,
+    pub step: IntentStep,
+    /// The Shepherd instance that began it.
+    pub instance: String,
+    /// When it began (epoch ms).
+    pub started_ms: i64,
+    /// The attempt (a recovery) or round (a follow-up) rendered into the prompt.
+    pub attempt: u32,
+}
+
+/// What the intent is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentKind {
+    /// A stall recovery: abort, then continue.
+    Recover,
+    /// A continue to an idle session (an orphaned parent, a turn cut off by a restart).
+    Continue,
+    Nudge,
+    Review,
+    /// A person's or tool's prompt through the control API: verified, never re-sent
+    /// (whoever asked was told it failed).
+    Custom,
+}
+
+impl IntentKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IntentKind::Recover => "recover",
+            IntentKind::Continue => "continue",
+            IntentKind::Nudge => "nudge",
+            IntentKind::Review => "review",
+            IntentKind::Custom => "custom",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<IntentKind> {
+        [IntentKind::Recover, IntentKind::Continue, IntentKind::Nudge, IntentKind::Review, IntentKind::Custom]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// How far the procedure got before the intent was last written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentStep {
+    /// Decided; nothing sent yet (the abort or prompt may be on its way).
+    Intended,
+    /// The abort was accepted; the continue is still to come.
+    Aborted,
+    /// The prompt is being sent (it may have arrived).
+    Sending,
+}
+
+impl IntentStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IntentStep::Intended => "intended",
+            IntentStep::Aborted => "aborted",
+            IntentStep::Sending => "sending",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<IntentStep> {
+        [IntentStep::Intended, IntentStep::Aborted, IntentStep::Sending].into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// Where intents are kept: beside the ledger, written (and awaited) before each step.
+#[async_trait]
+pub trait IntentLog: Send + Sync + 'static {
+    /// Writes the intent, replacing the one with the same (server, decision).
+    async fn put_intent(&self, intent: &Intent) -> Result<(), LedgerError>;
+    /// The intent's outcome is known (and journaled): forget it.
+    async fn end_intent(&self, server: &str, decision: &str) -> Result<(), LedgerError>;
+    /// The open intents of a server (of one session when given), oldest first.
+    async fn open_intents(&self, server: &str, session: Option<&str>) -> Result<Vec<Intent>, LedgerError>;
 }

@@ -12,7 +12,9 @@
 //! - [`supervisor`]: the fleet actor: creates session actors on first sight, routes
 //!   events to them and reconciles state after every stream (re)connect.
 //! - [`control`]: the questions the control API may ask the supervisor.
-//! - [`ledger`]: the durable-state port (what survives eviction and restarts).
+//! - [`ledger`]: the durable-state port (what survives eviction and restarts), and the
+//!   intents of actions under way (what a crash must not lose or repeat).
+//! - [`killpoint`]: named steps where a test can make the process die.
 //! - [`journal`]: the record of every action Shepherd took or declined.
 //! - [`stats`]: per-session statistics folded from the journal, and the status document.
 //!
@@ -25,6 +27,7 @@ pub mod control;
 pub mod event;
 pub mod guard;
 pub mod journal;
+pub mod killpoint;
 pub mod ledger;
 pub mod ports;
 pub mod session;

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use shepherd_actors::journal::ActionRecord;
-use shepherd_actors::ledger::{Claim, DurableState, Ledger, LedgerError, Snapshot, SnapshotStore};
+use shepherd_actors::ledger::{Claim, DurableState, Intent, IntentLog, Ledger, LedgerError, Snapshot, SnapshotStore};
 use shepherd_actors::ports::{ChatRequest, ModelError, ModelPort};
 
 use super::Metrics;
@@ -55,6 +55,23 @@ impl SnapshotStore for CountingLedger {
     async fn claim(&self, id: &str, session: &str) -> Result<Claim, LedgerError> {
         let r = self.inner.claim(id, session).await;
         self.count("claim", r)
+    }
+}
+
+#[async_trait]
+impl IntentLog for CountingLedger {
+    async fn put_intent(&self, intent: &Intent) -> Result<(), LedgerError> {
+        let r = self.inner.put_intent(intent).await;
+        self.count("put_intent", r)
+    }
+
+    async fn end_intent(&self, server: &str, decision: &str) -> Result<(), LedgerError> {
+        let r = self.inner.end_intent(server, decision).await;
+        self.count("end_intent", r)
+    }
+
+    async fn open_intents(&self, server: &str, session: Option<&str>) -> Result<Vec<Intent>, LedgerError> {
+        self.inner.open_intents(server, session).await
     }
 }
 
@@ -143,6 +160,19 @@ mod tests {
         }
         async fn claim(&self, _: &str, _: &str) -> Result<Claim, LedgerError> {
             Ok(Claim::Granted)
+        }
+    }
+
+    #[async_trait]
+    impl IntentLog for Broken {
+        async fn put_intent(&self, _: &Intent) -> Result<(), LedgerError> {
+            Err(LedgerError::Storage("disk full".into()))
+        }
+        async fn end_intent(&self, _: &str, _: &str) -> Result<(), LedgerError> {
+            Err(LedgerError::Storage("disk full".into()))
+        }
+        async fn open_intents(&self, _: &str, _: Option<&str>) -> Result<Vec<Intent>, LedgerError> {
+            Ok(vec![])
         }
     }
 

@@ -40,7 +40,7 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBeha
 use shepherd_actors::config::StoreConfig;
 use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
 use shepherd_actors::ledger::{
-    Claim, DurableState, Ledger, LedgerError, Snapshot, SnapshotStore, HANDOFF_RUNNING_PHASES,
+    Claim, DurableState, Intent, IntentLog, Ledger, LedgerError, Snapshot, SnapshotStore, HANDOFF_RUNNING_PHASES,
 };
 use tokio::sync::oneshot;
 
@@ -87,6 +87,17 @@ const MIGRATIONS: &[(i64, &str)] = &[
          claimed_by    TEXT
      );
      CREATE INDEX handoff_snapshot_session ON handoff_snapshot (server, session, created_ms);",
+    ),
+    (
+        3,
+        "CREATE TABLE intent (
+         server      TEXT    NOT NULL,
+         decision    TEXT    NOT NULL,
+         session     TEXT    NOT NULL,
+         started_ms  INTEGER NOT NULL,
+         intent_json TEXT    NOT NULL,
+         PRIMARY KEY (server, decision)
+     );",
     ),
 ];
 
@@ -146,6 +157,20 @@ enum Command {
     UnfinishedHandoffs {
         server: String,
         reply: Reply<Vec<String>>,
+    },
+    PutIntent {
+        intent: Box<Intent>,
+        reply: Reply<()>,
+    },
+    EndIntent {
+        server: String,
+        decision: String,
+        reply: Reply<()>,
+    },
+    OpenIntents {
+        server: String,
+        session: Option<String>,
+        reply: Reply<Vec<Intent>>,
     },
 }
 
@@ -233,6 +258,24 @@ impl Ledger for SqliteLedger {
     async fn unfinished_handoffs(&self, server: &str) -> Result<Vec<String>, LedgerError> {
         let server = server.to_string();
         self.ask(|reply| Command::UnfinishedHandoffs { server, reply }).await
+    }
+}
+
+#[async_trait]
+impl IntentLog for SqliteLedger {
+    async fn put_intent(&self, intent: &Intent) -> Result<(), LedgerError> {
+        let intent = Box::new(intent.clone());
+        self.ask(|reply| Command::PutIntent { intent, reply }).await
+    }
+
+    async fn end_intent(&self, server: &str, decision: &str) -> Result<(), LedgerError> {
+        let (server, decision) = (server.to_string(), decision.to_string());
+        self.ask(|reply| Command::EndIntent { server, decision, reply }).await
+    }
+
+    async fn open_intents(&self, server: &str, session: Option<&str>) -> Result<Vec<Intent>, LedgerError> {
+        let (server, session) = (server.to_string(), session.map(str::to_string));
+        self.ask(|reply| Command::OpenIntents { server, session, reply }).await
     }
 }
 
@@ -349,6 +392,18 @@ impl Command {
             Command::Snapshots { server, session, reply } => read(reply, snapshots(conn, &server, &session)),
             Command::Snapshot { id, reply } => read(reply, snapshot(conn, &id)),
             Command::UnfinishedHandoffs { server, reply } => read(reply, unfinished_handoffs(conn, &server)),
+            Command::PutIntent { intent, reply } => Finished::Write(reply, put_intent(conn, &intent)),
+            Command::EndIntent { server, decision, reply } => {
+                let result = conn
+                    .prepare_cached("DELETE FROM intent WHERE server = ?1 AND decision = ?2")
+                    .and_then(|mut st| st.execute(params![server, decision]))
+                    .map(drop)
+                    .map_err(|e| storage_error(&format!("closing intent {decision} of {server}"), e));
+                Finished::Write(reply, result)
+            }
+            Command::OpenIntents { server, session, reply } => {
+                read(reply, open_intents(conn, &server, session.as_deref()))
+            }
             Command::Claim { id, session, reply } => match claim(conn, &id, &session) {
                 Ok(c) => read(reply, Ok(c)),
                 Err(e) => read(reply, Err(e)),
@@ -368,6 +423,9 @@ impl Command {
             Command::Snapshot { reply, .. } => drop(reply.send(Err(err))),
             Command::Claim { reply, .. } => drop(reply.send(Err(err))),
             Command::UnfinishedHandoffs { reply, .. } => drop(reply.send(Err(err))),
+            Command::PutIntent { reply, .. } => drop(reply.send(Err(err))),
+            Command::EndIntent { reply, .. } => drop(reply.send(Err(err))),
+            Command::OpenIntents { reply, .. } => drop(reply.send(Err(err))),
         }
     }
 }
@@ -426,6 +484,41 @@ fn unfinished_handoffs(conn: &Connection, server: &str) -> Result<Vec<String>, L
     )
     .and_then(|mut st| st.query_map(params![server, phases[0], phases[1], phases[2]], |r| r.get(0))?.collect())
     .map_err(|e| storage_error(&format!("finding unfinished hand-offs of {server}"), e))
+}
+
+fn put_intent(conn: &Connection, intent: &Intent) -> Result<(), LedgerError> {
+    let at = || format!("writing intent {} of {}/{}", intent.decision, intent.server, intent.session);
+    let json = serde_json::to_string(intent).map_err(|e| LedgerError::Storage(format!("{}: {e}", at())))?;
+    conn.prepare_cached(
+        "INSERT INTO intent (server, decision, session, started_ms, intent_json) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (server, decision) DO UPDATE SET intent_json = excluded.intent_json",
+    )
+    .and_then(|mut st| st.execute(params![intent.server, intent.decision, intent.session, intent.started_ms, json]))
+    .map(drop)
+    .map_err(|e| storage_error(&at(), e))
+}
+
+/// The open intents of a server (or one of its sessions), oldest first. A row that
+/// does not parse is logged and skipped: it cannot be resumed, and must not stop the
+/// others.
+fn open_intents(conn: &Connection, server: &str, session: Option<&str>) -> Result<Vec<Intent>, LedgerError> {
+    let rows: Vec<(String, String)> = conn
+        .prepare_cached(
+            "SELECT decision, intent_json FROM intent WHERE server = ?1 AND (?2 IS NULL OR session = ?2)
+             ORDER BY started_ms",
+        )
+        .and_then(|mut st| st.query_map(params![server, session], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .map_err(|e| storage_error(&format!("reading the open intents of {server}"), e))?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(decision, json)| match serde_json::from_str(&json) {
+            Ok(intent) => Some(intent),
+            Err(e) => {
+                tracing::warn!(server, decision = %decision, error = %e, "ledger: an unreadable intent is skipped");
+                None
+            }
+        })
+        .collect())
 }
 
 fn parse_snapshot(id: &str, json: &str) -> Result<Snapshot, LedgerError> {

@@ -17,12 +17,13 @@ use crate::control::{HandoffView, SessionDetail};
 use crate::event::{Event, ModelRef, SessionInfo};
 use crate::guard::PromptGuard;
 use crate::journal::{Journal, LastAction};
-use crate::ledger::{DurableState, Ledger};
+use crate::ledger::{DurableState, Intent, IntentKind, IntentStep, Ledger};
 use crate::ports::{Clock, Engine, Workspace};
 use crate::session::core::{CompactOrder, Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
-use crate::session::delivery::{deliver, Delivery, Outbound, PromptOrder};
+use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
 use crate::session::handover::{run_step, HandoffOrder, Tools};
-use crate::session::recovery::{recover, InFlight};
+use crate::session::recovery::{end_intent, may_have_arrived, recover, write_intent, InFlight};
+use crate::session::resume::{resume, ResumeOrder};
 
 /// What every session actor of one server shares (one `Arc` for all of them).
 pub struct SessionEnv {
@@ -107,6 +108,10 @@ impl SessionEnv {
     }
 }
 
+/// How long a failed state write waits before it is tried again. Not a tuning knob:
+/// a ledger that fails is logged and counted; this only keeps the retry from spinning.
+const SAVE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One OpenCode session.
 pub struct SessionActor {
     core: SessionCore,
@@ -128,6 +133,13 @@ pub struct SessionActor {
     loaded_last_action: Option<Box<(Option<String>, Option<i64>)>>,
     /// (window table, core model) generations at the last window lookup.
     window_seen: Option<(u64, u64)>,
+    /// Decisions whose procedure runs in this actor now: their intents are open in the
+    /// ledger but not left behind by a crash, so a reconnect does not resume them.
+    running: Vec<String>,
+    /// A failed state write is retried (once armed, until a write succeeds).
+    save_retry: Option<SpawnHandle>,
+    /// The generation whose write is under way (not written again meanwhile).
+    saving_generation: Option<u64>,
 }
 
 impl SessionActor {
@@ -144,6 +156,9 @@ impl SessionActor {
             record_unsaved: false,
             loaded_last_action: None,
             window_seen: None,
+            running: Vec::new(),
+            save_retry: None,
+            saving_generation: None,
         }
     }
 
@@ -170,6 +185,7 @@ impl SessionActor {
                 Effect::Compact(order) => self.start_compaction(order, ctx),
                 Effect::HandOff(order) => self.start_handoff_step(order, ctx),
                 Effect::Advise(request) => self.start_consultation(request, ctx),
+                Effect::Resume(order) => self.start_resume(order, ctx),
                 Effect::Stop => ctx.stop(),
             }
         }
@@ -178,25 +194,44 @@ impl SessionActor {
     }
 
     /// Writes the durable state when it changed since the last write: the core counts
-    /// its changes, so most events (deltas, part updates) cost one comparison here.
+    /// its changes, so most events (deltas, part updates) cost one comparison here. The
+    /// state counts as saved only once the write succeeded; a failed write is retried
+    /// after `store.retry_interval`-like back-off ([`SAVE_RETRY`]) with the state as it is
+    /// then, so a restart never acts again on an edge whose handling was not written.
     fn persist(&mut self, ctx: &mut Context<Self>) {
         let generation = self.core.durable_generation();
-        if self.saved_generation == Some(generation) && !self.record_unsaved {
+        let written_or_writing = self.saved_generation == Some(generation) || self.saving_generation == Some(generation);
+        if written_or_writing && !self.record_unsaved {
             return;
         }
-        self.saved_generation = Some(generation);
         self.record_unsaved = false;
+        self.saving_generation = Some(generation);
         let state = self.durable_state();
         let ledger = Arc::clone(&self.env.ledger);
         let (server, id) = (self.env.server.clone(), self.core.id().to_string());
-        ctx.spawn(
-            async move {
-                if let Err(e) = ledger.save(&server, &id, &state).await {
-                    tracing::warn!(server = %server, session = %id, error = %e, "ledger: state write failed");
+        ctx.spawn(async move { ledger.save(&server, &id, &state).await }.into_actor(self).map(
+            move |saved, act, ctx| match saved {
+                Ok(()) => {
+                    act.saved_generation = Some(generation);
+                    if act.saving_generation == Some(generation) {
+                        act.saving_generation = None;
+                    }
                 }
-            }
-            .into_actor(self),
-        );
+                Err(e) => {
+                    if act.saving_generation == Some(generation) {
+                        act.saving_generation = None;
+                    }
+                    tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, retry_in_ms = SAVE_RETRY.as_millis() as u64, "ledger: state write failed; retrying");
+                    act.record_unsaved = true;
+                    if act.save_retry.is_none() {
+                        act.save_retry = Some(ctx.run_later(SAVE_RETRY, |act, ctx| {
+                            act.save_retry = None;
+                            act.persist(ctx);
+                        }));
+                    }
+                }
+            },
+        ));
     }
 
     /// The core's durable state plus the latest record.
@@ -243,14 +278,18 @@ impl SessionActor {
         let env = self.env.clone();
         let cfg = Arc::clone(&self.cfg);
         let guard = env.in_flight.enter();
+        let decision = order.decision.clone();
+        self.running.push(decision.clone());
         let work = async move {
-            let report = recover(env.outbound(), &cfg.recovery, &order, env.in_flight.stopping()).await;
+            let (intents, wall_ms) = (env.ledger.as_ref(), env.clock.wall_ms());
+            let report = recover(env.outbound(), &cfg.recovery, &order, env.in_flight.stopping(), intents, wall_ms).await;
             drop(guard);
             report
         };
         // `spawn`, not `wait`: events keep flowing in while the procedure runs (our
         // own abort's events among them).
-        ctx.spawn(work.into_actor(self).map(|report: RecoveryReport, act, ctx| {
+        ctx.spawn(work.into_actor(self).map(move |report: RecoveryReport, act, ctx| {
+            act.running.retain(|d| *d != decision);
             let effects = act.core.on_recovery_finished(&report, act.env.now());
             act.apply(effects, ctx);
             if act.stop_after_recovery {
@@ -273,16 +312,91 @@ impl SessionActor {
         }
         let env = self.env.clone();
         let guard = env.in_flight.enter();
+        let decision = order.decision.clone();
+        self.running.push(decision.clone());
         let work = async move {
-            let delivery = deliver(env.outbound(), &order).await;
+            let delivery = deliver_with_intent(&env, &order).await;
             drop(guard);
             (order, delivery)
         };
-        ctx.spawn(work.into_actor(self).map(|(order, delivery), act, ctx| {
+        ctx.spawn(work.into_actor(self).map(move |(order, delivery), act, ctx| {
+            act.running.retain(|d| *d != decision);
             let effects = act.core.on_prompt_finished(&order, &delivery, act.env.now());
             act.apply(effects, ctx);
         }));
     }
+
+    /// Finishes actions a crash left open (their intents), reading the session first.
+    fn start_resume(&mut self, order: ResumeOrder, ctx: &mut Context<Self>) {
+        let env = self.env.clone();
+        let guard = env.in_flight.enter();
+        let decision = order.intent.decision.clone();
+        self.running.push(decision.clone());
+        tracing::info!(server = %env.server, session = %order.intent.session, decision = %decision, kind = order.intent.kind.as_str(), step = order.intent.step.as_str(), "resuming an action left unfinished");
+        let work = async move {
+            let report = resume(env.outbound(), env.ledger.as_ref(), &order).await;
+            drop(guard);
+            (order, report)
+        };
+        ctx.spawn(work.into_actor(self).map(move |(order, report), act, ctx| {
+            act.running.retain(|d| *d != decision);
+            let effects = act.core.on_resume_finished(&order, &report, act.env.now());
+            act.apply(effects, ctx);
+        }));
+    }
+
+    /// Looks for intents of this session left open in the ledger (not those of
+    /// procedures running here now) and hands them to the core.
+    fn find_open_intents(&mut self, ctx: &mut Context<Self>) {
+        let ledger = Arc::clone(&self.env.ledger);
+        let (server, id) = (self.env.server.clone(), self.core.id().to_string());
+        let find = async move { ledger.open_intents(&server, Some(&id)).await };
+        ctx.spawn(find.into_actor(self).map(|found, act, ctx| match found {
+            Ok(intents) => {
+                let open: Vec<Intent> = intents.into_iter().filter(|i| !act.running.contains(&i.decision)).collect();
+                if !open.is_empty() {
+                    let effects = act.core.on_open_intents(open, act.env.now());
+                    act.apply(effects, ctx);
+                }
+            }
+            Err(e) => tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "ledger: could not read this session's open intents"),
+        }));
+    }
+}
+
+/// The intent a prompt of this kind ledgers before it is sent (hand-off notes and
+/// prompts have their own resumption, by phase).
+fn intent_kind(kind: PromptKind) -> Option<IntentKind> {
+    match kind {
+        PromptKind::Continue => Some(IntentKind::Continue),
+        PromptKind::Nudge => Some(IntentKind::Nudge),
+        PromptKind::Review => Some(IntentKind::Review),
+        PromptKind::Custom => Some(IntentKind::Custom),
+        PromptKind::Note | PromptKind::Handoff => None,
+    }
+}
+
+/// Delivers a prompt with its intent ledgered around it: written before, closed once
+/// the outcome is known — kept when the send failed in a way that may still have
+/// reached OpenCode, so the session is read before anything is sent again.
+async fn deliver_with_intent(env: &SessionEnv, order: &PromptOrder) -> Delivery {
+    let Some(kind) = intent_kind(order.kind) else { return deliver(env.outbound(), order).await };
+    let intent = Intent {
+        server: env.server.to_string(),
+        session: order.session_id.clone(),
+        decision: order.decision.clone(),
+        kind,
+        step: IntentStep::Sending,
+        instance: env.instance.clone(),
+        started_ms: env.clock.wall_ms(),
+        attempt: order.facts.attempts,
+    };
+    write_intent(env.ledger.as_ref(), &intent).await;
+    let delivery = deliver(env.outbound(), order).await;
+    if !matches!(&delivery, Delivery::Failed { error } if may_have_arrived(error)) {
+        end_intent(env.ledger.as_ref(), &intent).await;
+    }
+    delivery
 }
 
 impl SessionActor {
@@ -377,23 +491,34 @@ impl Actor for SessionActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         let ledger = Arc::clone(&self.env.ledger);
         let (server, id) = (self.env.server.clone(), self.core.id().to_string());
-        let load = async move { ledger.load(&server, &id).await };
-        ctx.wait(load.into_actor(self).map(|loaded, act, ctx| match loaded {
-            Ok(Some(state)) => {
-                act.core.restore(&state, act.env.now());
-                act.loaded_last_action = (state.last_action.is_some() || state.last_action_ms.is_some())
-                    .then(|| Box::new((state.last_action.clone(), state.last_action_ms)));
-                act.saved_generation = Some(act.core.durable_generation());
-                let effects = act.core.resume_interrupted_handoff(act.env.now());
-                if !effects.is_empty() {
+        let load = async move { (ledger.load(&server, &id).await, ledger.open_intents(&server, Some(&id)).await) };
+        ctx.wait(load.into_actor(self).map(|(loaded, intents), act, ctx| {
+            match loaded {
+                Ok(Some(state)) => {
+                    act.core.restore(&state, act.env.now());
+                    act.loaded_last_action = (state.last_action.is_some() || state.last_action_ms.is_some())
+                        .then(|| Box::new((state.last_action.clone(), state.last_action_ms)));
+                    act.saved_generation = Some(act.core.durable_generation());
+                    let effects = act.core.resume_interrupted_handoff(act.env.now());
+                    if !effects.is_empty() {
+                        act.apply(effects, ctx);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    server = %act.env.server, session = %act.core.id(), error = %e,
+                    "ledger: could not load this session's state; starting from what events show"
+                ),
+            }
+            // Actions a crash left open: finished once the state is back.
+            match intents {
+                Ok(open) if !open.is_empty() => {
+                    let effects = act.core.on_open_intents(open, act.env.now());
                     act.apply(effects, ctx);
                 }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "ledger: could not read this session's open intents"),
             }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(
-                server = %act.env.server, session = %act.core.id(), error = %e,
-                "ledger: could not load this session's state; starting from what events show"
-            ),
         }));
     }
 
@@ -555,7 +680,7 @@ impl Handler<DeliverCustom> for SessionActor {
         let summary = order.facts.context_summary.clone();
         let env = self.env.clone();
         let work = async move {
-            let delivery = deliver(env.outbound(), &order).await;
+            let delivery = deliver_with_intent(&env, &order).await;
             (order, delivery)
         };
         Box::pin(work.into_actor(self).map(move |(order, delivery), act, ctx| {
@@ -663,6 +788,20 @@ impl Handler<CheckInterrupted> for SessionActor {
             Ok(_) => {}
             Err(e) => tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "could not read the last turn after a reconnect"),
         }));
+    }
+}
+
+/// After a reconnect: finish this session's actions left open (intents in the ledger
+/// whose procedure is not running here).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ResumeIntents;
+
+impl Handler<ResumeIntents> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: ResumeIntents, ctx: &mut Context<Self>) {
+        self.find_open_intents(ctx);
     }
 }
 

@@ -31,7 +31,7 @@ use crate::event::{
     ErrorInfo, Event, MessageInfo, ModelRef, Part, PartKind, Role, SessionInfo, Status, Todo, ToolStatus,
 };
 use crate::journal::{Action, ActionRecord, Numbers, Outcome};
-use crate::ledger::DurableState;
+use crate::ledger::{DurableState, Intent, IntentKind};
 use crate::ports::{EngineError, TurnSettings};
 use crate::session::delivery::{Delivery, PromptKind, PromptOrder, ToolTextScan};
 use crate::session::family::{ChildNews, Family};
@@ -42,6 +42,7 @@ pub use crate::session::loops::Escalation;
 use crate::session::loops::{ContinueHistory, SpinVerdict, ToolSpin};
 use crate::session::planning::Planning;
 use crate::session::prompt::PromptFacts;
+use crate::session::resume::{ResumeOrder, ResumeReport};
 use crate::session::textual_tool_call::TextualToolCall;
 
 /// A moment, in both of the clocks the core compares with.
@@ -67,6 +68,9 @@ pub enum Effect {
     HandOff(HandoffOrder),
     /// Ask the advisor; its answer goes to [`SessionCore::on_advice`].
     Advise(AdviceRequest),
+    /// Finish an action a crash left open (its intent); the report goes to
+    /// [`SessionCore::on_resume_finished`].
+    Resume(ResumeOrder),
     /// The session is gone: stop the actor.
     Stop,
 }
@@ -244,6 +248,8 @@ pub struct SessionCore {
     model_generation: u64,
     /// Advice before an abort or a nudge (`advisor.enabled`): see `advice.rs`.
     advice: AdviceGate,
+    /// Decisions of open intents being resumed (after a restart or reconnect).
+    resuming: Vec<String>,
 }
 
 impl SessionCore {
@@ -290,6 +296,7 @@ impl SessionCore {
             generation: 0,
             model_generation: 0,
             advice: AdviceGate::default(),
+            resuming: Vec::new(),
         }
     }
 
@@ -1615,6 +1622,115 @@ impl SessionCore {
             }
         }
         out
+    }
+
+    // ── Intents left open by a crash ──────────────────────────────────────────
+
+    /// Open intents of this session found in the ledger (at start, after a reconnect):
+    /// each is resumed once — the session is read and only what is missing is done.
+    /// While a recovery's intent is resumed the session counts as recovering: the
+    /// abort's own events are ours, and no second recovery starts.
+    pub fn on_open_intents(&mut self, intents: Vec<Intent>, now: Now) -> Vec<Effect> {
+        let mut out = Vec::new();
+        for intent in intents {
+            if intent.session != self.id || self.resuming.contains(&intent.decision) {
+                continue;
+            }
+            let prompt = self.resume_prompt(&intent, now);
+            if intent.kind == IntentKind::Recover && self.recovering.is_none() {
+                self.recovering = Some(Recovering { aborted_message: None, escalation: None });
+            }
+            self.resuming.push(intent.decision.clone());
+            out.push(Effect::Resume(ResumeOrder { intent, prompt, messages: self.cfg.recovery.verify_messages }));
+        }
+        out
+    }
+
+    /// The prompt an open intent sends if the session shows it is missing: built from
+    /// what the core knows now, under the intent's decision id (so it is recognised,
+    /// and a second crash is resolved the same way).
+    fn resume_prompt(&self, intent: &Intent, now: Now) -> Option<PromptOrder> {
+        let mut order = match intent.kind {
+            IntentKind::Recover => {
+                let recovery = RecoveryOrder { attempt: intent.attempt, ..self.recovery_order(intent.attempt, None, now) };
+                crate::session::recovery::continue_order(&self.cfg.recovery, &recovery, self.directory.clone())
+            }
+            IntentKind::Continue => self.continue_when_idle("resume", now),
+            IntentKind::Nudge | IntentKind::Review => {
+                let kind = if intent.kind == IntentKind::Nudge { PromptKind::Nudge } else { PromptKind::Review };
+                match self.decision_effects_ungated(Decision::Send { kind, round: intent.attempt }, now).pop() {
+                    Some(Effect::Prompt(order)) => order,
+                    _ => return None,
+                }
+            }
+            IntentKind::Custom => return None,
+        };
+        order.decision.clone_from(&intent.decision);
+        order.not_before_ms = Some(intent.started_ms);
+        Some(order)
+    }
+
+    /// A resumed intent finished: one record saying what the session showed and what
+    /// was done about it.
+    pub fn on_resume_finished(&mut self, order: &ResumeOrder, report: &ResumeReport, now: Now) -> Vec<Effect> {
+        let intent = &order.intent;
+        self.resuming.retain(|d| *d != intent.decision);
+        if intent.kind == IntentKind::Recover {
+            self.recovering = None;
+            // The abort's trailing events are still ours.
+            self.recovery_ended = Some((now.mono, None));
+            self.activity(now);
+        }
+        let action = match intent.kind {
+            IntentKind::Recover | IntentKind::Continue => Action::Continue,
+            IntentKind::Nudge => Action::Nudge,
+            IntentKind::Review => Action::Review,
+            IntentKind::Custom => Action::Prompt,
+        };
+        let what = intent.kind.as_str();
+        let step = intent.step.as_str();
+        let (outcome, reason) = match report {
+            ResumeReport::Delivered => (
+                Outcome::Done,
+                format!("after a restart: the {what} (step {step}) is in the session already; not sent again"),
+            ),
+            ResumeReport::Sent(delivery) => {
+                let sent = matches!(delivery, Delivery::Sent { .. });
+                match intent.kind {
+                    IntentKind::Recover | IntentKind::Continue if sent => self.continues.on_continue(now.mono),
+                    IntentKind::Nudge => self.followup.on_delivered(PromptKind::Nudge, sent),
+                    IntentKind::Review => self.followup.on_delivered(PromptKind::Review, sent),
+                    _ => {}
+                }
+                match delivery {
+                    Delivery::Sent { .. } => (
+                        Outcome::Done,
+                        format!("after a restart: the {what} (step {step}) had not reached the session; sent it once"),
+                    ),
+                    Delivery::Skipped { reason, .. } => {
+                        (Outcome::Declined, format!("after a restart: the {what} was not sent: {reason}"))
+                    }
+                    Delivery::Guarded { reason, .. } => {
+                        (Outcome::Declined, format!("after a restart: the {what} was not sent: {reason}"))
+                    }
+                    Delivery::Failed { error } => {
+                        (Outcome::Failed, format!("after a restart: the {what} could not be sent: {error}"))
+                    }
+                }
+            }
+            ResumeReport::Moot(why) => (Outcome::Declined, format!("after a restart: the {what} (step {step}) is moot: {why}")),
+            ResumeReport::Gone => (Outcome::Declined, format!("after a restart: the {what} is moot: the session is gone")),
+            ResumeReport::NotOurs(holder) => (
+                Outcome::Declined,
+                format!("after a restart: the {what} is left to another Shepherd instance ({holder})"),
+            ),
+            ResumeReport::Unreadable(e) => (
+                Outcome::Failed,
+                format!("after a restart: could not read the session to finish the {what} ({e}); kept for the next reconnect"),
+            ),
+        };
+        let numbers = Numbers { attempt: Some(intent.attempt), open_todos: Some(self.open_todos()), ..Numbers::default() };
+        vec![self.record(action, outcome, &reason, numbers, now)]
     }
 
     // ── Hand-off ────────────────────────────────────────────────────────────────

@@ -255,7 +255,10 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
         no_reply: order.kind == PromptKind::Note,
     };
     match engine.prompt(&order.session_id, &prompt).await {
-        Ok(()) => Delivery::Sent { text, todos, waited_ms, tool_call_as_text: found.map(|(f, _)| f) },
+        Ok(()) => {
+            crate::killpoint::reached(crate::killpoint::step::PROMPT_AFTER_SEND);
+            Delivery::Sent { text, todos, waited_ms, tool_call_as_text: found.map(|(f, _)| f) }
+        }
         Err(error) => {
             out.guard.forget(out.server, &order.session_id, &text, order.not_before_ms).await;
             Delivery::Failed { error }

@@ -13,12 +13,20 @@
 //!
 //! Once the abort is sent the procedure always goes on to its continue (or reports
 //! that it could not send it): shutdown is only honoured before step 2.
+//!
+//! Crash consistency: the [`Intent`] is ledgered before the abort and again once the
+//! abort was accepted, and removed when the continue's outcome is known. A crash in
+//! between leaves it for [`crate::session::resume`] to finish after the restart; so does
+//! a request that failed in a way that may still have reached OpenCode (the intent is
+//! kept until the session itself shows what happened).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::config::RecoveryConfig;
 use crate::event::Status;
+use crate::killpoint::{self, step};
+use crate::ledger::{Intent, IntentKind, IntentLog, IntentStep};
 use crate::ports::EngineError;
 use crate::session::core::{RecoveryOrder, RecoveryReport};
 use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder, ToolTextScan};
@@ -30,6 +38,8 @@ pub async fn recover(
     cfg: &RecoveryConfig,
     order: &RecoveryOrder,
     stopping: &AtomicBool,
+    intents: &dyn IntentLog,
+    wall_ms: i64,
 ) -> RecoveryReport {
     let engine = out.engine;
     let directory = match &order.directory {
@@ -53,9 +63,29 @@ pub async fn recover(
     if let Err(holder) = out.guard.may_act(out.server, &order.session_id).await {
         return RecoveryReport::NotOurs(holder);
     }
+    let mut intent = Intent {
+        server: out.server.to_string(),
+        session: order.session_id.clone(),
+        decision: order.decision.clone(),
+        kind: IntentKind::Recover,
+        step: IntentStep::Intended,
+        instance: out.instance.to_string(),
+        started_ms: wall_ms,
+        attempt: order.attempt,
+    };
+    write_intent(intents, &intent).await;
+    killpoint::reached(step::RECOVER_BEFORE_ABORT);
     if let Err(e) = engine.abort(&order.session_id).await {
+        // An abort that timed out may still have arrived: the intent stays, and the
+        // session itself will show what happened.
+        if !may_have_arrived(&e) {
+            end_intent(intents, &intent).await;
+        }
         return RecoveryReport::AbortFailed(e);
     }
+    intent.step = IntentStep::Aborted;
+    write_intent(intents, &intent).await;
+    killpoint::reached(step::RECOVER_AFTER_ABORT);
 
     let started = tokio::time::Instant::now();
     let idle_after_ms = loop {
@@ -69,6 +99,7 @@ pub async fn recover(
     };
     tokio::time::sleep(cfg.wait_after_abort).await;
     if !order.continue_after {
+        end_intent(intents, &intent).await;
         return RecoveryReport::AbortedOnly { idle_after_ms };
     }
 
@@ -85,9 +116,34 @@ pub async fn recover(
         None => None,
     };
 
-    let continue_order = PromptOrder {
+    let continue_order = continue_order(cfg, order, Some(directory));
+    let delivery = deliver(out, &continue_order).await;
+    if !matches!(&delivery, Delivery::Failed { error } if may_have_arrived(error)) {
+        end_intent(intents, &intent).await;
+    }
+    match delivery {
+        Delivery::Sent { todos, waited_ms, tool_call_as_text, .. } => RecoveryReport::Continued {
+            idle_after_ms,
+            open_todos: TodoCounts::of(&todos).open as u32,
+            compacted,
+            waited_ms,
+            tool_call_as_text,
+        },
+        Delivery::Skipped { reason, .. } => RecoveryReport::ContinueFailed {
+            idle_after_ms,
+            error: EngineError::Decode(format!("continue skipped: {reason}")),
+        },
+        Delivery::Failed { error } => RecoveryReport::ContinueFailed { idle_after_ms, error },
+        Delivery::Guarded { reason, .. } => RecoveryReport::ContinueDeclined { idle_after_ms, reason },
+    }
+}
+
+/// The continue a recovery sends after its abort: the planning continue for a planning
+/// session, else the todo continue (the plain one when no todo is open).
+pub fn continue_order(cfg: &RecoveryConfig, order: &RecoveryOrder, directory: Option<String>) -> PromptOrder {
+    PromptOrder {
         session_id: order.session_id.clone(),
-        directory: Some(directory),
+        directory,
         kind: PromptKind::Continue,
         template: if order.planning {
             cfg.continue_with_plan_message.clone()
@@ -107,21 +163,28 @@ pub async fn recover(
         decision: order.decision.clone(),
         not_before_ms: Some(order.decided_ms),
         tool_text_scan: ToolTextScan::from_config(cfg),
-    };
-    match deliver(out, &continue_order).await {
-        Delivery::Sent { todos, waited_ms, tool_call_as_text, .. } => RecoveryReport::Continued {
-            idle_after_ms,
-            open_todos: TodoCounts::of(&todos).open as u32,
-            compacted,
-            waited_ms,
-            tool_call_as_text,
-        },
-        Delivery::Skipped { reason, .. } => RecoveryReport::ContinueFailed {
-            idle_after_ms,
-            error: EngineError::Decode(format!("continue skipped: {reason}")),
-        },
-        Delivery::Failed { error } => RecoveryReport::ContinueFailed { idle_after_ms, error },
-        Delivery::Guarded { reason, .. } => RecoveryReport::ContinueDeclined { idle_after_ms, reason },
+    }
+}
+
+/// A request that failed this way may still have reached OpenCode (a timeout, a
+/// connection lost after sending): only the session can say whether it did.
+pub fn may_have_arrived(error: &EngineError) -> bool {
+    matches!(error, EngineError::Unreachable(_))
+}
+
+/// Ledgers an intent before the step it announces. A failed write is logged and the
+/// step goes ahead: a ledger outage must not strand the session (it only costs the
+/// crash consistency of this one action).
+pub async fn write_intent(intents: &dyn IntentLog, intent: &Intent) {
+    if let Err(e) = intents.put_intent(intent).await {
+        tracing::warn!(server = %intent.server, session = %intent.session, decision = %intent.decision, step = intent.step.as_str(), error = %e, "ledger: could not write the intent; acting without it");
+    }
+}
+
+/// The intent's outcome is known: it is no longer open.
+pub async fn end_intent(intents: &dyn IntentLog, intent: &Intent) {
+    if let Err(e) = intents.end_intent(&intent.server, &intent.decision).await {
+        tracing::warn!(server = %intent.server, session = %intent.session, decision = %intent.decision, error = %e, "ledger: could not close the intent; a restart will check the session again");
     }
 }
 

@@ -27,6 +27,7 @@ use crate::ledger::Ledger;
 use crate::ports::{Clock, Engine, EngineError, NoWorkspace, Workspace};
 use crate::session::actor::{
     CheckInterrupted, ChildObserve, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos, RequestHandoff,
+    ResumeIntents,
     ResumeSnapshot, Retire, Scratch, StopSession,
 };
 use crate::session::recovery::InFlight;
@@ -651,6 +652,7 @@ impl Handler<StreamUp> for Supervisor {
         }
         self.reconcile(&msg.server, true, ctx);
         self.resume_handoffs(&msg.server, ctx);
+        self.resume_intents(&msg.server, ctx);
     }
 }
 
@@ -669,6 +671,35 @@ impl Supervisor {
                 }
             }
             Err(e) => tracing::warn!(server = %server, error = %e, "could not look for unfinished hand-offs"),
+        }));
+    }
+}
+
+impl Supervisor {
+    /// Sessions with an action left open (an intent in the ledger: a crash, or an answer
+    /// lost on the way back) get it finished: a session without an actor gets one (it
+    /// finds its intents as it starts), a live actor is asked to look again.
+    fn resume_intents(&mut self, server: &str, ctx: &mut Context<Self>) {
+        let ledger = Arc::clone(&self.ledger);
+        let server = server.to_string();
+        let find = async move { (ledger.open_intents(&server, None).await, server) };
+        ctx.spawn(find.into_actor(self).map(|(found, server), act, ctx| match found {
+            Ok(intents) => {
+                let mut sessions: Vec<String> = intents.into_iter().map(|i| i.session).collect();
+                sessions.sort_unstable();
+                sessions.dedup();
+                for id in sessions {
+                    let live = act.sessions.get(key(&(server.as_str(), id.as_str()))).filter(|slot| slot.addr.connected());
+                    match live {
+                        Some(slot) => slot.addr.do_send(ResumeIntents),
+                        None => {
+                            tracing::info!(server = %server, session = %id, "an action on this session was left unfinished; resuming it");
+                            act.session(&server, &id, None, None, ctx);
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(server = %server, error = %e, "could not look for unfinished actions"),
         }));
     }
 }

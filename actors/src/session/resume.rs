@@ -1,0 +1,215 @@
+//! Finishing an action that a crash (or an answer lost on the way back) left open.
+//!
+//! The ledger's [`Intent`] says what Shepherd was doing and under which decision id;
+//! OpenCode's own messages say what actually happened. The procedure reads the session
+//! and does only what is missing:
+//! 1. another instance holds the session's lease → it acts; nothing here;
+//! 2. a message of the session carries the decision id in Shepherd's tag → the prompt
+//!    arrived before the crash: nothing is sent again;
+//! 3. the session did something of its own after the decision (a message newer than the
+//!    intent that is not ours), or it is busy now → the moment passed: nothing is sent;
+//! 4. a recovery that had not yet seen its abort accepted → continued only if the last
+//!    reply was in fact aborted (else the abort never took effect);
+//! 5. otherwise the prompt goes out once, through the usual delivery and guard, under
+//!    the same decision id — so a second crash during this step is resolved the same way.
+//!
+//! A person's prompt (control API) is verified and never re-sent: whoever asked was
+//! told it failed. An unreadable session keeps the intent for the next start or
+//! reconnect.
+
+use crate::event::{Role, Status};
+use crate::ledger::{Intent, IntentKind, IntentLog, IntentStep};
+use crate::ports::{EngineError, HistoryMessage, HistoryPart};
+use crate::session::delivery::{deliver, Delivery, Outbound, PromptOrder};
+use crate::session::recovery::{end_intent, may_have_arrived, write_intent};
+
+/// An open intent to finish, with the prompt to send if it turns out to be missing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumeOrder {
+    pub intent: Intent,
+    /// Built by the core from what it knows now, under the intent's decision id; `None`:
+    /// verify only (a person's prompt).
+    pub prompt: Option<PromptOrder>,
+    /// How many of the session's latest messages to read.
+    pub messages: u32,
+}
+
+/// How the resumption ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResumeReport {
+    /// The session carries the prompt: it arrived before the crash.
+    Delivered,
+    /// The missing prompt was sent now (or the delivery says why not).
+    Sent(Delivery),
+    /// Nothing to do any more, and why.
+    Moot(&'static str),
+    /// The server no longer knows the session.
+    Gone,
+    /// Another Shepherd instance holds the session's lease.
+    NotOurs(String),
+    /// The session could not be read; the intent stays open for the next attempt.
+    Unreadable(EngineError),
+}
+
+/// Finishes one open intent. Never panics; every outcome is a [`ResumeReport`], and the
+/// intent is closed unless the session could not be read or a send may have arrived.
+pub async fn resume(out: Outbound<'_>, intents: &dyn IntentLog, order: &ResumeOrder) -> ResumeReport {
+    let report = look_and_finish(out, intents, order).await;
+    let keep = match &report {
+        ResumeReport::Unreadable(_) => true,
+        ResumeReport::Sent(Delivery::Failed { error }) => may_have_arrived(error),
+        _ => false,
+    };
+    if !keep {
+        end_intent(intents, &order.intent).await;
+    }
+    report
+}
+
+async fn look_and_finish(out: Outbound<'_>, intents: &dyn IntentLog, order: &ResumeOrder) -> ResumeReport {
+    let intent = &order.intent;
+    let engine = out.engine;
+    if let Err(holder) = out.guard.may_act(out.server, &intent.session).await {
+        return ResumeReport::NotOurs(holder);
+    }
+    let history = match engine.history(&intent.session, order.messages).await {
+        Ok(h) => h,
+        Err(EngineError::NotFound(_)) => return ResumeReport::Gone,
+        Err(e) => return ResumeReport::Unreadable(e),
+    };
+    match what_happened(&history, intent) {
+        Seen::Delivered => return ResumeReport::Delivered,
+        Seen::MovedOn => return ResumeReport::Moot("the session did something of its own after the decision"),
+        Seen::Nothing { last_reply_aborted } => {
+            if intent.kind == IntentKind::Recover && intent.step == IntentStep::Intended && !last_reply_aborted {
+                return ResumeReport::Moot("the abort never took effect (the last reply was not aborted)");
+            }
+        }
+    }
+    let Some(prompt) = &order.prompt else {
+        return ResumeReport::Moot("a person's prompt that did not arrive is not sent again");
+    };
+    let directory = match &prompt.directory {
+        Some(d) => d.clone(),
+        None => match engine.session(&intent.session).await {
+            Ok(info) => info.directory.unwrap_or_default(),
+            Err(EngineError::NotFound(_)) => return ResumeReport::Gone,
+            Err(e) => return ResumeReport::Unreadable(e),
+        },
+    };
+    match engine.status(&directory, &intent.session).await {
+        Ok(Some(Status::Busy | Status::Retry { .. })) => return ResumeReport::Moot("the session is busy again"),
+        Ok(_) => {}
+        Err(e) => return ResumeReport::Unreadable(e),
+    }
+    let sending = Intent { step: IntentStep::Sending, ..intent.clone() };
+    write_intent(intents, &sending).await;
+    ResumeReport::Sent(deliver(out, prompt).await)
+}
+
+/// What the session's messages say about an intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// A message carries the decision id.
+    Delivered,
+    /// A message newer than the intent that is not Shepherd's: the session (or the
+    /// person) moved on after the decision.
+    MovedOn,
+    Nothing {
+        /// The latest assistant message ended with `MessageAbortedError`.
+        last_reply_aborted: bool,
+    },
+}
+
+/// Reads a history (oldest first) for the intent's traces. Pure.
+fn what_happened(history: &[HistoryMessage], intent: &Intent) -> Seen {
+    let ours = |m: &HistoryMessage| {
+        m.parts.iter().any(|p| matches!(p, HistoryPart::Text { shepherd: Some(tag), .. } if tag.decision == intent.decision))
+    };
+    if history.iter().any(ours) {
+        return Seen::Delivered;
+    }
+    let tagged = |m: &HistoryMessage| m.parts.iter().any(|p| matches!(p, HistoryPart::Text { shepherd: Some(_), .. }));
+    let after = |m: &HistoryMessage| m.created_ms.is_some_and(|t| t > intent.started_ms);
+    if history.iter().any(|m| after(m) && !tagged(m)) {
+        return Seen::MovedOn;
+    }
+    let last_reply_aborted = history
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant)
+        .is_some_and(|m| m.error.as_deref() == Some(crate::event::ErrorInfo::ABORTED));
+    Seen::Nothing { last_reply_aborted }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::ShepherdTag;
+
+    fn intent(kind: IntentKind, step: IntentStep) -> Intent {
+        Intent {
+            server: "local".into(),
+            session: "ses_a".into(),
+            decision: "ses_a-1000".into(),
+            kind,
+            step,
+            instance: "i1".into(),
+            started_ms: 1_000,
+            attempt: 1,
+        }
+    }
+
+    fn msg(role: Role, created_ms: i64, error: Option<&str>, tag: Option<&str>) -> HistoryMessage {
+        HistoryMessage {
+            id: format!("msg_{created_ms}"),
+            role,
+            created_ms: Some(created_ms),
+            agent: None,
+            error: error.map(str::to_string),
+            summary: false,
+            parts: vec![HistoryPart::Text {
+                text: "text".into(),
+                synthetic: tag.is_some(),
+                ignored: false,
+                shepherd: tag.map(|d| ShepherdTag { kind: "continue".into(), instance: "i1".into(), decision: d.into() }),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_message_tagged_with_the_decision_means_the_prompt_arrived() {
+        let h = vec![
+            msg(Role::Assistant, 900, Some("MessageAbortedError"), None),
+            msg(Role::User, 1_200, None, Some("ses_a-1000")),
+            msg(Role::Assistant, 1_300, None, None),
+        ];
+        assert_eq!(what_happened(&h, &intent(IntentKind::Recover, IntentStep::Aborted)), Seen::Delivered);
+    }
+
+    #[test]
+    fn a_message_of_the_session_after_the_decision_makes_the_intent_moot() {
+        let h = vec![msg(Role::Assistant, 900, None, None), msg(Role::User, 1_500, None, None)];
+        assert_eq!(what_happened(&h, &intent(IntentKind::Nudge, IntentStep::Sending)), Seen::MovedOn);
+        // Another decision's prompt (ours, older or from another instance) is not the session moving on.
+        let h = vec![msg(Role::Assistant, 900, Some("MessageAbortedError"), None), msg(Role::User, 1_500, None, Some("other"))];
+        assert_eq!(
+            what_happened(&h, &intent(IntentKind::Recover, IntentStep::Aborted)),
+            Seen::Nothing { last_reply_aborted: true }
+        );
+    }
+
+    #[test]
+    fn the_aborted_reply_is_read_from_the_latest_assistant_message() {
+        let aborted = vec![msg(Role::User, 100, None, None), msg(Role::Assistant, 900, Some("MessageAbortedError"), None)];
+        assert_eq!(
+            what_happened(&aborted, &intent(IntentKind::Recover, IntentStep::Intended)),
+            Seen::Nothing { last_reply_aborted: true }
+        );
+        let running = vec![msg(Role::User, 100, None, None), msg(Role::Assistant, 900, None, None)];
+        assert_eq!(
+            what_happened(&running, &intent(IntentKind::Recover, IntentStep::Intended)),
+            Seen::Nothing { last_reply_aborted: false }
+        );
+    }
+}
