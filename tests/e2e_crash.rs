@@ -158,11 +158,11 @@ async fn crash_during_a_recovery_loses_and_repeats_nothing(kill_at: &str) -> any
     if kill_at == step::RECOVER_BEFORE_ABORT {
         // The abort never went out: the intent was found moot, and a recovery of the
         // second Shepherd's own sent the continue.
-        assert!(!reason.starts_with("after a restart"), "a new recovery: {cont}");
+        assert!(!reason.starts_with("unfinished"), "a new recovery: {cont}");
         assert!(moot, "the open intent was looked at and found moot");
     } else {
         // The second Shepherd finished what the first began (the first never wrote it).
-        assert!(reason.starts_with("after a restart"), "resumed, not a new recovery: {cont}");
+        assert!(reason.starts_with("unfinished"), "resumed, not a new recovery: {cont}");
     }
     Ok(())
 }

@@ -11,7 +11,10 @@ use shepherd::store::{open_ledger, SqliteLedger};
 use shepherd_actors::config::{StoreBackend, StoreConfig};
 use shepherd_actors::event::{Todo, TodoStatus};
 use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
-use shepherd_actors::ledger::{Claim, DurableState, HandoffMemory, Ledger, LedgerError, Snapshot, SnapshotStore};
+use shepherd_actors::ledger::{
+    Claim, DurableState, HandoffMemory, Intent, IntentKind, IntentLog, IntentStep, Ledger, LedgerError, Snapshot,
+    SnapshotStore,
+};
 use shepherd_actors::ports::TurnSettings;
 
 fn state(attempts: u32) -> DurableState {
@@ -371,4 +374,64 @@ async fn a_torn_or_corrupt_snapshot_falls_back_to_the_previous_intact_one() {
     let all = ledger.snapshots("local", "ses_old").await.unwrap();
     assert!(matches!(&all[0], Err(LedgerError::Corrupt(m)) if m.contains("hf_new")), "{all:?}");
     assert_eq!(Snapshot::newest_intact(all).unwrap().id, "hf_old");
+}
+
+fn intent(server: &str, session: &str, decision: &str, started_ms: i64, step: IntentStep) -> Intent {
+    Intent {
+        server: server.into(),
+        session: session.into(),
+        decision: decision.into(),
+        kind: IntentKind::Recover,
+        step,
+        instance: "i1".into(),
+        started_ms,
+        attempt: 2,
+    }
+}
+
+#[tokio::test]
+async fn an_open_intent_survives_a_restart_at_its_latest_step_and_is_gone_once_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    {
+        let before = SqliteLedger::open(&path).unwrap();
+        before.put_intent(&intent("local", "ses_a", "ses_a-20", 20, IntentStep::Intended)).await.unwrap();
+        before.put_intent(&intent("local", "ses_b", "ses_b-10", 10, IntentStep::Sending)).await.unwrap();
+        before.put_intent(&intent("other", "ses_a", "ses_a-30", 30, IntentStep::Intended)).await.unwrap();
+        before.put_intent(&intent("local", "ses_c", "ses_c-5", 5, IntentStep::Intended)).await.unwrap();
+        // The next step replaces the same decision's row; an ended one is gone.
+        before.put_intent(&intent("local", "ses_a", "ses_a-20", 20, IntentStep::Aborted)).await.unwrap();
+        before.end_intent("local", "ses_c-5").await.unwrap();
+    } // the process dies here: what was written is all there is
+    let after = SqliteLedger::open(&path).unwrap();
+    assert_eq!(
+        after.open_intents("local", None).await.unwrap(),
+        vec![
+            intent("local", "ses_b", "ses_b-10", 10, IntentStep::Sending),
+            intent("local", "ses_a", "ses_a-20", 20, IntentStep::Aborted),
+        ],
+        "oldest first, at the latest step, the ended one gone, per server"
+    );
+    assert_eq!(
+        after.open_intents("local", Some("ses_a")).await.unwrap(),
+        vec![intent("local", "ses_a", "ses_a-20", 20, IntentStep::Aborted)]
+    );
+    after.end_intent("local", "ses_a-20").await.unwrap();
+    assert_eq!(after.open_intents("local", Some("ses_a")).await.unwrap(), vec![]);
+    assert_eq!(after.open_intents("other", None).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn an_unreadable_intent_row_is_skipped_and_the_others_are_still_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    {
+        let ledger = SqliteLedger::open(&path).unwrap();
+        ledger.put_intent(&intent("local", "ses_a", "ses_a-1", 1, IntentStep::Intended)).await.unwrap();
+        ledger.put_intent(&intent("local", "ses_b", "ses_b-2", 2, IntentStep::Intended)).await.unwrap();
+    }
+    tamper(&path, "UPDATE intent SET intent_json = '{not json' WHERE decision = 'ses_a-1'");
+    let ledger = SqliteLedger::open(&path).unwrap();
+    let open = ledger.open_intents("local", None).await.unwrap();
+    assert_eq!(open, vec![intent("local", "ses_b", "ses_b-2", 2, IntentStep::Intended)]);
 }

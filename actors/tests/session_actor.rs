@@ -8,10 +8,10 @@ use std::time::Duration;
 use actix::prelude::*;
 use async_trait::async_trait;
 use shepherd_actors::config::{RecoveryConfig, SupervisorConfig};
-use shepherd_actors::event::{decode, ModelRef, SessionInfo, Status, Todo};
+use shepherd_actors::event::{decode, ModelRef, Role, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
 use shepherd_actors::ledger::{Ledger, MemoryLedger};
-use shepherd_actors::ports::{Clock, Engine, EngineError, LastTurn, Prompt, TurnSettings};
+use shepherd_actors::ports::{Clock, Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, TurnSettings};
 use shepherd_actors::supervisor::{
     AttachServer, DetachServer, Ingest, InspectFleet, ReconfigureAll, Shutdown, StreamUp, Supervisor,
 };
@@ -25,6 +25,16 @@ struct FakeEngine {
     todos: Mutex<Vec<Todo>>,
     /// This many `model_windows` reads fail first (a server still booting).
     windows_failures: std::sync::atomic::AtomicUsize,
+    /// This many aborts / prompts take effect but their answer is lost (a timeout).
+    lost_abort_answers: std::sync::atomic::AtomicUsize,
+    lost_prompt_answers: std::sync::atomic::AtomicUsize,
+    /// Sessions aborted (their latest reply ends with `MessageAbortedError`).
+    aborted: Mutex<Vec<String>>,
+}
+
+/// Takes one from a counter of planned faults; true if there was one.
+fn take_fault(counter: &std::sync::atomic::AtomicUsize) -> bool {
+    counter.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok()
 }
 
 impl FakeEngine {
@@ -58,6 +68,10 @@ impl Engine for FakeEngine {
     async fn abort(&self, id: &str) -> Result<(), EngineError> {
         self.log(format!("abort {id}"));
         self.busy.lock().unwrap().remove(id);
+        self.aborted.lock().unwrap().push(id.into());
+        if take_fault(&self.lost_abort_answers) {
+            return Err(EngineError::Unreachable("timed out (the abort arrived)".into()));
+        }
         Ok(())
     }
     async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
@@ -87,7 +101,42 @@ impl Engine for FakeEngine {
     async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
         self.log(format!("prompt {id}"));
         self.prompts.lock().unwrap().push((id.into(), p.clone()));
+        if take_fault(&self.lost_prompt_answers) {
+            return Err(EngineError::Unreachable("timed out (the prompt arrived)".into()));
+        }
         Ok(())
+    }
+    /// The session as OpenCode would list it: the stalled reply (aborted if it was),
+    /// then every prompt it received, tagged as sent.
+    async fn history(&self, id: &str, _: u32) -> Result<Vec<HistoryMessage>, EngineError> {
+        self.log(format!("history {id}"));
+        let aborted = self.aborted.lock().unwrap().iter().any(|a| a == id);
+        let mut out = vec![HistoryMessage {
+            id: "msg_reply".into(),
+            role: Role::Assistant,
+            created_ms: Some(1),
+            agent: None,
+            error: aborted.then(|| "MessageAbortedError".to_string()),
+            summary: false,
+            parts: vec![],
+        }];
+        for (n, (_, p)) in self.prompts.lock().unwrap().iter().filter(|(s, _)| s == id).enumerate() {
+            out.push(HistoryMessage {
+                id: format!("msg_prompt_{n}"),
+                role: Role::User,
+                created_ms: Some(2 + n as i64),
+                agent: None,
+                error: None,
+                summary: false,
+                parts: vec![HistoryPart::Text {
+                    text: p.text.clone(),
+                    synthetic: true,
+                    ignored: false,
+                    shepherd: Some(p.tag.clone()),
+                }],
+            });
+        }
+        Ok(out)
     }
 }
 
@@ -436,4 +485,71 @@ async fn a_reload_to_a_shorter_discovery_interval_finds_a_missed_busy_session_so
     settle().await;
     let fleet = w.supervisor.send(InspectFleet).await.unwrap();
     assert!(fleet.sessions.iter().any(|s| s.id == "ses_Q" && s.busy), "found by discovery after 6 s, not 60 s");
+}
+
+/// The abort's own events, as OpenCode sends them once it lands.
+fn abort_events(w: &World, id: &str) {
+    w.send(&format!(
+        r#"{{"directory":"/p","payload":{{"type":"session.error","properties":{{"sessionID":"{id}","error":{{"name":"MessageAbortedError","data":{{"message":"Aborted"}}}}}}}}}}"#
+    ));
+    w.send(&format!(
+        r#"{{"directory":"/p","payload":{{"type":"session.status","properties":{{"sessionID":"{id}","status":{{"type":"idle"}}}}}}}}"#
+    ));
+}
+
+#[actix::test]
+async fn an_abort_whose_answer_was_lost_is_checked_on_the_session_and_continued_once() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.engine.lost_abort_answers.store(1, SeqCst);
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(181)).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"abort ses_A".to_string()));
+    assert!(!w.engine.calls().contains(&"prompt ses_A".to_string()), "the abort's answer was lost: no continue yet");
+    abort_events(&w, "ses_A"); // the abort did land: its events are ours, not the person's
+    settle().await;
+    // Once the abort had time to land (abort_poll_max), the session is read and the
+    // missing continue sent.
+    tokio::time::sleep(cfg().abort_poll_max + Duration::from_secs(1)).await;
+    settle().await;
+    let prompts = w.engine.prompts.lock().unwrap().clone();
+    assert_eq!(prompts.len(), 1, "one continue: {prompts:?}");
+    assert_eq!(prompts[0].1.tag.kind, "continue");
+    let records = w.drain();
+    assert!(!records.contains(&(Action::Pause, Outcome::Done)), "our own abort did not pause the session: {records:?}");
+    assert_eq!(
+        records,
+        vec![
+            (Action::Advise, Outcome::Done),
+            (Action::StallDetected, Outcome::Done),
+            (Action::Recover, Outcome::Failed),
+            (Action::Continue, Outcome::Done),
+        ]
+    );
+    // Nothing more: a stall timeout later there is still one continue.
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    settle().await;
+    assert_eq!(w.engine.prompts.lock().unwrap().len(), 1);
+}
+
+#[actix::test]
+async fn a_continue_whose_answer_was_lost_is_found_in_the_session_and_not_sent_again() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.engine.lost_prompt_answers.store(1, SeqCst);
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(190)).await;
+    settle().await;
+    assert_eq!(w.engine.prompts.lock().unwrap().len(), 1, "the continue went out (its answer was lost)");
+    tokio::time::sleep(cfg().abort_poll_max + Duration::from_secs(1)).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"history ses_A".to_string()), "the session was read");
+    assert_eq!(w.engine.prompts.lock().unwrap().len(), 1, "not sent again");
+    let records: Vec<ActionRecord> = std::iter::from_fn(|| w.records.try_recv().ok()).collect();
+    let last = records.last().expect("records");
+    assert_eq!((last.action, last.outcome), (Action::Continue, Outcome::Done), "{records:?}");
+    assert!(last.reason.contains("in the session already"), "{}", last.reason);
 }

@@ -186,6 +186,7 @@ impl SessionActor {
                 Effect::HandOff(order) => self.start_handoff_step(order, ctx),
                 Effect::Advise(request) => self.start_consultation(request, ctx),
                 Effect::Resume(order) => self.start_resume(order, ctx),
+                Effect::FindIntents => self.find_open_intents(ctx),
                 Effect::Stop => ctx.stop(),
             }
         }

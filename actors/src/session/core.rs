@@ -71,6 +71,9 @@ pub enum Effect {
     /// Finish an action a crash left open (its intent); the report goes to
     /// [`SessionCore::on_resume_finished`].
     Resume(ResumeOrder),
+    /// Read this session's open intents from the ledger and hand them to
+    /// [`SessionCore::on_open_intents`] (a request that may have arrived is verified).
+    FindIntents,
     /// The session is gone: stop the actor.
     Stop,
 }
@@ -250,6 +253,9 @@ pub struct SessionCore {
     advice: AdviceGate,
     /// Decisions of open intents being resumed (after a restart or reconnect).
     resuming: Vec<String>,
+    /// A request failed in a way that may still have reached OpenCode (its intent stays
+    /// open): look at the session at this moment, once it had time to land.
+    verify_at: Option<Instant>,
 }
 
 impl SessionCore {
@@ -297,6 +303,7 @@ impl SessionCore {
             model_generation: 0,
             advice: AdviceGate::default(),
             resuming: Vec::new(),
+            verify_at: None,
         }
     }
 
@@ -667,6 +674,7 @@ impl SessionCore {
             self.followup.deadline(),
             self.family.as_ref().and_then(|f| f.deadline()),
             self.rollover.deadline(),
+            self.verify_at,
         ]
         .into_iter()
         .flatten()
@@ -1031,8 +1039,8 @@ impl SessionCore {
     /// A `MessageAbortedError`: ours if a recovery is under way, or it names the
     /// message our abort interrupted, or it trails a recovery that just ended.
     fn on_abort_seen(&mut self, message_id: Option<&str>, now: Now, out: &mut Vec<Effect>) {
-        if self.recovering.is_some() {
-            return;
+        if self.recovering.is_some() || self.verify_at.is_some() {
+            return; // ours: under way, or an abort whose answer was lost
         }
         if let Some((ended, aborted)) = &self.recovery_ended {
             let trailing = now.mono.duration_since(*ended) <= self.cfg.recovery.abort_poll_max;
@@ -1121,7 +1129,20 @@ impl SessionCore {
         if let Some(step) = self.rollover.on_deadline(self.busy != RunState::Idle, now.mono) {
             out.extend(self.on_rollover_step(step, now));
         }
+        if self.verify_at.is_some_and(|at| at <= now.mono) {
+            self.verify_at = None;
+            out.push(Effect::FindIntents);
+        }
         out
+    }
+
+    /// A request failed in a way that may still have reached OpenCode: its intent stays
+    /// open, and the session is read once the request had time to land
+    /// (`recovery.abort_poll_max`), so it is neither lost nor sent twice.
+    fn verify_later(&mut self, error: &EngineError, now: Now) {
+        if crate::session::recovery::may_have_arrived(error) {
+            self.verify_at = Some(now.mono + self.cfg.recovery.abort_poll_max);
+        }
     }
 
     /// Past `handoff.hard` (the hard gate: compact before any follow-up prompt).
@@ -1269,7 +1290,10 @@ impl SessionCore {
             }
             Delivery::Skipped { reason, .. } => (Outcome::Declined, (*reason).to_string()),
             Delivery::Guarded { reason, .. } => (Outcome::Declined, reason.clone()),
-            Delivery::Failed { error } => (Outcome::Failed, format!("could not send: {error}")),
+            Delivery::Failed { error } => {
+                self.verify_later(error, now);
+                (Outcome::Failed, format!("could not send: {error}"))
+            }
         };
         let open = match delivery {
             Delivery::Sent { todos, .. } | Delivery::Skipped { todos, .. } | Delivery::Guarded { todos, .. } => {
@@ -1537,7 +1561,10 @@ impl SessionCore {
                     RecoveryReport::StatusUnavailable(e) => {
                         (Outcome::Failed, format!("could not confirm the session is busy ({e}); not aborting"))
                     }
-                    RecoveryReport::AbortFailed(e) => (Outcome::Failed, format!("abort request failed: {e}")),
+                    RecoveryReport::AbortFailed(e) => {
+                        self.verify_later(e, now);
+                        (Outcome::Failed, format!("abort request failed: {e}"))
+                    }
                     RecoveryReport::NotOurs(holder) => {
                         // Its abort is about to arrive: not the person's.
                         self.recovery_ended = Some((now.mono, aborted.clone()));
@@ -1613,6 +1640,7 @@ impl SessionCore {
                 out.push(self.record(Action::Continue, Outcome::Declined, reason, numbers, now));
             }
             RecoveryReport::ContinueFailed { idle_after_ms, error } => {
+                self.verify_later(error, now);
                 self.recovery_ended = Some((now.mono, aborted));
                 self.activity(now);
                 let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
@@ -1692,7 +1720,7 @@ impl SessionCore {
         let (outcome, reason) = match report {
             ResumeReport::Delivered => (
                 Outcome::Done,
-                format!("after a restart: the {what} (step {step}) is in the session already; not sent again"),
+                format!("unfinished {what} (step {step}): it is in the session already; not sent again"),
             ),
             ResumeReport::Sent(delivery) => {
                 let sent = matches!(delivery, Delivery::Sent { .. });
@@ -1705,28 +1733,28 @@ impl SessionCore {
                 match delivery {
                     Delivery::Sent { .. } => (
                         Outcome::Done,
-                        format!("after a restart: the {what} (step {step}) had not reached the session; sent it once"),
+                        format!("unfinished {what} (step {step}): it had not reached the session; sent it once"),
                     ),
                     Delivery::Skipped { reason, .. } => {
-                        (Outcome::Declined, format!("after a restart: the {what} was not sent: {reason}"))
+                        (Outcome::Declined, format!("unfinished {what} (step {step}): not sent: {reason}"))
                     }
                     Delivery::Guarded { reason, .. } => {
-                        (Outcome::Declined, format!("after a restart: the {what} was not sent: {reason}"))
+                        (Outcome::Declined, format!("unfinished {what} (step {step}): not sent: {reason}"))
                     }
                     Delivery::Failed { error } => {
-                        (Outcome::Failed, format!("after a restart: the {what} could not be sent: {error}"))
+                        (Outcome::Failed, format!("unfinished {what} (step {step}): could not be sent: {error}"))
                     }
                 }
             }
-            ResumeReport::Moot(why) => (Outcome::Declined, format!("after a restart: the {what} (step {step}) is moot: {why}")),
-            ResumeReport::Gone => (Outcome::Declined, format!("after a restart: the {what} is moot: the session is gone")),
+            ResumeReport::Moot(why) => (Outcome::Declined, format!("unfinished {what} (step {step}): moot, {why}")),
+            ResumeReport::Gone => (Outcome::Declined, format!("unfinished {what} (step {step}): moot, the session is gone")),
             ResumeReport::NotOurs(holder) => (
                 Outcome::Declined,
-                format!("after a restart: the {what} is left to another Shepherd instance ({holder})"),
+                format!("unfinished {what} (step {step}): left to another Shepherd instance ({holder})"),
             ),
             ResumeReport::Unreadable(e) => (
                 Outcome::Failed,
-                format!("after a restart: could not read the session to finish the {what} ({e}); kept for the next reconnect"),
+                format!("unfinished {what} (step {step}): could not read the session ({e}); kept for the next start or reconnect"),
             ),
         };
         let numbers = Numbers { attempt: Some(intent.attempt), open_todos: Some(self.open_todos()), ..Numbers::default() };
