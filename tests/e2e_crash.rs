@@ -1,6 +1,8 @@
 //! Crash consistency on a real OpenCode: `shepherd run` kills itself (`SIGKILL`) at a
-//! named step of a stall recovery (`SHEPHERD_KILL_AT`), is started again on the same
-//! ledger, and the session ends with exactly one continue — none lost, none repeated.
+//! named step (`SHEPHERD_KILL_AT`) of a stall recovery or a hand-off, is started again
+//! on the same ledger, and the session ends with exactly one continue, or exactly one
+//! fresh session holding one continuation and one resume prompt — none lost, none
+//! repeated.
 
 mod support;
 
@@ -94,11 +96,9 @@ fn tagged(messages: &[Message], kind: &str) -> Vec<String> {
         .collect()
 }
 
-/// A stall, recovered by a Shepherd that dies at `kill_at` and is started again on the
-/// same ledger: the session gets exactly one continue and finishes its turn.
-async fn crash_during_a_recovery_loses_and_repeats_nothing(kill_at: &str) -> anyhow::Result<()> {
-    let dir = TempDir::new()?;
-    let file = dir.path().join("shepherd.toml");
+/// The rig's OpenCode and fake model with its in-process daemon stopped, and a config
+/// file for `shepherd run` (fast timings, a SQLite ledger in `dir`), adjusted by `tweak`.
+async fn rig_and_config(dir: &TempDir, tweak: impl FnOnce(&mut Config)) -> anyhow::Result<(Rig, Config)> {
     let mut rig = Rig::start_config(|_| {}).await?;
     if let Some(daemon) = rig.daemon.take() {
         daemon.shutdown().await;
@@ -113,19 +113,36 @@ async fn crash_during_a_recovery_loses_and_repeats_nothing(kill_at: &str) -> any
     cfg.control.enabled = false;
     cfg.status.enabled = false;
     cfg.store.path = dir.path().join("ledger.sqlite3").display().to_string();
-    Rig::write_config(&file, &cfg)?;
+    tweak(&mut cfg);
+    Rig::write_config(&dir.path().join("shepherd.toml"), &cfg)?;
+    Ok((rig, cfg))
+}
 
+/// Starts a Shepherd that kills itself at `kill_at`, has `start` begin the work on a
+/// session, waits for the `SIGKILL`, and starts a second Shepherd on the same ledger.
+async fn kill_and_restart(
+    dir: &TempDir,
+    rig: &Rig,
+    kill_at: &str,
+    start: &str,
+) -> anyhow::Result<(String, Shepherd)> {
+    let file = dir.path().join("shepherd.toml");
     let mut first = Shepherd::start(&file, Some(kill_at))?;
     first.wait_log("reconciled", |v| v["message"].as_str().is_some_and(|m| m.starts_with("reconciled"))).await?;
     let id = rig.client.create_session(Some(&format!("crash at {kill_at}"))).await?;
-    rig.client.prompt_async(&id, "[[fake:stall]] work on it", None, None, false).await?;
-    rig.client.wait_busy(&id, PATIENCE).await?;
-
-    let died = tokio::time::timeout(PATIENCE, first.child.wait()).await??;
+    rig.client.prompt_async(&id, start, None, None, false).await?;
+    let died = tokio::time::timeout(PATIENCE * 2, first.child.wait()).await??;
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(died.signal(), Some(libc::SIGKILL), "Shepherd killed itself at {kill_at}: {died:?}");
+    Ok((id, Shepherd::start(&file, None)?))
+}
 
-    let mut second = Shepherd::start(&file, None)?;
+/// A stall, recovered by a Shepherd that dies at `kill_at` and is started again on the
+/// same ledger: the session gets exactly one continue and finishes its turn.
+async fn crash_during_a_recovery_loses_and_repeats_nothing(kill_at: &str) -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let (mut rig, cfg) = rig_and_config(&dir, |_| {}).await?;
+    let (id, mut second) = kill_and_restart(&dir, &rig, kill_at, "[[fake:stall]] work on it").await?;
     let result = async {
         let cont = second
             .wait_log("a continue sent", |v| is_action(v, &id, "continue") && v["outcome"] == "done")
@@ -182,4 +199,79 @@ async fn killed_between_the_abort_and_the_continue() -> anyhow::Result<()> {
 #[actix::test]
 async fn killed_after_the_continue_was_sent_but_before_it_was_ledgered() -> anyhow::Result<()> {
     crash_during_a_recovery_loses_and_repeats_nothing(step::PROMPT_AFTER_SEND).await
+}
+
+/// Sessions whose title carries a hand-off marker (`[hf_…]`).
+async fn fresh_sessions(rig: &Rig) -> anyhow::Result<Vec<Value>> {
+    let all = rig.client.get_json("/session?limit=100").await?;
+    Ok(all
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["title"].as_str().is_some_and(|t| t.contains("[hf_")))
+        .cloned()
+        .collect())
+}
+
+/// A filling session handed off by a Shepherd that dies at `kill_at` and is started
+/// again: one fresh session, one continuation in it, one resume prompt, and it works.
+async fn crash_during_a_hand_off_hands_off_once(kill_at: &str) -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let (mut rig, _) = rig_and_config(&dir, |c| {
+        c.nudge.enabled = false;
+        c.review.enabled = false;
+        c.handoff.ask_model = false;
+    })
+    .await?;
+    let start = "[[fake:todo:create]] [[fake:bigusage:170000]] Port the parser to Rust.";
+    let (old, mut second) = kill_and_restart(&dir, &rig, kill_at, start).await?;
+    let result = async {
+        let done = second
+            .wait_log("the hand-off completed", |v| {
+                is_action(v, &old, "handoff") && v["reason"].as_str().is_some_and(|r| r.starts_with("the work continues in"))
+            })
+            .await?;
+        let fresh = fresh_sessions(&rig).await?;
+        assert_eq!(fresh.len(), 1, "exactly one fresh session after a crash at {kill_at}: {fresh:#?}");
+        let new = fresh[0]["id"].as_str().unwrap_or_default().to_string();
+        assert!(done["reason"].as_str().is_some_and(|r| r.contains(&new)), "{done}");
+        let messages = wait_until("the fresh session's reply", PATIENCE, || async {
+            let m = rig.client.messages(&new).await?;
+            let answered = m.iter().any(|m| m.role() == "assistant" && m.is_completed());
+            anyhow::Ok(answered.then_some(m))
+        })
+        .await?;
+        assert_eq!(tagged(&messages, "handoff_continuation").len(), 1, "one continuation ({kill_at})");
+        assert_eq!(tagged(&messages, "handoff").len(), 1, "one resume prompt ({kill_at})");
+        anyhow::Ok(())
+    }
+    .await;
+    if result.is_err() {
+        for v in second.seen.iter().filter(|v| v["target"] == "shepherd::action" || v["level"] == "WARN") {
+            eprintln!("second shepherd: {v}");
+        }
+    }
+    second.stop().await;
+    rig.opencode.stop().await;
+    result
+}
+
+#[actix::test]
+async fn killed_after_the_hand_off_snapshot_was_stored() -> anyhow::Result<()> {
+    crash_during_a_hand_off_hands_off_once(step::HANDOFF_AFTER_PERSISTING).await
+}
+
+#[actix::test]
+async fn killed_after_the_fresh_session_was_created_before_its_continuation() -> anyhow::Result<()> {
+    crash_during_a_hand_off_hands_off_once(step::HANDOFF_AFTER_CREATE).await
+}
+
+#[actix::test]
+async fn killed_after_the_continuation_was_delivered() -> anyhow::Result<()> {
+    crash_during_a_hand_off_hands_off_once(step::HANDOFF_AFTER_HANDING_OVER).await
+}
+
+#[actix::test]
+async fn killed_after_the_resume_prompt_was_sent() -> anyhow::Result<()> {
+    crash_during_a_hand_off_hands_off_once(step::HANDOFF_AFTER_RESUMING).await
 }

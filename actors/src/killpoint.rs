@@ -19,8 +19,24 @@ pub mod step {
     /// A prompt (continue, nudge, review, custom) was accepted by OpenCode; its outcome
     /// is not ledgered yet.
     pub const PROMPT_AFTER_SEND: &str = "prompt.after_send";
+    /// A hand-off's snapshot is stored; the next phase is not ledgered yet.
+    pub const HANDOFF_AFTER_PERSISTING: &str = "handoff.after_persisting";
+    /// The fresh session was created; the continuation note has not been sent.
+    pub const HANDOFF_AFTER_CREATE: &str = "handoff.after_create";
+    /// The fresh session holds the continuation; the next phase is not ledgered yet.
+    pub const HANDOFF_AFTER_HANDING_OVER: &str = "handoff.after_handing_over";
+    /// The resume prompt was sent; the hand-off is not ledgered as completed yet.
+    pub const HANDOFF_AFTER_RESUMING: &str = "handoff.after_resuming";
     /// Every step above.
-    pub const ALL: [&str; 3] = [RECOVER_BEFORE_ABORT, RECOVER_AFTER_ABORT, PROMPT_AFTER_SEND];
+    pub const ALL: [&str; 7] = [
+        RECOVER_BEFORE_ABORT,
+        RECOVER_AFTER_ABORT,
+        PROMPT_AFTER_SEND,
+        HANDOFF_AFTER_PERSISTING,
+        HANDOFF_AFTER_CREATE,
+        HANDOFF_AFTER_HANDING_OVER,
+        HANDOFF_AFTER_RESUMING,
+    ];
 }
 
 type Hook = Box<dyn Fn(&str) + Send + Sync>;

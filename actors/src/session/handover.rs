@@ -91,6 +91,15 @@ pub async fn run_step(order: &HandoffOrder, tools: &Tools<'_>) -> StepReport {
         Phase::Resuming => resume(order, tools).await,
         other => Err(format!("not a step of the procedure: {}", other.as_str())),
     };
+    if result.is_ok() {
+        use crate::killpoint::{reached, step};
+        match order.step {
+            Phase::Persisting => reached(step::HANDOFF_AFTER_PERSISTING),
+            Phase::HandingOver => reached(step::HANDOFF_AFTER_HANDING_OVER),
+            Phase::Resuming => reached(step::HANDOFF_AFTER_RESUMING),
+            _ => {}
+        }
+    }
     result.unwrap_or_else(|error| StepReport::Failed { step: order.step, error })
 }
 
@@ -221,6 +230,7 @@ async fn hand_over(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, St
                         .create_session(snapshot.directory.as_deref(), &title, &mark)
                         .await
                         .map_err(|e| format!("creating the fresh session: {e}"))?;
+                    crate::killpoint::reached(crate::killpoint::step::HANDOFF_AFTER_CREATE);
                     (s.id, true)
                 }
             }
