@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use shepherd_actors::config::{RecoveryConfig, SupervisorConfig};
 use shepherd_actors::event::{decode, ModelRef, Role, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
-use shepherd_actors::ledger::{Ledger, MemoryLedger};
+use shepherd_actors::ledger::{
+    Claim, DurableState, Intent, IntentLog, Ledger, LedgerError, MemoryLedger, Snapshot, SnapshotStore,
+};
 use shepherd_actors::ports::{Clock, Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, TurnSettings};
 use shepherd_actors::supervisor::{
     AttachServer, DetachServer, Ingest, InspectFleet, ReconfigureAll, Shutdown, StreamUp, Supervisor,
@@ -164,7 +166,7 @@ fn world(cfg: RecoveryConfig) -> World {
 
 /// A supervisor with one server (`srv`, a fresh fake engine), a fresh journal and a
 /// paused clock, over `ledger` (tests of eviction and restarts pass the same one twice).
-fn world_with_ledger(cfg: RecoveryConfig, ledger: Arc<MemoryLedger>) -> World {
+fn world_with_ledger(cfg: RecoveryConfig, ledger: Arc<dyn Ledger>) -> World {
     let engine = Arc::new(FakeEngine::default());
     let journal = Journal::new();
     let records = journal.subscribe();
@@ -335,7 +337,7 @@ async fn shutdown_waits_for_a_recovery_under_way_to_send_its_continue() {
 async fn an_evicted_idle_session_resumes_with_its_counters_intact() {
     tokio::time::pause();
     let ledger = Arc::new(MemoryLedger::default());
-    let mut w = world_with_ledger(cfg(), Arc::clone(&ledger));
+    let mut w = world_with_ledger(cfg(), ledger.clone());
     w.busy("ses_A");
     settle().await;
     tokio::time::sleep(Duration::from_secs(190)).await; // stall -> recovery 1
@@ -376,7 +378,7 @@ async fn a_completion_seen_before_a_restart_is_reviewed_exactly_once_after_it() 
     let reviews = |w: &World| w.engine.prompts.lock().unwrap().iter().filter(|(_, p)| p.tag.kind == "review").count();
 
     // First Shepherd: sees the last todo done mid-turn, then stops before the turn ends.
-    let w = world_with_ledger(cfg(), Arc::clone(&ledger));
+    let w = world_with_ledger(cfg(), ledger.clone());
     w.send(todos_open);
     w.busy("ses_R");
     w.send(todos_done);
@@ -385,7 +387,7 @@ async fn a_completion_seen_before_a_restart_is_reviewed_exactly_once_after_it() 
     assert_eq!(reviews(&w), 0);
 
     // Second Shepherd, same ledger: the turn ends; the completion is reviewed once.
-    let w2 = world_with_ledger(cfg(), Arc::clone(&ledger));
+    let w2 = world_with_ledger(cfg(), ledger.clone());
     w2.busy("ses_R");
     w2.send(&reply("msg_1"));
     w2.engine.busy.lock().unwrap().clear();
@@ -449,7 +451,7 @@ async fn a_session_seen_after_a_reload_decides_by_the_new_rules() {
 async fn a_detached_server_s_sessions_save_their_state_stop_and_are_no_longer_supervised() {
     tokio::time::pause();
     let ledger = Arc::new(MemoryLedger::default());
-    let mut w = world_with_ledger(cfg(), Arc::clone(&ledger));
+    let mut w = world_with_ledger(cfg(), ledger.clone());
     w.busy("ses_A");
     settle().await;
     tokio::time::sleep(Duration::from_secs(190)).await; // one recovery: attempts = 1
@@ -552,4 +554,81 @@ async fn a_continue_whose_answer_was_lost_is_found_in_the_session_and_not_sent_a
     let last = records.last().expect("records");
     assert_eq!((last.action, last.outcome), (Action::Continue, Outcome::Done), "{records:?}");
     assert!(last.reason.contains("in the session already"), "{}", last.reason);
+}
+
+/// A ledger whose first `failing` state writes fail (a full disk, a lock held too long).
+struct FlakyLedger {
+    inner: MemoryLedger,
+    failing: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl SnapshotStore for FlakyLedger {
+    async fn save_snapshot(&self, s: &Snapshot) -> Result<Option<String>, LedgerError> {
+        self.inner.save_snapshot(s).await
+    }
+    async fn snapshots(&self, server: &str, session: &str) -> Result<Vec<Result<Snapshot, LedgerError>>, LedgerError> {
+        self.inner.snapshots(server, session).await
+    }
+    async fn snapshot(&self, id: &str) -> Result<Option<Result<Snapshot, LedgerError>>, LedgerError> {
+        self.inner.snapshot(id).await
+    }
+    async fn claim(&self, id: &str, session: &str) -> Result<Claim, LedgerError> {
+        self.inner.claim(id, session).await
+    }
+}
+
+#[async_trait]
+impl IntentLog for FlakyLedger {
+    async fn put_intent(&self, intent: &Intent) -> Result<(), LedgerError> {
+        self.inner.put_intent(intent).await
+    }
+    async fn end_intent(&self, server: &str, decision: &str) -> Result<(), LedgerError> {
+        self.inner.end_intent(server, decision).await
+    }
+    async fn open_intents(&self, server: &str, session: Option<&str>) -> Result<Vec<Intent>, LedgerError> {
+        self.inner.open_intents(server, session).await
+    }
+}
+
+#[async_trait]
+impl Ledger for FlakyLedger {
+    async fn load(&self, server: &str, session: &str) -> Result<Option<DurableState>, LedgerError> {
+        self.inner.load(server, session).await
+    }
+    async fn save(&self, server: &str, session: &str, state: &DurableState) -> Result<(), LedgerError> {
+        if take_fault(&self.failing) {
+            return Err(LedgerError::Storage("disk full".into()));
+        }
+        self.inner.save(server, session, state).await
+    }
+    async fn append(&self, record: &ActionRecord) -> Result<(), LedgerError> {
+        self.inner.append(record).await
+    }
+    async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError> {
+        self.inner.history(session, limit).await
+    }
+    async fn unfinished_handoffs(&self, server: &str) -> Result<Vec<String>, LedgerError> {
+        self.inner.unfinished_handoffs(server).await
+    }
+}
+
+#[actix::test]
+async fn a_state_write_that_failed_is_retried_until_the_ledger_has_it() {
+    tokio::time::pause();
+    let ledger = Arc::new(FlakyLedger { inner: MemoryLedger::default(), failing: 3.into() });
+    let w = world_with_ledger(cfg(), ledger.clone());
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(190)).await; // stall -> recovery 1
+    settle().await;
+    assert!(w.engine.calls().contains(&"prompt ses_A".to_string()));
+    // The writes of the recovery's state failed; no further event comes to trigger one.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        settle().await;
+    }
+    assert_eq!(ledger.failing.load(SeqCst), 0, "every planned failure happened");
+    let saved = ledger.inner.load("srv", "ses_A").await.unwrap().expect("written after the failures");
+    assert_eq!(saved.attempts, 1, "the recovery's attempt is in the ledger: a restart does not repeat it");
 }
