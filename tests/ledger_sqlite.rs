@@ -11,7 +11,9 @@ use shepherd::store::{open_ledger, SqliteLedger};
 use shepherd_actors::config::{StoreBackend, StoreConfig};
 use shepherd_actors::event::{Todo, TodoStatus};
 use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
-use shepherd_actors::ledger::{Claim, DurableState, HandoffMemory, Ledger, LedgerError, Snapshot, SnapshotStore};
+use shepherd_actors::ledger::{
+    Claim, DurableState, HandoffMemory, Ledger, LedgerError, OutageMemory, Snapshot, SnapshotStore,
+};
 use shepherd_actors::ports::TurnSettings;
 
 fn state(attempts: u32) -> DurableState {
@@ -42,6 +44,15 @@ fn state(attempts: u32) -> DurableState {
             started_ms: Some(1_700_000_000_600),
         },
         handoff_from: Some("ses_older".into()),
+        outage: OutageMemory {
+            failures: 2,
+            resumed_step: 1,
+            due_ms: Some(1_700_000_060_000),
+            counted: Some("msg_failed".into()),
+            model_index: 1,
+            model_since_ms: Some(1_700_000_000_700),
+            failures_on_model: 1,
+        },
     }
 }
 

@@ -47,6 +47,12 @@ pub enum Action {
     SpinningTool,
     /// The advisor was consulted before an abort or a nudge (and what it changed).
     Advise,
+    /// A turn ended on a model provider's error: a resume is scheduled after the
+    /// back-off (or why not); the session answering again ends the outage.
+    ProviderError,
+    /// The server's provider circuit breaker changed state (opened, re-opened, closed),
+    /// or a session waits on it.
+    Breaker,
 }
 
 impl Action {
@@ -69,6 +75,8 @@ impl Action {
             Action::Escalate => "escalate",
             Action::SpinningTool => "spinning_tool",
             Action::Advise => "advise",
+            Action::ProviderError => "provider_error",
+            Action::Breaker => "breaker",
         }
     }
 }

@@ -39,6 +39,29 @@ pub struct DurableState {
     pub handoff: HandoffMemory,
     /// This session was created by a hand-off from that one.
     pub handoff_from: Option<String>,
+    /// Its provider-outage back-off (consecutive failures, the step resumed, when the
+    /// next is due, the model in use), so a restart neither forgets nor repeats a step.
+    pub outage: OutageMemory,
+}
+
+/// What survives of a session's provider-outage back-off (see `session::outage`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OutageMemory {
+    /// Consecutive turns that ended on a provider error since the last real progress.
+    pub failures: u32,
+    /// The step (= failures) whose resume was sent.
+    pub resumed_step: u32,
+    /// When the next resume is due (epoch ms).
+    pub due_ms: Option<i64>,
+    /// The failed assistant message last counted (its events repeat).
+    pub counted: Option<String>,
+    /// 0: the session's own model; n: `recovery.fallback_models[n-1]`.
+    pub model_index: u32,
+    /// When that model was switched to (epoch ms).
+    pub model_since_ms: Option<i64>,
+    /// Resumes on that model that failed again.
+    pub failures_on_model: u32,
 }
 
 /// Why the ledger could not be read or written. Shepherd keeps running on errors

@@ -140,7 +140,11 @@ fn every_change_of_the_durable_state_moves_the_generation() {
                             now,
                         ),
                         Effect::Compact(order) => core.on_compaction_finished(&order, Ok(()), now),
-                        Effect::Record(_) | Effect::Stop | Effect::HandOff(_) | Effect::Advise(_) => Vec::new(),
+                        Effect::Record(_)
+                        | Effect::Stop
+                        | Effect::HandOff(_)
+                        | Effect::Advise(_)
+                        | Effect::Breaker(_) => Vec::new(),
                     });
                 }
                 if durable(core, now) != before {

@@ -31,7 +31,7 @@ use crate::event::{
     ErrorInfo, Event, MessageInfo, ModelRef, Part, PartKind, Role, SessionInfo, Status, Todo, ToolStatus,
 };
 use crate::journal::{Action, ActionRecord, Numbers, Outcome};
-use crate::ledger::DurableState;
+use crate::ledger::{DurableState, OutageMemory};
 use crate::ports::{EngineError, TurnSettings};
 use crate::session::delivery::{Delivery, PromptKind, PromptOrder, ToolTextScan};
 use crate::session::family::{ChildNews, Family};
@@ -40,6 +40,7 @@ use crate::session::handoff::{Phase, Rollover, Step};
 use crate::session::handover::{HandoffOrder, StepReport};
 pub use crate::session::loops::Escalation;
 use crate::session::loops::{ContinueHistory, SpinVerdict, ToolSpin};
+use crate::session::outage::{classify, ErrorClass, Outage};
 use crate::session::planning::Planning;
 use crate::session::prompt::PromptFacts;
 use crate::session::textual_tool_call::TextualToolCall;
@@ -67,8 +68,22 @@ pub enum Effect {
     HandOff(HandoffOrder),
     /// Ask the advisor; its answer goes to [`SessionCore::on_advice`].
     Advise(AdviceRequest),
+    /// Tell the server's provider breaker, or ask it (its answer goes to
+    /// [`SessionCore::on_breaker_permit`]).
+    Breaker(BreakerCall),
     /// The session is gone: stop the actor.
     Stop,
+}
+
+/// What the core tells or asks the server's provider breaker (`session::breaker`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerCall {
+    /// This session's turn ended on a provider error.
+    Failed,
+    /// This session, which had failed on provider errors, finished a turn normally.
+    Recovered,
+    /// May this session resume now?
+    Ask,
 }
 
 /// Everything the recovery procedure needs to know, decided by the core.
@@ -244,6 +259,11 @@ pub struct SessionCore {
     model_generation: u64,
     /// Advice before an abort or a nudge (`advisor.enabled`): see `advice.rs`.
     advice: AdviceGate,
+    /// Provider errors and the resume back-off (boxed: most sessions never have one);
+    /// see `core/resume.rs`.
+    outage: Option<Box<Outage>>,
+    /// A subagent's session (it has a parent).
+    subagent: bool,
 }
 
 impl SessionCore {
@@ -290,6 +310,8 @@ impl SessionCore {
             generation: 0,
             model_generation: 0,
             advice: AdviceGate::default(),
+            outage: None,
+            subagent: false,
         }
     }
 
@@ -299,6 +321,7 @@ impl SessionCore {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (self.generation, self.followup.generation(), self.rollover.durable_fingerprint()).hash(&mut h);
+        self.outage.as_ref().map(|o| o.memory()).hash(&mut h);
         h.finish()
     }
 
@@ -575,6 +598,7 @@ impl SessionCore {
             last_action_ms: None,
             handoff: self.rollover.export(),
             handoff_from: self.rollover.from().map(str::to_string),
+            outage: self.outage.as_ref().map(|o| o.memory().clone()).unwrap_or_default(),
         }
     }
 
@@ -591,6 +615,8 @@ impl SessionCore {
         self.todos.clone_from(&d.todos);
         self.interrupted_continued.clone_from(&d.interrupted_continued);
         self.rollover.restore(&d.handoff, d.handoff_from.as_deref());
+        self.outage =
+            (d.outage != OutageMemory::default()).then(|| Box::new(Outage::restore(&d.outage, now.mono, now.wall_ms)));
         let since_last_nudge =
             d.last_nudge_ms.map(|t| Duration::from_millis(now.wall_ms.saturating_sub(t).max(0) as u64));
         self.followup.restore(
@@ -624,6 +650,9 @@ impl SessionCore {
         }
         if let Some(from) = info.handoff_from() {
             self.rollover.set_from(from);
+        }
+        if info.parent_id.is_some() {
+            self.subagent = true;
         }
     }
 
@@ -660,6 +689,7 @@ impl SessionCore {
             self.followup.deadline(),
             self.family.as_ref().and_then(|f| f.deadline()),
             self.rollover.deadline(),
+            self.outage.as_ref().and_then(|o| o.deadline()),
         ]
         .into_iter()
         .flatten()
@@ -717,6 +747,7 @@ impl SessionCore {
             decision: format!("{}-{why}-{}", self.id, now.wall_ms),
             not_before_ms: None,
             tool_text_scan: ToolTextScan::from_config(&self.cfg.recovery),
+            model: None,
         }
     }
 
@@ -816,8 +847,12 @@ impl SessionCore {
                 self.last_reply.error = Some(error.name.clone());
                 self.last_reply.error_text = error.data.as_ref().and_then(|d| d.message.clone());
             }
+            Event::SessionError { error, .. } if classify(error) == ErrorClass::Provider => {
+                self.note_provider_error(None, error, now, &mut out);
+            }
             _ => {}
         }
+        self.report_recovered(now, &mut out);
         out
     }
 
@@ -857,6 +892,9 @@ impl SessionCore {
                             out.extend(self.on_rollover_step(note, now));
                         }
                         self.followup.on_idle_edge(now.mono, &self.todos, ours, &self.cfg.nudge, &self.cfg.review);
+                        if !ours {
+                            out.extend(self.on_turn_ended(now));
+                        }
                     }
                 }
                 self.busy = RunState::Idle;
@@ -900,6 +938,9 @@ impl SessionCore {
                 }
                 if let Some(err) = &m.error {
                     self.learn_from_overflow(err);
+                    if classify(err) == ErrorClass::Provider {
+                        self.note_provider_error(Some(m.id.clone()), err, now, out);
+                    }
                 }
                 if m.finish.as_deref() == Some("unknown") && m.tokens.is_some_and(|t| t.output == 0) {
                     out.extend(self.on_empty_finish(&m.id, now));
@@ -1063,6 +1104,9 @@ impl SessionCore {
         self.auto_submits = 0;
         self.runaways = 0;
         self.continues.on_progress();
+        if let Some(o) = self.outage.as_mut() {
+            o.on_progress();
+        }
     }
 
     /// A tool call finished: is it part of a spinning run (same tool, same input, again
@@ -1110,6 +1154,7 @@ impl SessionCore {
         let decisions = self.followup.on_deadline(now.mono, &facts, &self.cfg.nudge, &self.cfg.review);
         let mut out: Vec<Effect> = decisions.into_iter().flat_map(|d| self.decision_effects(d, now)).collect();
         out.extend(self.on_orphan_deadline(now));
+        out.extend(self.on_resume_deadline(now));
         out.extend(self.on_stall_deadline(now));
         if let Some(step) = self.rollover.on_deadline(self.busy != RunState::Idle, now.mono) {
             out.extend(self.on_rollover_step(step, now));
@@ -1192,6 +1237,7 @@ impl SessionCore {
                     tool_text_scan: (kind == PromptKind::Nudge)
                         .then(|| ToolTextScan::from_config(&self.cfg.recovery))
                         .flatten(),
+                    model: None,
                 })]
             }
             Decision::Decline { kind, reason, round } => {
@@ -1243,7 +1289,8 @@ impl SessionCore {
     pub fn on_prompt_finished(&mut self, order: &PromptOrder, delivery: &Delivery, now: Now) -> Vec<Effect> {
         let sent = matches!(delivery, Delivery::Sent { .. });
         self.followup.on_delivered(order.kind, sent);
-        if sent && order.kind == PromptKind::Continue {
+        let resume = self.on_resume_delivered(order, delivery, now);
+        if sent && order.kind == PromptKind::Continue && !resume {
             self.continues.on_continue(now.mono);
         }
         let (outcome, reason) = match delivery {
@@ -1294,6 +1341,7 @@ impl SessionCore {
             decision: format!("{}-custom-{}", self.id, now.wall_ms),
             not_before_ms: None,
             tool_text_scan: None,
+            model: None,
         }
     }
 
@@ -1938,6 +1986,7 @@ fn ms(d: Duration) -> u64 {
 }
 
 mod advice;
+mod resume;
 
 #[cfg(test)]
 mod tests {

@@ -107,6 +107,7 @@ pub async fn recover(
         decision: order.decision.clone(),
         not_before_ms: Some(order.decided_ms),
         tool_text_scan: ToolTextScan::from_config(cfg),
+        model: None,
     };
     match deliver(out, &continue_order).await {
         Delivery::Sent { todos, waited_ms, tool_call_as_text, .. } => RecoveryReport::Continued {

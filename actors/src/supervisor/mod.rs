@@ -538,6 +538,7 @@ impl Handler<AttachServer> for Supervisor {
             scratch: self.scratch.clone(),
             guard: Arc::clone(&self.guard),
             advisor: self.advisor.clone(),
+            breaker: Arc::default(),
         });
         self.servers.insert(
             msg.name,
