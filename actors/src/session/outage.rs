@@ -128,7 +128,7 @@ pub struct Resume {
     pub step: u32,
     /// `None`: the session's own (primary) model.
     pub model: Option<ModelRef>,
-    /// How the model was chosen (for the record).
+    /// Why that model, when it is not simply the session's own (for the record).
     pub why_model: String,
 }
 
@@ -269,7 +269,7 @@ impl Outage {
     pub fn resume(&mut self, wall_ms: i64, cfg: &RecoveryConfig) -> Resume {
         let fallbacks: Vec<ModelRef> = cfg.fallback_models.iter().filter_map(|k| parse_model(k)).collect();
         let after = cfg.fallback_after.max(1);
-        let mut why = String::from("the session's own model");
+        let mut why = String::new();
         if self.m.model_index > 0 {
             let since = self.m.model_since_ms.unwrap_or(wall_ms);
             if wall_ms.saturating_sub(since) >= cfg.fallback_cooldown.as_millis() as i64 {
@@ -292,7 +292,7 @@ impl Outage {
             0 => None,
             i => fallbacks.get(i - 1).cloned(),
         };
-        if model.is_some() && why.starts_with("the session's own") {
+        if model.is_some() && why.is_empty() {
             why = format!(
                 "fallback {} of {} (still within recovery.fallback_cooldown)",
                 self.m.model_index,

@@ -177,7 +177,8 @@ impl SessionCore {
             .as_ref()
             .map_or_else(|| "the session's own model".to_string(), |m| format!("{}/{}", m.provider_id, m.model_id));
         let role = if probe { " as the breaker's probe" } else { "" };
-        let reason = format!("resume {} after a provider error{role}, on {model} ({})", resume.step, resume.why_model);
+        let why = if resume.why_model.is_empty() { String::new() } else { format!(" ({})", resume.why_model) };
+        let reason = format!("resume {} after a provider error{role}, on {model}{why}", resume.step);
         let numbers = Numbers {
             attempt: Some(resume.step),
             backoff_ms: Some(ms(backoff(resume.step, r))),
