@@ -383,3 +383,23 @@ async fn a_torn_or_corrupt_snapshot_falls_back_to_the_previous_intact_one() {
     assert!(matches!(&all[0], Err(LedgerError::Corrupt(m)) if m.contains("hf_new")), "{all:?}");
     assert_eq!(Snapshot::newest_intact(all).unwrap().id, "hf_old");
 }
+
+#[tokio::test]
+async fn sessions_with_a_scheduled_provider_resume_are_found_after_a_restart_and_no_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    {
+        let before = SqliteLedger::open(&path).unwrap();
+        before.save("local", "ses_due", &state(1)).await.unwrap();
+        let mut sent = state(1);
+        sent.outage.due_ms = None; // its step was sent: nothing to wake it for
+        before.save("local", "ses_sent", &sent).await.unwrap();
+        before.save("other", "ses_elsewhere", &state(1)).await.unwrap();
+    }
+    let after = SqliteLedger::open(&path).unwrap();
+    assert_eq!(after.scheduled_resumes("local").await.unwrap(), vec!["ses_due".to_string()]);
+    let memory = shepherd_actors::ledger::MemoryLedger::default();
+    memory.save("local", "ses_due", &state(1)).await.unwrap();
+    assert_eq!(memory.scheduled_resumes("local").await.unwrap(), vec!["ses_due".to_string()]);
+    assert!(memory.scheduled_resumes("other").await.unwrap().is_empty());
+}

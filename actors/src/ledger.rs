@@ -85,6 +85,12 @@ pub trait Ledger: SnapshotStore {
     /// Sessions of `server` whose hand-off was under way when Shepherd stopped: they are
     /// resumed at start-up even if the session itself stays quiet.
     async fn unfinished_handoffs(&self, server: &str) -> Result<Vec<String>, LedgerError>;
+    /// Sessions of `server` with a provider-outage resume scheduled (`outage.due_ms`):
+    /// they get an actor at start-up, or nothing would wake them. A ledger that keeps
+    /// no such state has none.
+    async fn scheduled_resumes(&self, _server: &str) -> Result<Vec<String>, LedgerError> {
+        Ok(Vec::new())
+    }
 }
 
 /// A ledger in memory: for tests, and for `--ledger memory` runs that need no disk.
@@ -158,6 +164,15 @@ impl Ledger for MemoryLedger {
         Ok(states
             .iter()
             .filter(|((srv, _), st)| srv == server && HANDOFF_RUNNING_PHASES.contains(&st.handoff.phase.as_str()))
+            .map(|((_, id), _)| id.clone())
+            .collect())
+    }
+
+    async fn scheduled_resumes(&self, server: &str) -> Result<Vec<String>, LedgerError> {
+        let states = self.states.lock().map_err(|e| LedgerError::Storage(e.to_string()))?;
+        Ok(states
+            .iter()
+            .filter(|((srv, _), st)| srv == server && st.outage.due_ms.is_some())
             .map(|((_, id), _)| id.clone())
             .collect())
     }

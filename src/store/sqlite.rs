@@ -147,6 +147,10 @@ enum Command {
         server: String,
         reply: Reply<Vec<String>>,
     },
+    ScheduledResumes {
+        server: String,
+        reply: Reply<Vec<String>>,
+    },
 }
 
 impl SqliteLedger {
@@ -233,6 +237,11 @@ impl Ledger for SqliteLedger {
     async fn unfinished_handoffs(&self, server: &str) -> Result<Vec<String>, LedgerError> {
         let server = server.to_string();
         self.ask(|reply| Command::UnfinishedHandoffs { server, reply }).await
+    }
+
+    async fn scheduled_resumes(&self, server: &str) -> Result<Vec<String>, LedgerError> {
+        let server = server.to_string();
+        self.ask(|reply| Command::ScheduledResumes { server, reply }).await
     }
 }
 
@@ -349,6 +358,7 @@ impl Command {
             Command::Snapshots { server, session, reply } => read(reply, snapshots(conn, &server, &session)),
             Command::Snapshot { id, reply } => read(reply, snapshot(conn, &id)),
             Command::UnfinishedHandoffs { server, reply } => read(reply, unfinished_handoffs(conn, &server)),
+            Command::ScheduledResumes { server, reply } => read(reply, scheduled_resumes(conn, &server)),
             Command::Claim { id, session, reply } => match claim(conn, &id, &session) {
                 Ok(c) => read(reply, Ok(c)),
                 Err(e) => read(reply, Err(e)),
@@ -368,6 +378,7 @@ impl Command {
             Command::Snapshot { reply, .. } => drop(reply.send(Err(err))),
             Command::Claim { reply, .. } => drop(reply.send(Err(err))),
             Command::UnfinishedHandoffs { reply, .. } => drop(reply.send(Err(err))),
+            Command::ScheduledResumes { reply, .. } => drop(reply.send(Err(err))),
         }
     }
 }
@@ -426,6 +437,15 @@ fn unfinished_handoffs(conn: &Connection, server: &str) -> Result<Vec<String>, L
     )
     .and_then(|mut st| st.query_map(params![server, phases[0], phases[1], phases[2]], |r| r.get(0))?.collect())
     .map_err(|e| storage_error(&format!("finding unfinished hand-offs of {server}"), e))
+}
+
+fn scheduled_resumes(conn: &Connection, server: &str) -> Result<Vec<String>, LedgerError> {
+    conn.prepare_cached(
+        "SELECT session FROM session_state WHERE server = ?1
+         AND json_extract(state_json, '$.outage.due_ms') IS NOT NULL",
+    )
+    .and_then(|mut st| st.query_map(params![server], |r| r.get(0))?.collect())
+    .map_err(|e| storage_error(&format!("finding scheduled resumes of {server}"), e))
 }
 
 fn parse_snapshot(id: &str, json: &str) -> Result<Snapshot, LedgerError> {
