@@ -52,6 +52,7 @@ fn state(attempts: u32) -> DurableState {
             model_index: 1,
             model_since_ms: Some(1_700_000_000_700),
             failures_on_model: 1,
+            primary: Some("fake/fake-model".into()),
         },
     }
 }

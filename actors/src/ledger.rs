@@ -62,6 +62,9 @@ pub struct OutageMemory {
     pub model_since_ms: Option<i64>,
     /// Resumes on that model that failed again.
     pub failures_on_model: u32,
+    /// The session's own model (`provider/model`) while it runs on a fallback: the one
+    /// it goes back to after `recovery.fallback_cooldown`.
+    pub primary: Option<String>,
 }
 
 /// Why the ledger could not be read or written. Shepherd keeps running on errors

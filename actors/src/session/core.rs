@@ -1180,7 +1180,11 @@ impl SessionCore {
     }
 
     fn decision_effects_advised(&mut self, d: Decision, now: Now) -> Vec<Effect> {
-        let effects = self.decision_effects_ungated(d, now);
+        let mut effects = self.decision_effects_ungated(d, now);
+        let back = match effects.as_mut_slice() {
+            [Effect::Prompt(order)] => self.back_on_own_model(order, now),
+            _ => None,
+        };
         let gate = if self.compaction_in_flight {
             None
         } else if self.past_hard() {
@@ -1190,7 +1194,7 @@ impl SessionCore {
         } else {
             None
         };
-        match (gate, self.model.clone(), effects.as_slice()) {
+        let gated = match (gate, self.model.clone(), effects.as_slice()) {
             (Some(why), Some(model), [Effect::Prompt(order)]) => {
                 self.held_prompt = Some(Box::new(order.clone()));
                 self.compaction_in_flight = true;
@@ -1199,7 +1203,8 @@ impl SessionCore {
                 vec![Effect::Compact(CompactOrder { session_id: self.id.clone(), model, reason })]
             }
             _ => effects,
-        }
+        };
+        back.into_iter().chain(gated).collect()
     }
 
     /// Past `compaction.opportunistic` and outside the cooldown.

@@ -263,36 +263,37 @@ impl Outage {
         }
     }
 
-    /// The resume to send now: step and model. The model is the primary until it failed
-    /// `fallback_after` resumes in a row, then each fallback in turn gets as many; the
-    /// primary again once `fallback_cooldown` has passed since the switch.
-    pub fn resume(&mut self, wall_ms: i64, cfg: &RecoveryConfig) -> Resume {
+    /// The resume to send now: step and model. The model is the session's own
+    /// (`primary`) until it failed `fallback_after` resumes in a row, then each fallback
+    /// in turn gets as many; the session's own again once `fallback_cooldown` has passed
+    /// since the switch.
+    pub fn resume(&mut self, primary: Option<&ModelRef>, wall_ms: i64, cfg: &RecoveryConfig) -> Resume {
         let fallbacks: Vec<ModelRef> = cfg.fallback_models.iter().filter_map(|k| parse_model(k)).collect();
         let after = cfg.fallback_after.max(1);
         let mut why = String::new();
-        if self.m.model_index > 0 {
-            let since = self.m.model_since_ms.unwrap_or(wall_ms);
-            if wall_ms.saturating_sub(since) >= cfg.fallback_cooldown.as_millis() as i64 {
-                self.m.model_index = 0;
-                self.m.failures_on_model = 0;
-                self.m.model_since_ms = Some(wall_ms);
-                why = "back to the session's own model after recovery.fallback_cooldown".into();
-            }
+        let mut back = None;
+        if let Some(own) = self.primary_due(wall_ms, cfg) {
+            why = "back to the session's own model after recovery.fallback_cooldown".into();
+            back = Some(own);
         }
         if !fallbacks.is_empty() && self.m.failures_on_model >= after {
             let next = (self.m.model_index as usize + 1).min(fallbacks.len());
             if next != self.m.model_index as usize {
+                if self.m.model_index == 0 {
+                    self.m.primary = back.as_ref().or(primary).map(|m| format!("{}/{}", m.provider_id, m.model_id));
+                }
                 self.m.model_index = next as u32;
                 self.m.failures_on_model = 0;
                 self.m.model_since_ms = Some(wall_ms);
+                back = None;
                 why = format!("fallback {next} of {}: the previous model failed {after} resumes", fallbacks.len());
             }
         }
         let model = match self.m.model_index as usize {
-            0 => None,
+            0 => back,
             i => fallbacks.get(i - 1).cloned(),
         };
-        if model.is_some() && why.is_empty() {
+        if self.m.model_index > 0 && why.is_empty() {
             why = format!(
                 "fallback {} of {} (still within recovery.fallback_cooldown)",
                 self.m.model_index,
@@ -300,6 +301,23 @@ impl Outage {
             );
         }
         Resume { step: self.m.failures, model, why_model: why }
+    }
+
+    /// The session runs on a fallback and `fallback_cooldown` has passed since the
+    /// switch: its own model, once (the next prompt Shepherd sends carries it).
+    pub fn primary_due(&mut self, wall_ms: i64, cfg: &RecoveryConfig) -> Option<ModelRef> {
+        if self.m.model_index == 0 {
+            return None;
+        }
+        let since = self.m.model_since_ms.unwrap_or(wall_ms);
+        if wall_ms.saturating_sub(since) < cfg.fallback_cooldown.as_millis() as i64 {
+            return None;
+        }
+        let own = self.m.primary.take().as_deref().and_then(parse_model);
+        self.m.model_index = 0;
+        self.m.failures_on_model = 0;
+        self.m.model_since_ms = None;
+        own
     }
 
     /// The resume for the current step is being delivered.
@@ -335,8 +353,9 @@ impl Outage {
             return;
         }
         self.recovered = Some(self.m.failures);
-        let (model_index, model_since_ms) = (self.m.model_index, self.m.model_since_ms);
-        self.m = OutageMemory { model_index, model_since_ms, ..OutageMemory::default() };
+        // The model in use stays (and the way back to the session's own).
+        let (model_index, model_since_ms, primary) = (self.m.model_index, self.m.model_since_ms, self.m.primary.take());
+        self.m = OutageMemory { model_index, model_since_ms, primary, ..OutageMemory::default() };
         self.due = None;
         self.hold = Hold::Nothing;
     }
@@ -476,21 +495,22 @@ mod tests {
         let (c, t0) = (cfg(), Instant::now());
         let mut o = Outage::default();
         let mut models = Vec::new();
+        let primary = ModelRef { provider_id: "fake".into(), model_id: "primary".into() };
         for i in 0..6 {
             o.note(Some(format!("msg_{i}")), "APIError 500".into());
             o.count(t0, 0, &c).unwrap();
-            let r = o.resume(1_000, &c);
-            models.push(r.model.map(|m| m.model_id).unwrap_or_else(|| "primary".into()));
+            let r = o.resume(Some(&primary), 1_000, &c);
+            models.push(r.model.map(|m| m.model_id).unwrap_or_else(|| "own".into()));
             o.sending(format!("d{i}"));
             o.delivered(true, None);
         }
         // Two failed resumes on the primary, then two on each fallback in turn.
-        assert_eq!(models, ["primary", "primary", "backup", "backup", "second", "second"]);
+        assert_eq!(models, ["own", "own", "backup", "backup", "second", "second"]);
         // An hour after the switch the primary is tried again.
         o.note(Some("msg_9".into()), "APIError 500".into());
         o.count(t0, 0, &c).unwrap();
-        let r = o.resume(1_000 + 3_600_000, &c);
-        assert_eq!(r.model, None, "{}", r.why_model);
+        let r = o.resume(None, 1_000 + 3_600_000, &c);
+        assert_eq!(r.model, Some(primary), "the session's own model, named: its last turn ran on the fallback");
         assert!(r.why_model.contains("fallback_cooldown"), "{}", r.why_model);
     }
 

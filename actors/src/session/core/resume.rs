@@ -157,7 +157,9 @@ impl SessionCore {
             Permit::Probe => true,
             Permit::Go => false,
         };
-        let resume = o.resume(now.wall_ms, &cfg.recovery);
+        let own = self.turn.as_ref().and_then(|t| t.model.clone()).or_else(|| self.model.clone());
+        let Some(o) = self.outage.as_mut() else { return Vec::new() };
+        let resume = o.resume(own.as_ref(), now.wall_ms, &cfg.recovery);
         let decision = format!("{}-outage{}-{}", self.id, resume.step, now.wall_ms);
         o.sending(decision.clone());
         let r = &cfg.recovery;
@@ -186,6 +188,21 @@ impl SessionCore {
             ..Numbers::default()
         };
         vec![self.record(Action::Recover, Outcome::Done, &reason, numbers, now), Effect::Prompt(order)]
+    }
+
+    /// A follow-up about to be sent by a session on a fallback model past
+    /// `fallback_cooldown`: it carries the session's own model again (one record).
+    pub(super) fn back_on_own_model(&mut self, order: &mut PromptOrder, now: Now) -> Option<Effect> {
+        let own = self.outage.as_mut()?.primary_due(now.wall_ms, &self.cfg.recovery)?;
+        let reason = format!(
+            "back on the session's own model ({}/{}) after recovery.fallback_cooldown: the {} carries it",
+            own.provider_id,
+            own.model_id,
+            order.kind.as_str()
+        );
+        let numbers = Numbers { window_ms: Some(ms(self.cfg.recovery.fallback_cooldown)), ..Numbers::default() };
+        order.model = Some(own);
+        Some(self.record(Action::ProviderError, Outcome::Done, &reason, numbers, now))
     }
 
     /// A delivery ended: if it was a resume, the step is done (sent, or a similar prompt
@@ -376,6 +393,68 @@ mod tests {
         assert!(out.contains(&Effect::Breaker(BreakerCall::Recovered)), "{out:?}");
         assert!(records(&out).iter().any(|(a, _, r)| *a == Action::ProviderError && r.contains("back-off reset")));
         assert!(!run.core.resume_pending());
+    }
+
+    /// A normal turn: busy, a finished reply, idle.
+    fn turn_ok(run: &mut Run, message: &str, secs: u64) -> Vec<Effect> {
+        let status = |s: &str| {
+            decode(&format!(
+                r#"{{"type":"session.status","properties":{{"sessionID":"ses_A","status":{{"type":"{s}"}}}}}}"#
+            ))
+            .unwrap()
+            .event
+        };
+        let reply = decode(&format!(r#"{{"type":"message.updated","properties":{{"sessionID":"ses_A","info":{{"id":"{message}","sessionID":"ses_A","role":"assistant","finish":"stop","time":{{"created":1,"completed":2}}}}}}}}"#)).unwrap().event;
+        run.feed(&[status("busy"), reply, status("idle")], secs)
+    }
+
+    #[test]
+    fn after_the_fallback_cooldown_the_next_nudge_carries_the_sessions_own_model_again() {
+        let mut rules = rules();
+        rules.nudge.enabled = true;
+        rules.recovery.fallback_cooldown = Duration::from_secs(600);
+        let mut run = Run::new(rules);
+        run.todos(0);
+        let all = frames(HTTP429);
+        run.feed(&all, 1);
+        run.due(61);
+        let order = prompt(&run.core.on_breaker_permit(&Permit::Go, run.at(61))).unwrap().clone();
+        run.core.on_prompt_finished(&order, &sent(&order), run.at(61));
+        let first_busy =
+            all.iter().position(|e| matches!(e, Event::SessionStatus { status: Status::Busy, .. })).unwrap();
+        let again: Vec<Event> = all[first_busy..]
+            .iter()
+            .cloned()
+            .map(|e| match e {
+                Event::MessageUpdated(mut m) => {
+                    m.id = m.id.replace("msg_", "msg_again");
+                    Event::MessageUpdated(m)
+                }
+                e => e,
+            })
+            .collect();
+        run.feed(&again, 70);
+        run.due(191);
+        let order = prompt(&run.core.on_breaker_permit(&Permit::Go, run.at(191))).unwrap().clone();
+        assert_eq!(order.model.as_ref().map(|m| m.model_id.as_str()), Some("fake-model-2"));
+        run.core.on_prompt_finished(&order, &sent(&order), run.at(191));
+        // Working on the fallback; within the cool-down a nudge keeps it.
+        turn_ok(&mut run, "msg_ok1", 200);
+        let out = run.due(201);
+        let nudge = prompt(&out).expect("a nudge").clone();
+        assert_eq!((nudge.kind, nudge.model.clone()), (PromptKind::Nudge, None));
+        run.core.on_prompt_finished(&nudge, &sent(&nudge), run.at(201));
+        // Past the cool-down: the next nudge names the session's own model, once.
+        turn_ok(&mut run, "msg_ok2", 900);
+        let out = run.due(901);
+        let nudge = prompt(&out).expect("a nudge").clone();
+        let own = nudge.model.clone().expect("the session's own model");
+        assert_eq!((own.provider_id.as_str(), own.model_id.as_str()), ("fake", "fake-model"));
+        assert!(records(&out).iter().any(|(a, _, r)| *a == Action::ProviderError && r.contains("own model")));
+        run.core.on_prompt_finished(&nudge, &sent(&nudge), run.at(901));
+        turn_ok(&mut run, "msg_ok3", 1000);
+        let out = run.due(1001);
+        assert_eq!(prompt(&out).map(|o| o.model.clone()), Some(None), "once: then the last turn's model is its own");
     }
 
     #[test]
