@@ -964,6 +964,13 @@ impl SessionCore {
                     return;
                 }
                 self.activity(now);
+                if matches!(m.finish.as_deref(), Some("stop" | "length" | "tool-calls")) {
+                    // The provider answered: the outage is over for this session (a
+                    // person writing or a todo changing is no such evidence).
+                    if let Some(o) = self.outage.as_mut() {
+                        o.on_progress();
+                    }
+                }
                 match m.finish.as_deref() {
                     Some("stop" | "length") => self.real_progress(),
                     // A step of a spinning tool run is not progress.
@@ -1104,9 +1111,6 @@ impl SessionCore {
         self.auto_submits = 0;
         self.runaways = 0;
         self.continues.on_progress();
-        if let Some(o) = self.outage.as_mut() {
-            o.on_progress();
-        }
     }
 
     /// A tool call finished: is it part of a spinning run (same tool, same input, again

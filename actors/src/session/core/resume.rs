@@ -88,7 +88,8 @@ impl SessionCore {
         out
     }
 
-    /// Real progress after provider failures: the outage is over for this session.
+    /// A finished model call after provider failures: the outage is over for this
+    /// session.
     pub(super) fn report_recovered(&mut self, now: Now, out: &mut Vec<Effect>) {
         let Some(failures) = self.outage.as_mut().and_then(|o| o.take_recovered()) else { return };
         if self.outage.as_ref().is_some_and(|o| o.is_quiet()) {
@@ -455,6 +456,21 @@ mod tests {
         turn_ok(&mut run, "msg_ok3", 1000);
         let out = run.due(1001);
         assert_eq!(prompt(&out).map(|o| o.model.clone()), Some(None), "once: then the last turn's model is its own");
+    }
+
+    #[test]
+    fn a_person_writing_during_the_back_off_is_no_sign_the_provider_is_back() {
+        let mut run = Run::new(rules());
+        run.todos(0);
+        run.feed(&frames(HTTP429), 1);
+        let person = [
+            r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_person","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#,
+            r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_p","messageID":"msg_person","sessionID":"ses_A","type":"text","text":"are you there?"}}}"#,
+        ]
+        .map(|f| decode(f).unwrap().event);
+        let out = run.feed(&person, 10);
+        assert!(!out.contains(&Effect::Breaker(BreakerCall::Recovered)), "{out:?}");
+        assert!(run.core.resume_pending(), "the resume stays scheduled until a model call finishes");
     }
 
     #[test]
