@@ -153,6 +153,9 @@ pub struct Numbers {
     /// `heuristic (no model configured)`, `heuristic (fallback: WHY)`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub advice_source: Option<String>,
+    /// How long the server's provider breaker was open (when it closes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_ms: Option<u64>,
 }
 
 /// One decision about one session.
@@ -245,6 +248,7 @@ impl Journal {
                     last_part = n.last_part.as_deref(),
                     advice = n.advice.as_deref(),
                     advice_source = n.advice_source.as_deref(),
+                    open_ms = n.open_ms,
                     "{} {}: {}", r.action.as_str(), r.outcome.as_str(), r.reason
                 )
             };

@@ -41,7 +41,7 @@ pub enum Transition {
     /// A session finished normally again.
     Closed { by: String, open_for: Duration },
     /// The probe did not answer within `breaker_probe_timeout`: another may probe.
-    ProbeExpired { probe: String },
+    ProbeExpired { probe: String, timeout: Duration },
 }
 
 impl Transition {
@@ -62,11 +62,11 @@ impl Transition {
             ),
             Transition::Closed { by, open_for } => (
                 format!("provider breaker closed: {by} finished a turn normally; the waiting sessions resume"),
-                Numbers { idle_for_ms: Some(ms(open_for)), ..Numbers::default() },
+                Numbers { open_ms: Some(ms(open_for)), ..Numbers::default() },
             ),
-            Transition::ProbeExpired { probe } => (
+            Transition::ProbeExpired { probe, timeout } => (
                 format!("provider breaker: the probe ({probe}) did not answer within recovery.breaker_probe_timeout; another session probes"),
-                Numbers::default(),
+                Numbers { timeout_ms: Some(ms(timeout)), ..Numbers::default() },
             ),
         };
         ActionRecord {
@@ -167,7 +167,7 @@ impl Breaker {
                 let until = *since + cfg.breaker_probe_timeout;
                 return (Permit::Wait { probe: Some(p.clone()), retry_at: Some(until) }, None);
             }
-            expired = Some(Transition::ProbeExpired { probe: p.clone() });
+            expired = Some(Transition::ProbeExpired { probe: p.clone(), timeout: cfg.breaker_probe_timeout });
             *probe = None;
         }
         if now < *retry_at {
@@ -301,7 +301,7 @@ mod tests {
         b.permit("a", t0, &c);
         let (p, t) = b.permit("b", t0 + Duration::from_secs(300), &c);
         assert_eq!(p, Permit::Probe);
-        assert_eq!(t, Some(Transition::ProbeExpired { probe: "a".into() }));
+        assert_eq!(t, Some(Transition::ProbeExpired { probe: "a".into(), timeout: Duration::from_secs(300) }));
     }
 
     #[tokio::test]
