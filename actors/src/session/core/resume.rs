@@ -459,6 +459,44 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_turn_without_todos_is_resumed_in_a_top_level_session_but_not_in_a_subagent() {
+        let mut top = Run::new(rules());
+        let out = top.feed(&frames(HTTP429), 1);
+        let rec = records(&out).into_iter().find(|(a, _, _)| *a == Action::ProviderError).unwrap();
+        assert_eq!(rec.1, Outcome::Done, "the person's request went unanswered: {}", rec.2);
+        assert!(top.core.resume_pending());
+
+        let mut child = Run::new(rules());
+        child.core.hydrate(&SessionInfo {
+            id: "ses_A".into(),
+            parent_id: Some("ses_parent".into()),
+            directory: Some("/p".into()),
+            title: None,
+            time: Default::default(),
+            metadata: None,
+        });
+        let out = child.feed(&frames(HTTP429), 1);
+        let rec = records(&out).into_iter().find(|(a, _, _)| *a == Action::ProviderError).unwrap();
+        assert_eq!(rec.1, Outcome::Declined);
+        assert!(rec.2.contains("subagent"), "{}", rec.2);
+        assert!(out.contains(&Effect::Breaker(BreakerCall::Failed)), "still evidence of an outage");
+        assert!(!child.core.resume_pending());
+        // With open todos a subagent has work of its own: it is resumed.
+        let mut busy_child = Run::new(rules());
+        busy_child.core.hydrate(&SessionInfo {
+            id: "ses_A".into(),
+            parent_id: Some("ses_parent".into()),
+            directory: Some("/p".into()),
+            title: None,
+            time: Default::default(),
+            metadata: None,
+        });
+        busy_child.todos(0);
+        busy_child.feed(&frames(HTTP429), 1);
+        assert!(busy_child.core.resume_pending());
+    }
+
+    #[test]
     fn a_person_writing_during_the_back_off_is_no_sign_the_provider_is_back() {
         let mut run = Run::new(rules());
         run.todos(0);
