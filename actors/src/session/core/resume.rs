@@ -76,7 +76,10 @@ impl SessionCore {
             if let Some(o) = self.outage.as_mut() {
                 o.drop_schedule();
             }
-            let reason = format!("the turn ended on a provider error ({summary}); not resuming: {why}");
+            // Name and status only: the provider's text ("Rate limit reached") would read
+            // as Shepherd's own rate limit to whoever files declines by their reason.
+            let short = summary.split(" \"").next().unwrap_or_default();
+            let reason = format!("the turn ended on a provider error ({short}); not resuming: {why}");
             out.push(self.record(Action::ProviderError, Outcome::Declined, &reason, numbers, now));
         } else {
             let reason = format!(
