@@ -145,6 +145,10 @@ pub struct Outage {
     hold: Hold,
     /// Real progress ended this many failures; not yet reported.
     recovered: Option<u32>,
+    /// The last failure was counted before its message was known (a `session.error`
+    /// for a message this core never saw): the message's own error, trailing it, is
+    /// the same failure.
+    counted_unnamed: bool,
 }
 
 /// What a due resume waits for.
@@ -181,6 +185,11 @@ impl Outage {
         if message.is_some() && message == self.m.counted {
             return; // that failure was already counted
         }
+        if message.is_some() && self.counted_unnamed && self.pending.is_none() {
+            self.counted_unnamed = false;
+            self.m.counted = message; // the trailing error of the failure just counted
+            return;
+        }
         let message = message.or_else(|| self.pending.as_ref().and_then(|(m, _)| m.clone()));
         self.pending = Some((message, summary));
     }
@@ -197,6 +206,7 @@ impl Outage {
         if message.is_some() && message == self.m.counted {
             return None;
         }
+        self.counted_unnamed = message.is_none();
         self.m.counted = message;
         self.m.failures += 1;
         if self.m.resumed_step > 0 {
@@ -322,6 +332,7 @@ impl Outage {
 
     /// The resume for the current step is being delivered.
     pub fn sending(&mut self, decision: String) {
+        self.counted_unnamed = false;
         self.hold = Hold::Delivering(decision);
     }
 
@@ -349,6 +360,7 @@ impl Outage {
     /// once by [`Outage::take_recovered`].
     pub fn on_progress(&mut self) {
         self.pending = None;
+        self.counted_unnamed = false;
         if self.m.failures == 0 {
             return;
         }
@@ -488,6 +500,22 @@ mod tests {
         o.note(Some("msg_1".into()), "again".into());
         assert_eq!(o.count(t0, 0, &c), None, "the same message is not a second failure");
         assert_eq!(o.deadline(), Some(t0 + Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn a_failure_counted_before_its_message_was_known_is_not_counted_again_by_the_message() {
+        let (c, t0) = (cfg(), Instant::now());
+        let mut o = Outage::default();
+        o.note(None, "APIError 500".into()); // session.error of a message never seen
+        assert!(o.count(t0, 0, &c).is_some());
+        o.note(Some("msg_1".into()), "APIError 500".into()); // its message's error, trailing
+        assert_eq!(o.count(t0, 0, &c), None);
+        assert_eq!(o.failures(), 1);
+        // The next turn's failure (after the resume) is a new one.
+        o.sending("d".into());
+        o.delivered(true, None);
+        o.note(Some("msg_2".into()), "APIError 500".into());
+        assert_eq!(o.count(t0, 0, &c).map(|(step, _, _)| step), Some(2));
     }
 
     #[test]
