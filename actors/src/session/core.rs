@@ -17,6 +17,9 @@
 //!   is already under way.
 //! - **User in charge**: an abort Shepherd did not send pauses all automation until
 //!   the next real (non-synthetic, untagged) user message.
+//! - **Provider outages** (`core/resume.rs`): a turn that ended on the provider's error
+//!   with work left is resumed after a back-off growing per consecutive failure, once
+//!   per step, when the server's breaker allows.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
