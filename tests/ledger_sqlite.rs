@@ -12,8 +12,8 @@ use shepherd_actors::config::{StoreBackend, StoreConfig};
 use shepherd_actors::event::{Todo, TodoStatus};
 use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
 use shepherd_actors::ledger::{
-    Claim, DurableState, HandoffMemory, Intent, IntentKind, IntentLog, IntentStep, Ledger, LedgerError, Snapshot,
-    SnapshotStore,
+    Claim, DurableState, HandoffMemory, Intent, IntentKind, IntentLog, IntentStep, Ledger, LedgerError, OutageMemory,
+    Snapshot, SnapshotStore,
 };
 use shepherd_actors::ports::TurnSettings;
 
@@ -45,6 +45,16 @@ fn state(attempts: u32) -> DurableState {
             started_ms: Some(1_700_000_000_600),
         },
         handoff_from: Some("ses_older".into()),
+        outage: OutageMemory {
+            failures: 2,
+            resumed_step: 1,
+            due_ms: Some(1_700_000_060_000),
+            counted: Some("msg_failed".into()),
+            model_index: 1,
+            model_since_ms: Some(1_700_000_000_700),
+            failures_on_model: 1,
+            primary: Some("fake/fake-model".into()),
+        },
     }
 }
 
@@ -434,4 +444,24 @@ async fn an_unreadable_intent_row_is_skipped_and_the_others_are_still_resumed() 
     let ledger = SqliteLedger::open(&path).unwrap();
     let open = ledger.open_intents("local", None).await.unwrap();
     assert_eq!(open, vec![intent("local", "ses_b", "ses_b-2", 2, IntentStep::Intended)]);
+}
+
+#[tokio::test]
+async fn sessions_with_a_scheduled_provider_resume_are_found_after_a_restart_and_no_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    {
+        let before = SqliteLedger::open(&path).unwrap();
+        before.save("local", "ses_due", &state(1)).await.unwrap();
+        let mut sent = state(1);
+        sent.outage.due_ms = None; // its step was sent: nothing to wake it for
+        before.save("local", "ses_sent", &sent).await.unwrap();
+        before.save("other", "ses_elsewhere", &state(1)).await.unwrap();
+    }
+    let after = SqliteLedger::open(&path).unwrap();
+    assert_eq!(after.scheduled_resumes("local").await.unwrap(), vec!["ses_due".to_string()]);
+    let memory = shepherd_actors::ledger::MemoryLedger::default();
+    memory.save("local", "ses_due", &state(1)).await.unwrap();
+    assert_eq!(memory.scheduled_resumes("local").await.unwrap(), vec!["ses_due".to_string()]);
+    assert!(memory.scheduled_resumes("other").await.unwrap().is_empty());
 }

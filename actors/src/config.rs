@@ -167,6 +167,35 @@ pub struct RecoveryConfig {
     pub repeated_continue_count: u32,
     #[serde(with = "duration_str")]
     pub repeated_continue_window: Duration,
+    /// Resume a session whose turn ended on a provider error (5xx, 429, overloaded,
+    /// timeouts, after OpenCode's own retries) and that has work left.
+    pub resume_after_provider_error: bool,
+    /// First wait before such a resume; doubles per consecutive failure.
+    #[serde(with = "duration_str")]
+    pub provider_backoff: Duration,
+    /// Upper bound of that wait.
+    #[serde(with = "duration_str")]
+    pub provider_max_backoff: Duration,
+    /// The resume prompt. Variables: `{attempts}` (the step), `{maxAttempts}`.
+    pub provider_resume_message: String,
+    /// The resume prompt for a session with open todos. Variables as for
+    /// `continue_with_todos_message`.
+    pub provider_resume_with_todos_message: String,
+    /// `provider/model` pairs to resume on once the session's own model failed
+    /// `fallback_after` resumes in a row (each in turn); empty: none.
+    pub fallback_models: Vec<String>,
+    pub fallback_after: u32,
+    /// Back to the session's own model this long after switching to a fallback.
+    #[serde(with = "duration_str")]
+    pub fallback_cooldown: Duration,
+    /// The server's circuit breaker opens when this many sessions failed on provider
+    /// errors within `breaker_window`: one session probes, the others wait for it.
+    pub breaker_sessions: u32,
+    #[serde(with = "duration_str")]
+    pub breaker_window: Duration,
+    /// A probe that has not answered within this long is replaced by another session.
+    #[serde(with = "duration_str")]
+    pub breaker_probe_timeout: Duration,
 }
 
 impl Default for RecoveryConfig {
@@ -206,6 +235,22 @@ impl Default for RecoveryConfig {
                 .to_string(),
             repeated_continue_count: 3,
             repeated_continue_window: Duration::from_secs(10 * 60),
+            resume_after_provider_error: true,
+            provider_backoff: Duration::from_secs(60),
+            provider_max_backoff: Duration::from_secs(30 * 60),
+            provider_resume_message: "Your previous turn was cut short by an error of the model provider \
+                (resume {attempts}). The provider answers again: please continue where you left off."
+                .to_string(),
+            provider_resume_with_todos_message: "Your previous turn was cut short by an error of the model \
+                provider (resume {attempts}). You have {pending} open of {total} todos ({completed} \
+                done):\n{todoList}\nPlease continue working on them."
+                .to_string(),
+            fallback_models: Vec::new(),
+            fallback_after: 2,
+            fallback_cooldown: Duration::from_secs(30 * 60),
+            breaker_sessions: 3,
+            breaker_window: Duration::from_secs(2 * 60),
+            breaker_probe_timeout: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -908,6 +953,40 @@ impl Config {
         if r.repeated_continue_window.is_zero() {
             return Err(bad("recovery.repeated_continue_window", "must be greater than zero"));
         }
+        if r.provider_backoff.is_zero() {
+            return Err(bad("recovery.provider_backoff", "must be greater than zero"));
+        }
+        if r.provider_max_backoff < r.provider_backoff {
+            return Err(bad("recovery.provider_max_backoff", "must be at least recovery.provider_backoff"));
+        }
+        for (key, text) in [
+            ("recovery.provider_resume_message", &r.provider_resume_message),
+            ("recovery.provider_resume_with_todos_message", &r.provider_resume_with_todos_message),
+        ] {
+            if r.resume_after_provider_error && text.trim().is_empty() {
+                return Err(bad(key, "must not be empty"));
+            }
+        }
+        for (i, m) in r.fallback_models.iter().enumerate() {
+            if crate::session::outage::parse_model(m).is_none() {
+                return Err(bad(
+                    &format!("recovery.fallback_models[{i}]"),
+                    "must be provider/model, e.g. \"anthropic/claude-sonnet-4\"",
+                ));
+            }
+        }
+        if r.fallback_after == 0 {
+            return Err(bad("recovery.fallback_after", "must be at least 1"));
+        }
+        if r.breaker_sessions == 0 {
+            return Err(bad("recovery.breaker_sessions", "must be at least 1"));
+        }
+        if r.breaker_window.is_zero() {
+            return Err(bad("recovery.breaker_window", "must be greater than zero"));
+        }
+        if r.breaker_probe_timeout.is_zero() {
+            return Err(bad("recovery.breaker_probe_timeout", "must be greater than zero"));
+        }
         let shares = [
             ("compaction.opportunistic", self.compaction.opportunistic),
             ("compaction.proactive", self.compaction.proactive),
@@ -1152,6 +1231,22 @@ mod tests {
         let mut c = Config::default();
         c.context.error_patterns.push("(unclosed".into());
         assert_eq!(c.validate().unwrap_err().key, "context.error_patterns[2]");
+    }
+
+    #[test]
+    fn provider_outage_values_are_checked_with_their_key() {
+        let c = Config::default();
+        assert_eq!(c.recovery.provider_backoff, Duration::from_secs(60));
+        assert_eq!(c.recovery.provider_max_backoff, Duration::from_secs(1800));
+        let mut c = Config::default();
+        c.recovery.fallback_models = vec!["fake/fake-model-2".into(), "no-slash".into()];
+        assert_eq!(c.validate().unwrap_err().key, "recovery.fallback_models[1]");
+        let mut c = Config::default();
+        c.recovery.provider_max_backoff = Duration::from_secs(1);
+        assert_eq!(c.validate().unwrap_err().key, "recovery.provider_max_backoff");
+        let mut c = Config::default();
+        c.recovery.breaker_sessions = 0;
+        assert_eq!(c.validate().unwrap_err().key, "recovery.breaker_sessions");
     }
 
     #[test]

@@ -236,6 +236,21 @@ pub struct ErrorInfo {
 pub struct ErrorData {
     #[serde(default)]
     pub message: Option<String>,
+    /// The provider's HTTP status (`APIError` after OpenCode's retries: 429, 500, …).
+    #[serde(default, rename = "statusCode")]
+    pub status_code: Option<u16>,
+    /// OpenCode's verdict that the call may succeed if tried again.
+    #[serde(default, rename = "isRetryable")]
+    pub is_retryable: Option<bool>,
+    /// `metadata.code`: `ProviderResponseStreamError`, `ProviderHeaderTimeoutError`, …
+    #[serde(default, deserialize_with = "metadata_code")]
+    pub metadata: Option<String>,
+}
+
+/// `metadata.code` of an error's data, when it is a string (other shapes are ignored).
+fn metadata_code<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let v = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(v.and_then(|m| m.get("code").and_then(|c| c.as_str()).map(str::to_string)))
 }
 
 impl ErrorInfo {

@@ -47,6 +47,12 @@ pub enum Action {
     SpinningTool,
     /// The advisor was consulted before an abort or a nudge (and what it changed).
     Advise,
+    /// A turn ended on a model provider's error: a resume is scheduled after the
+    /// back-off (or why not); the session answering again ends the outage.
+    ProviderError,
+    /// The server's provider circuit breaker changed state (opened, re-opened, closed),
+    /// or a session waits on it.
+    Breaker,
 }
 
 impl Action {
@@ -69,6 +75,8 @@ impl Action {
             Action::Escalate => "escalate",
             Action::SpinningTool => "spinning_tool",
             Action::Advise => "advise",
+            Action::ProviderError => "provider_error",
+            Action::Breaker => "breaker",
         }
     }
 }
@@ -145,6 +153,9 @@ pub struct Numbers {
     /// `heuristic (no model configured)`, `heuristic (fallback: WHY)`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub advice_source: Option<String>,
+    /// How long the server's provider breaker was open (when it closes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_ms: Option<u64>,
 }
 
 /// One decision about one session.
@@ -237,6 +248,7 @@ impl Journal {
                     last_part = n.last_part.as_deref(),
                     advice = n.advice.as_deref(),
                     advice_source = n.advice_source.as_deref(),
+                    open_ms = n.open_ms,
                     "{} {}: {}", r.action.as_str(), r.outcome.as_str(), r.reason
                 )
             };

@@ -39,6 +39,32 @@ pub struct DurableState {
     pub handoff: HandoffMemory,
     /// This session was created by a hand-off from that one.
     pub handoff_from: Option<String>,
+    /// Its provider-outage back-off (consecutive failures, the step resumed, when the
+    /// next is due, the model in use), so a restart neither forgets nor repeats a step.
+    pub outage: OutageMemory,
+}
+
+/// What survives of a session's provider-outage back-off (see `session::outage`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OutageMemory {
+    /// Consecutive turns that ended on a provider error since the last real progress.
+    pub failures: u32,
+    /// The step (= failures) whose resume was sent.
+    pub resumed_step: u32,
+    /// When the next resume is due (epoch ms).
+    pub due_ms: Option<i64>,
+    /// The failed assistant message last counted (its events repeat).
+    pub counted: Option<String>,
+    /// 0: the session's own model; n: `recovery.fallback_models[n-1]`.
+    pub model_index: u32,
+    /// When that model was switched to (epoch ms).
+    pub model_since_ms: Option<i64>,
+    /// Resumes on that model that failed again.
+    pub failures_on_model: u32,
+    /// The session's own model (`provider/model`) while it runs on a fallback: the one
+    /// it goes back to after `recovery.fallback_cooldown`.
+    pub primary: Option<String>,
 }
 
 /// Why the ledger could not be read or written. Shepherd keeps running on errors
@@ -62,6 +88,12 @@ pub trait Ledger: SnapshotStore + IntentLog {
     /// Sessions of `server` whose hand-off was under way when Shepherd stopped: they are
     /// resumed at start-up even if the session itself stays quiet.
     async fn unfinished_handoffs(&self, server: &str) -> Result<Vec<String>, LedgerError>;
+    /// Sessions of `server` with a provider-outage resume scheduled (`outage.due_ms`):
+    /// they get an actor at start-up, or nothing would wake them. A ledger that keeps
+    /// no such state has none.
+    async fn scheduled_resumes(&self, _server: &str) -> Result<Vec<String>, LedgerError> {
+        Ok(Vec::new())
+    }
 }
 
 /// A ledger in memory: for tests, and for `--ledger memory` runs that need no disk.
@@ -163,6 +195,15 @@ impl Ledger for MemoryLedger {
         Ok(states
             .iter()
             .filter(|((srv, _), st)| srv == server && HANDOFF_RUNNING_PHASES.contains(&st.handoff.phase.as_str()))
+            .map(|((_, id), _)| id.clone())
+            .collect())
+    }
+
+    async fn scheduled_resumes(&self, server: &str) -> Result<Vec<String>, LedgerError> {
+        let states = self.states.lock().map_err(|e| LedgerError::Storage(e.to_string()))?;
+        Ok(states
+            .iter()
+            .filter(|((srv, _), st)| srv == server && st.outage.due_ms.is_some())
             .map(|((_, id), _)| id.clone())
             .collect())
     }

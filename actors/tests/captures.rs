@@ -145,7 +145,8 @@ fn every_change_of_the_durable_state_moves_the_generation() {
                         | Effect::HandOff(_)
                         | Effect::Advise(_)
                         | Effect::Resume(_)
-                        | Effect::FindIntents => Vec::new(),
+                        | Effect::FindIntents
+                        | Effect::Breaker(_) => Vec::new(),
                     });
                 }
                 if durable(core, now) != before {

@@ -70,6 +70,7 @@ fn order(kind: PromptKind, text: &str) -> PromptOrder {
         decision: format!("d-{text}"),
         not_before_ms: None,
         tool_text_scan: None,
+        model: None,
     }
 }
 

@@ -632,3 +632,65 @@ async fn a_state_write_that_failed_is_retried_until_the_ledger_has_it() {
     let saved = ledger.inner.load("srv", "ses_A").await.unwrap().expect("written after the failures");
     assert_eq!(saved.attempts, 1, "the recovery's attempt is in the ledger: a restart does not repeat it");
 }
+
+/// A turn of `id` that ends on the provider's error after OpenCode's retries.
+fn provider_failure(w: &World, id: &str) {
+    w.busy(id);
+    w.engine.busy.lock().unwrap().remove(id);
+    w.send(&format!(
+        r#"{{"directory":"/p","payload":{{"type":"session.error","properties":{{"sessionID":"{id}","error":{{"name":"APIError","data":{{"message":"Rate limit reached","statusCode":429,"isRetryable":true}}}}}}}}}}"#
+    ));
+    w.send(&format!(
+        r#"{{"directory":"/p","payload":{{"type":"session.status","properties":{{"sessionID":"{id}","status":{{"type":"idle"}}}}}}}}"#
+    ));
+}
+
+#[actix::test]
+async fn a_fleet_outage_is_probed_by_one_session_and_the_others_resume_once_when_it_closes() {
+    tokio::time::pause();
+    let mut w = world(RecoveryConfig {
+        provider_backoff: Duration::from_secs(60),
+        breaker_sessions: 3,
+        breaker_window: Duration::from_secs(120),
+        ..cfg()
+    });
+    for id in ["ses_A", "ses_B", "ses_C"] {
+        provider_failure(&w, id);
+    }
+    settle().await;
+    let records = w.drain();
+    assert_eq!(records.iter().filter(|r| **r == (Action::ProviderError, Outcome::Done)).count(), 3);
+    assert!(records.contains(&(Action::Breaker, Outcome::Done)), "three sessions at once open the breaker");
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    settle().await;
+    assert!(w.engine.prompts.lock().unwrap().is_empty(), "nothing before the back-off");
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    settle().await;
+    let prompts = w.engine.prompts.lock().unwrap().clone();
+    assert_eq!(prompts.len(), 1, "one session probes, the others wait: {prompts:?}");
+    let probe = prompts[0].0.clone();
+    assert_eq!(prompts[0].1.tag.kind, "continue");
+    assert_eq!(prompts[0].1.turn.agent.as_deref(), Some("plan"), "the session's last agent");
+    assert_eq!(w.drain().iter().filter(|r| **r == (Action::Breaker, Outcome::Declined)).count(), 2);
+
+    // The probe's turn finishes normally: the breaker closes, the others resume at once.
+    w.busy(&probe);
+    w.engine.busy.lock().unwrap().remove(&probe);
+    w.send(&format!(
+        r#"{{"directory":"/p","payload":{{"type":"message.updated","properties":{{"sessionID":"{probe}","info":{{"id":"msg_ok","sessionID":"{probe}","role":"assistant","finish":"stop","time":{{"created":1,"completed":2}}}}}}}}}}"#
+    ));
+    w.send(&format!(
+        r#"{{"directory":"/p","payload":{{"type":"session.status","properties":{{"sessionID":"{probe}","status":{{"type":"idle"}}}}}}}}"#
+    ));
+    settle().await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    settle().await;
+    let mut sessions: Vec<String> = w.engine.prompts.lock().unwrap().iter().map(|(id, _)| id.clone()).collect();
+    sessions.sort();
+    assert_eq!(sessions, ["ses_A", "ses_B", "ses_C"], "every session resumed once");
+    // An hour later nothing more was sent: once per step.
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    settle().await;
+    assert_eq!(w.engine.prompts.lock().unwrap().len(), 3);
+}

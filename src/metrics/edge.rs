@@ -98,6 +98,10 @@ impl Ledger for CountingLedger {
     async fn unfinished_handoffs(&self, server: &str) -> Result<Vec<String>, LedgerError> {
         self.inner.unfinished_handoffs(server).await
     }
+
+    async fn scheduled_resumes(&self, server: &str) -> Result<Vec<String>, LedgerError> {
+        self.inner.scheduled_resumes(server).await
+    }
 }
 
 /// A [`ModelPort`] that times its calls.

@@ -172,6 +172,10 @@ enum Command {
         session: Option<String>,
         reply: Reply<Vec<Intent>>,
     },
+    ScheduledResumes {
+        server: String,
+        reply: Reply<Vec<String>>,
+    },
 }
 
 impl SqliteLedger {
@@ -258,6 +262,11 @@ impl Ledger for SqliteLedger {
     async fn unfinished_handoffs(&self, server: &str) -> Result<Vec<String>, LedgerError> {
         let server = server.to_string();
         self.ask(|reply| Command::UnfinishedHandoffs { server, reply }).await
+    }
+
+    async fn scheduled_resumes(&self, server: &str) -> Result<Vec<String>, LedgerError> {
+        let server = server.to_string();
+        self.ask(|reply| Command::ScheduledResumes { server, reply }).await
     }
 }
 
@@ -404,6 +413,7 @@ impl Command {
             Command::OpenIntents { server, session, reply } => {
                 read(reply, open_intents(conn, &server, session.as_deref()))
             }
+            Command::ScheduledResumes { server, reply } => read(reply, scheduled_resumes(conn, &server)),
             Command::Claim { id, session, reply } => match claim(conn, &id, &session) {
                 Ok(c) => read(reply, Ok(c)),
                 Err(e) => read(reply, Err(e)),
@@ -426,6 +436,7 @@ impl Command {
             Command::PutIntent { reply, .. } => drop(reply.send(Err(err))),
             Command::EndIntent { reply, .. } => drop(reply.send(Err(err))),
             Command::OpenIntents { reply, .. } => drop(reply.send(Err(err))),
+            Command::ScheduledResumes { reply, .. } => drop(reply.send(Err(err))),
         }
     }
 }
@@ -519,6 +530,15 @@ fn open_intents(conn: &Connection, server: &str, session: Option<&str>) -> Resul
             }
         })
         .collect())
+}
+
+fn scheduled_resumes(conn: &Connection, server: &str) -> Result<Vec<String>, LedgerError> {
+    conn.prepare_cached(
+        "SELECT session FROM session_state WHERE server = ?1
+         AND json_extract(state_json, '$.outage.due_ms') IS NOT NULL",
+    )
+    .and_then(|mut st| st.query_map(params![server], |r| r.get(0))?.collect())
+    .map_err(|e| storage_error(&format!("finding scheduled resumes of {server}"), e))
 }
 
 fn parse_snapshot(id: &str, json: &str) -> Result<Snapshot, LedgerError> {

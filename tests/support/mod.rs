@@ -227,6 +227,12 @@ impl Rig {
         }
     }
 
+    /// Every record so far, of every session.
+    pub fn seen_so_far(&mut self) -> Vec<ActionRecord> {
+        self.pull();
+        self.seen.clone()
+    }
+
     /// Every record about `session` so far.
     pub fn records_for(&mut self, session: &str) -> Vec<(Action, Outcome, String)> {
         self.pull();

@@ -19,7 +19,8 @@ use crate::guard::PromptGuard;
 use crate::journal::{Journal, LastAction};
 use crate::ledger::{DurableState, Intent, IntentKind, IntentStep, Ledger};
 use crate::ports::{Clock, Engine, Workspace};
-use crate::session::core::{CompactOrder, Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
+use crate::session::breaker::{Permit, ProviderBreaker};
+use crate::session::core::{BreakerCall, CompactOrder, Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
 use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
 use crate::session::handover::{run_step, HandoffOrder, Tools};
 use crate::session::recovery::{end_intent, may_have_arrived, recover, write_intent, InFlight};
@@ -46,6 +47,8 @@ pub struct SessionEnv {
     pub guard: Arc<dyn PromptGuard>,
     /// The advisor (`advisor.enabled`); without it advice comes from the heuristic.
     pub advisor: AdvisorSlot,
+    /// The circuit breaker of this server's model provider.
+    pub breaker: Arc<ProviderBreaker>,
 }
 
 /// Session ids Shepherd created for its own use (a fork to ask the model in): they are
@@ -187,6 +190,7 @@ impl SessionActor {
                 Effect::Advise(request) => self.start_consultation(request, ctx),
                 Effect::Resume(order) => self.start_resume(order, ctx),
                 Effect::FindIntents => self.find_open_intents(ctx),
+                Effect::Breaker(call) => self.call_breaker(call, ctx),
                 Effect::Stop => ctx.stop(),
             }
         }
@@ -401,6 +405,40 @@ async fn deliver_with_intent(env: &SessionEnv, order: &PromptOrder) -> Delivery 
 }
 
 impl SessionActor {
+    /// Tells or asks the server's provider breaker. A transition is journalled; an
+    /// answer goes back into the core, which decides (applied as its own step: `apply`
+    /// is running). A session told to wait is woken by the breaker's next transition.
+    fn call_breaker(&mut self, call: BreakerCall, ctx: &mut Context<Self>) {
+        let (now, id) = (self.env.now(), self.core.id().to_string());
+        let breaker = &self.env.breaker;
+        let changes = breaker.changes(); // before asking: no transition is missed
+        let (permit, transition) = match call {
+            BreakerCall::Failed => (None, breaker.on_failure(&id, now.mono, &self.cfg.recovery)),
+            BreakerCall::Recovered => (None, breaker.on_success(&id, now.mono)),
+            BreakerCall::Ask => {
+                let (permit, transition) = breaker.permit(&id, now.mono, &self.cfg.recovery);
+                (Some(permit), transition)
+            }
+        };
+        let mut effects: Vec<Effect> =
+            transition.map(|t| Effect::Record(t.record(&self.env.server, &id, now.wall_ms))).into_iter().collect();
+        if let Some(permit) = &permit {
+            effects.extend(self.core.on_breaker_permit(permit, now));
+        }
+        if matches!(permit, Some(Permit::Wait { .. })) {
+            let mut changes = changes;
+            ctx.spawn(async move { changes.changed().await.is_ok() }.into_actor(self).map(|changed, act, ctx| {
+                if changed {
+                    let effects = act.core.on_breaker_changed(act.env.now());
+                    act.apply(effects, ctx);
+                }
+            }));
+        }
+        if !effects.is_empty() {
+            ctx.spawn(actix::fut::ready(()).map(move |_, act: &mut Self, ctx| act.apply(effects, ctx)));
+        }
+    }
+
     /// Asks the advisor actor; its answer goes back into the core, which decides.
     fn start_consultation(&mut self, request: AdviceRequest, ctx: &mut Context<Self>) {
         let Some(advisor) = self.env.advisor.get() else {
@@ -742,7 +780,12 @@ impl Handler<Evict> for SessionActor {
     type Result = ResponseActFuture<Self, bool>;
 
     fn handle(&mut self, _: Evict, _: &mut Context<Self>) -> Self::Result {
-        if self.core.is_recovering() || self.core.is_busy() || self.core.handoff().phase().is_running() {
+        // A session with a resume scheduled stays: nothing else would wake it.
+        if self.core.is_recovering()
+            || self.core.is_busy()
+            || self.core.handoff().phase().is_running()
+            || self.core.resume_pending()
+        {
             return Box::pin(actix::fut::ready(false));
         }
         let state = self.durable_state();

@@ -17,6 +17,9 @@
 //!   is already under way.
 //! - **User in charge**: an abort Shepherd did not send pauses all automation until
 //!   the next real (non-synthetic, untagged) user message.
+//! - **Provider outages** (`core/resume.rs`): a turn that ended on the provider's error
+//!   with work left is resumed after a back-off growing per consecutive failure, once
+//!   per step, when the server's breaker allows.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -31,7 +34,7 @@ use crate::event::{
     ErrorInfo, Event, MessageInfo, ModelRef, Part, PartKind, Role, SessionInfo, Status, Todo, ToolStatus,
 };
 use crate::journal::{Action, ActionRecord, Numbers, Outcome};
-use crate::ledger::{DurableState, Intent, IntentKind};
+use crate::ledger::{DurableState, Intent, IntentKind, OutageMemory};
 use crate::ports::{EngineError, TurnSettings};
 use crate::session::delivery::{Delivery, PromptKind, PromptOrder, ToolTextScan};
 use crate::session::family::{ChildNews, Family};
@@ -40,6 +43,7 @@ use crate::session::handoff::{Phase, Rollover, Step};
 use crate::session::handover::{HandoffOrder, StepReport};
 pub use crate::session::loops::Escalation;
 use crate::session::loops::{ContinueHistory, SpinVerdict, ToolSpin};
+use crate::session::outage::{classify, ErrorClass, Outage};
 use crate::session::planning::Planning;
 use crate::session::prompt::PromptFacts;
 use crate::session::resume::{ResumeOrder, ResumeReport};
@@ -74,8 +78,22 @@ pub enum Effect {
     /// Read this session's open intents from the ledger and hand them to
     /// [`SessionCore::on_open_intents`] (a request that may have arrived is verified).
     FindIntents,
+    /// Tell the server's provider breaker, or ask it (its answer goes to
+    /// [`SessionCore::on_breaker_permit`]).
+    Breaker(BreakerCall),
     /// The session is gone: stop the actor.
     Stop,
+}
+
+/// What the core tells or asks the server's provider breaker (`session::breaker`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerCall {
+    /// This session's turn ended on a provider error.
+    Failed,
+    /// This session, which had failed on provider errors, finished a turn normally.
+    Recovered,
+    /// May this session resume now?
+    Ask,
 }
 
 /// Everything the recovery procedure needs to know, decided by the core.
@@ -256,6 +274,11 @@ pub struct SessionCore {
     /// A request failed in a way that may still have reached OpenCode (its intent stays
     /// open): look at the session at this moment, once it had time to land.
     verify_at: Option<Instant>,
+    /// Provider errors and the resume back-off (boxed: most sessions never have one);
+    /// see `core/resume.rs`.
+    outage: Option<Box<Outage>>,
+    /// A subagent's session (it has a parent).
+    subagent: bool,
 }
 
 impl SessionCore {
@@ -304,6 +327,8 @@ impl SessionCore {
             advice: AdviceGate::default(),
             resuming: Vec::new(),
             verify_at: None,
+            outage: None,
+            subagent: false,
         }
     }
 
@@ -313,6 +338,7 @@ impl SessionCore {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (self.generation, self.followup.generation(), self.rollover.durable_fingerprint()).hash(&mut h);
+        self.outage.as_ref().map(|o| o.memory()).hash(&mut h);
         h.finish()
     }
 
@@ -589,6 +615,7 @@ impl SessionCore {
             last_action_ms: None,
             handoff: self.rollover.export(),
             handoff_from: self.rollover.from().map(str::to_string),
+            outage: self.outage.as_ref().map(|o| o.memory().clone()).unwrap_or_default(),
         }
     }
 
@@ -605,6 +632,8 @@ impl SessionCore {
         self.todos.clone_from(&d.todos);
         self.interrupted_continued.clone_from(&d.interrupted_continued);
         self.rollover.restore(&d.handoff, d.handoff_from.as_deref());
+        self.outage =
+            (d.outage != OutageMemory::default()).then(|| Box::new(Outage::restore(&d.outage, now.mono, now.wall_ms)));
         let since_last_nudge =
             d.last_nudge_ms.map(|t| Duration::from_millis(now.wall_ms.saturating_sub(t).max(0) as u64));
         self.followup.restore(
@@ -638,6 +667,9 @@ impl SessionCore {
         }
         if let Some(from) = info.handoff_from() {
             self.rollover.set_from(from);
+        }
+        if info.parent_id.is_some() {
+            self.subagent = true;
         }
     }
 
@@ -675,6 +707,7 @@ impl SessionCore {
             self.family.as_ref().and_then(|f| f.deadline()),
             self.rollover.deadline(),
             self.verify_at,
+            self.outage.as_ref().and_then(|o| o.deadline()),
         ]
         .into_iter()
         .flatten()
@@ -732,6 +765,7 @@ impl SessionCore {
             decision: format!("{}-{why}-{}", self.id, now.wall_ms),
             not_before_ms: None,
             tool_text_scan: ToolTextScan::from_config(&self.cfg.recovery),
+            model: None,
         }
     }
 
@@ -831,8 +865,12 @@ impl SessionCore {
                 self.last_reply.error = Some(error.name.clone());
                 self.last_reply.error_text = error.data.as_ref().and_then(|d| d.message.clone());
             }
+            Event::SessionError { error, .. } if classify(error) == ErrorClass::Provider => {
+                self.note_provider_error(None, error, now, &mut out);
+            }
             _ => {}
         }
+        self.report_recovered(now, &mut out);
         out
     }
 
@@ -872,6 +910,9 @@ impl SessionCore {
                             out.extend(self.on_rollover_step(note, now));
                         }
                         self.followup.on_idle_edge(now.mono, &self.todos, ours, &self.cfg.nudge, &self.cfg.review);
+                        if !ours {
+                            out.extend(self.on_turn_ended(now));
+                        }
                     }
                 }
                 self.busy = RunState::Idle;
@@ -915,6 +956,9 @@ impl SessionCore {
                 }
                 if let Some(err) = &m.error {
                     self.learn_from_overflow(err);
+                    if classify(err) == ErrorClass::Provider {
+                        self.note_provider_error(Some(m.id.clone()), err, now, out);
+                    }
                 }
                 if m.finish.as_deref() == Some("unknown") && m.tokens.is_some_and(|t| t.output == 0) {
                     out.extend(self.on_empty_finish(&m.id, now));
@@ -938,6 +982,13 @@ impl SessionCore {
                     return;
                 }
                 self.activity(now);
+                if matches!(m.finish.as_deref(), Some("stop" | "length" | "tool-calls")) {
+                    // The provider answered: the outage is over for this session (a
+                    // person writing or a todo changing is no such evidence).
+                    if let Some(o) = self.outage.as_mut() {
+                        o.on_progress();
+                    }
+                }
                 match m.finish.as_deref() {
                     Some("stop" | "length") => self.real_progress(),
                     // A step of a spinning tool run is not progress.
@@ -1125,6 +1176,7 @@ impl SessionCore {
         let decisions = self.followup.on_deadline(now.mono, &facts, &self.cfg.nudge, &self.cfg.review);
         let mut out: Vec<Effect> = decisions.into_iter().flat_map(|d| self.decision_effects(d, now)).collect();
         out.extend(self.on_orphan_deadline(now));
+        out.extend(self.on_resume_deadline(now));
         out.extend(self.on_stall_deadline(now));
         if let Some(step) = self.rollover.on_deadline(self.busy != RunState::Idle, now.mono) {
             out.extend(self.on_rollover_step(step, now));
@@ -1163,7 +1215,11 @@ impl SessionCore {
     }
 
     fn decision_effects_advised(&mut self, d: Decision, now: Now) -> Vec<Effect> {
-        let effects = self.decision_effects_ungated(d, now);
+        let mut effects = self.decision_effects_ungated(d, now);
+        let back = match effects.as_mut_slice() {
+            [Effect::Prompt(order)] => self.back_on_own_model(order, now),
+            _ => None,
+        };
         let gate = if self.compaction_in_flight {
             None
         } else if self.past_hard() {
@@ -1173,7 +1229,7 @@ impl SessionCore {
         } else {
             None
         };
-        match (gate, self.model.clone(), effects.as_slice()) {
+        let gated = match (gate, self.model.clone(), effects.as_slice()) {
             (Some(why), Some(model), [Effect::Prompt(order)]) => {
                 self.held_prompt = Some(Box::new(order.clone()));
                 self.compaction_in_flight = true;
@@ -1182,7 +1238,8 @@ impl SessionCore {
                 vec![Effect::Compact(CompactOrder { session_id: self.id.clone(), model, reason })]
             }
             _ => effects,
-        }
+        };
+        back.into_iter().chain(gated).collect()
     }
 
     /// Past `compaction.opportunistic` and outside the cooldown.
@@ -1220,6 +1277,7 @@ impl SessionCore {
                     tool_text_scan: (kind == PromptKind::Nudge)
                         .then(|| ToolTextScan::from_config(&self.cfg.recovery))
                         .flatten(),
+                    model: None,
                 })]
             }
             Decision::Decline { kind, reason, round } => {
@@ -1271,7 +1329,8 @@ impl SessionCore {
     pub fn on_prompt_finished(&mut self, order: &PromptOrder, delivery: &Delivery, now: Now) -> Vec<Effect> {
         let sent = matches!(delivery, Delivery::Sent { .. });
         self.followup.on_delivered(order.kind, sent);
-        if sent && order.kind == PromptKind::Continue {
+        let resume = self.on_resume_delivered(order, delivery, now);
+        if sent && order.kind == PromptKind::Continue && !resume {
             self.continues.on_continue(now.mono);
         }
         let (outcome, reason) = match delivery {
@@ -1325,6 +1384,7 @@ impl SessionCore {
             decision: format!("{}-custom-{}", self.id, now.wall_ms),
             not_before_ms: None,
             tool_text_scan: None,
+            model: None,
         }
     }
 
@@ -2082,6 +2142,7 @@ fn ms(d: Duration) -> u64 {
 }
 
 mod advice;
+mod resume;
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@
 //! "do not send": the caller's core records why.
 
 use crate::config::RecoveryConfig;
-use crate::event::{Role, ShepherdTag, Status, Todo};
+use crate::event::{ModelRef, Role, ShepherdTag, Status, Todo};
 use crate::guard::{GuardRequest, PromptGuard, Verdict};
 use crate::ports::{Engine, EngineError, HistoryMessage, HistoryPart, Prompt, TurnSettings};
 use crate::session::prompt::{fill, render, PromptFacts, TodoCounts};
@@ -66,6 +66,9 @@ pub struct PromptOrder {
     pub not_before_ms: Option<i64>,
     /// Look for a tool call written as text first; on a match send its template instead.
     pub tool_text_scan: Option<ToolTextScan>,
+    /// Send with this model instead of the last turn's (a fallback after provider
+    /// errors, or the session's own model again after the fallback's cool-down).
+    pub model: Option<ModelRef>,
 }
 
 /// The tool-call-as-text check of a continue or a nudge (see
@@ -217,10 +220,13 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
     if order.require_open_todos && TodoCounts::of(&todos).open == 0 {
         return Delivery::Skipped { reason: "no open todos any more", todos };
     }
-    let turn = match engine.last_turn_settings(&order.session_id).await {
+    let mut turn = match engine.last_turn_settings(&order.session_id).await {
         Ok(t) if t.agent.is_some() || t.model.is_some() => t,
         _ => order.known_turn.clone().unwrap_or_default(),
     };
+    if let Some(model) = &order.model {
+        turn.model = Some(model.clone());
+    }
     // A failed read is no reason not to send: the plain prompt goes out.
     let found = match &order.tool_text_scan {
         Some(scan) => match engine.history(&order.session_id, scan.messages).await {

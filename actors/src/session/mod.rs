@@ -13,9 +13,12 @@
 //! - [`handoff`]: when to hand a filling session over to a fresh one (phases);
 //!   [`continuation`]: what the fresh session is given; [`handover`]: the steps.
 //! - [`textual_tool_call`]: did the model write a tool call as text instead of calling it?
+//! - [`outage`]: provider errors — what they are, and one session's resume back-off;
+//!   [`breaker`]: the server's circuit breaker shared by its sessions.
 //! - [`actor`]: the actix shell that feeds the core and runs its effects.
 
 pub mod actor;
+pub mod breaker;
 pub mod continuation;
 pub mod core;
 pub mod delivery;
@@ -24,6 +27,7 @@ pub mod followup;
 pub mod handoff;
 pub mod handover;
 pub mod loops;
+pub mod outage;
 pub mod planning;
 pub mod prompt;
 pub mod question;

@@ -163,6 +163,7 @@ pub fn continue_order(cfg: &RecoveryConfig, order: &RecoveryOrder, directory: Op
         decision: order.decision.clone(),
         not_before_ms: Some(order.decided_ms),
         tool_text_scan: ToolTextScan::from_config(cfg),
+        model: None,
     }
 }
 

@@ -539,6 +539,7 @@ impl Handler<AttachServer> for Supervisor {
             scratch: self.scratch.clone(),
             guard: Arc::clone(&self.guard),
             advisor: self.advisor.clone(),
+            breaker: Arc::default(),
         });
         self.servers.insert(
             msg.name,
@@ -653,6 +654,7 @@ impl Handler<StreamUp> for Supervisor {
         self.reconcile(&msg.server, true, ctx);
         self.resume_handoffs(&msg.server, ctx);
         self.resume_intents(&msg.server, ctx);
+        self.resume_outages(&msg.server, ctx);
     }
 }
 
@@ -671,6 +673,23 @@ impl Supervisor {
                 }
             }
             Err(e) => tracing::warn!(server = %server, error = %e, "could not look for unfinished hand-offs"),
+        }));
+    }
+
+    /// Sessions with a provider-outage resume scheduled when Shepherd stopped get their
+    /// actor now (it keeps the step's time from the ledger), even if they stay quiet.
+    fn resume_outages(&mut self, server: &str, ctx: &mut Context<Self>) {
+        let ledger = Arc::clone(&self.ledger);
+        let server = server.to_string();
+        let find = async move { (ledger.scheduled_resumes(&server).await, server) };
+        ctx.spawn(find.into_actor(self).map(|(found, server), act, ctx| match found {
+            Ok(ids) => {
+                for id in ids {
+                    tracing::info!(server = %server, session = %id, "a provider-outage resume is scheduled");
+                    act.session(&server, &id, None, None, ctx);
+                }
+            }
+            Err(e) => tracing::warn!(server = %server, error = %e, "could not look for scheduled resumes"),
         }));
     }
 }

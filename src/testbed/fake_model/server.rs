@@ -45,6 +45,8 @@ pub enum RequestKind {
     InvalidMarker(String),
     /// A request for [`ADVISOR_MODEL`], answered with the next scripted advisor answer.
     Advisor(Behaviour),
+    /// A session's turn during an outage ([`FakeModel::set_outage`]): markers ignored.
+    Outage(Behaviour),
 }
 
 /// How the response to a request ended, as far as the fake can tell.
@@ -98,7 +100,8 @@ impl FakeRequest {
             RequestKind::Scripted(b)
             | RequestKind::Default(b)
             | RequestKind::HelperOverride(b)
-            | RequestKind::Advisor(b) => Some(b),
+            | RequestKind::Advisor(b)
+            | RequestKind::Outage(b) => Some(b),
             _ => None,
         }
     }
@@ -110,6 +113,7 @@ impl FakeRequest {
             RequestKind::Scripted(b) | RequestKind::Default(b) => b.spec(),
             RequestKind::HelperOverride(b) => format!("helper:{}", b.spec()),
             RequestKind::Advisor(b) => format!("advisor:{}", b.spec()),
+            RequestKind::Outage(b) => format!("outage:{}", b.spec()),
             RequestKind::Finished => "done".into(),
             RequestKind::Helper => "helper".into(),
             RequestKind::InvalidMarker(_) => "invalid".into(),
@@ -134,6 +138,8 @@ struct Shared {
     helper: Mutex<Option<Behaviour>>,
     /// Answers for advisor requests, in order; the last one repeats.
     advisor: Mutex<VecDeque<Behaviour>>,
+    /// While set, every session turn gets this (a provider outage).
+    outage: Mutex<Option<Behaviour>>,
     counter: AtomicU64,
 }
 
@@ -172,6 +178,7 @@ impl FakeModel {
             default: Mutex::new(Behaviour::Ok),
             helper: Mutex::new(None),
             advisor: Mutex::new(VecDeque::new()),
+            outage: Mutex::new(None),
             counter: AtomicU64::new(0),
         });
         let app_shared = shared.clone();
@@ -240,6 +247,15 @@ impl FakeModel {
     /// The behaviour for tool-bearing requests whose last user message has no marker.
     pub fn set_default(&self, behaviour: Behaviour) {
         *self.shared.default.lock().unwrap_or_else(|p| p.into_inner()) = behaviour;
+    }
+
+    /// A provider outage: while `Some`, every session turn (a request with tools, not
+    /// the advisor's) is answered with `behaviour` whatever its markers say — e.g.
+    /// `Some(Behaviour::Err429(1))` (OpenCode gives up after ~6 s of retries) or
+    /// `Some(Behaviour::Err500)`. `None` ends the outage: markers and the default apply
+    /// again. Helper calls (titles, summaries) are left alone.
+    pub fn set_outage(&self, behaviour: Option<Behaviour>) {
+        *self.shared.outage.lock().unwrap_or_else(|p| p.into_inner()) = behaviour;
     }
 
     /// Makes helper calls (requests without tools: title generation, compaction summary)
@@ -337,6 +353,7 @@ async fn chat_completions(shared: web::Data<Shared>, body: Bytes) -> HttpRespons
     };
 
     let helper_override = shared.helper.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let outage = shared.outage.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let (kind, planned) = if view.model == ADVISOR_MODEL {
         let b = {
             let mut answers = shared.advisor.lock().unwrap_or_else(|p| p.into_inner());
@@ -357,6 +374,9 @@ async fn chat_completions(shared: web::Data<Shared>, body: Bytes) -> HttpRespons
             }
             None => (RequestKind::Helper, reply::plan_helper(&view, &ctx)),
         }
+    } else if let Some(b) = outage {
+        let r = reply::plan(&b, &ctx);
+        (RequestKind::Outage(b), r)
     } else {
         match Script::parse(&view.last_user_text).choose(view.step) {
             StepChoice::Scripted(b) => {
@@ -536,6 +556,18 @@ mod tests {
         let resp = post_chat(&fake, "[[fake:err429:7]]", true).await;
         assert_eq!(resp.status(), 429);
         assert_eq!(resp.headers().get("retry-after").unwrap(), "7");
+    }
+
+    #[tokio::test]
+    async fn an_outage_fails_every_turn_whatever_its_marker_until_it_ends() {
+        let fake = FakeModel::start().unwrap();
+        fake.set_outage(Some(Behaviour::Err500));
+        assert_eq!(post_chat(&fake, "[[fake:ok]]", true).await.status(), 500);
+        assert_eq!(post_chat(&fake, "no marker", true).await.status(), 500);
+        fake.set_outage(None);
+        assert_eq!(post_chat(&fake, "[[fake:ok]]", true).await.status(), 200);
+        let markers: Vec<String> = fake.requests().iter().map(FakeRequest::marker).collect();
+        assert_eq!(markers, ["outage:err500", "outage:err500", "ok"]);
     }
 
     #[tokio::test]
