@@ -111,6 +111,7 @@ pub struct Numbers {
     pub backoff_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_submits: Option<u32>,
+    /// The session's age since its creation, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub age_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -145,6 +146,13 @@ pub struct Numbers {
     /// `heuristic (no model configured)`, `heuristic (fallback: WHY)`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub advice_source: Option<String>,
+    /// How long the session has gone without real progress (`recovery.max_session_age`
+    /// is measured by it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub without_progress_ms: Option<u64>,
+    /// How long OpenCode has been compacting the session (`compaction.max_wait` bounds it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compacting_for_ms: Option<u64>,
 }
 
 /// One decision about one session.
@@ -237,6 +245,8 @@ impl Journal {
                     last_part = n.last_part.as_deref(),
                     advice = n.advice.as_deref(),
                     advice_source = n.advice_source.as_deref(),
+                    without_progress_ms = n.without_progress_ms,
+                    compacting_for_ms = n.compacting_for_ms,
                     "{} {}: {}", r.action.as_str(), r.outcome.as_str(), r.reason
                 )
             };
