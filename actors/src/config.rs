@@ -134,7 +134,12 @@ pub struct RecoveryConfig {
     pub max_backoff: Duration,
     /// Continues sent without real progress before Shepherd gives up on a session.
     pub max_auto_submits: u32,
-    /// Sessions older than this are not recovered any more.
+    /// A stalled session with no real progress (a finished step, a completed tool, a
+    /// changed todo list, a real user message) for this long is abandoned: given up, not
+    /// recovered. Counted from the last progress, or from when Shepherd first saw the
+    /// session (or last regained sight of it after a stream outage) if that is later —
+    /// never from its creation, so an agent that works for hours and then stalls is
+    /// recovered. (The name is kept for existing configurations.)
     #[serde(with = "duration_str")]
     pub max_session_age: Duration,
     /// Continue prompt for a session without open todos. Variables: `{attempts}`,
@@ -341,7 +346,10 @@ pub struct CompactionConfig {
     /// At least this long between two compactions of one session.
     #[serde(with = "duration_str")]
     pub cooldown: Duration,
-    /// A compaction not finished after this long is given up (and logged).
+    /// A compaction not finished after this long is given up (and logged): Shepherd's
+    /// own `POST /summarize`, and OpenCode's own compaction, counted from when it was
+    /// first seen (summary text streaming meanwhile does not extend it), which is then
+    /// treated as a stall: abort, continue.
     #[serde(with = "duration_str")]
     pub max_wait: Duration,
 }
@@ -901,6 +909,12 @@ impl Config {
         if r.repeated_continue_window.is_zero() {
             return Err(bad("recovery.repeated_continue_window", "must be greater than zero"));
         }
+        if r.max_session_age < r.stall_timeout {
+            return Err(bad("recovery.max_session_age", "must be at least recovery.stall_timeout"));
+        }
+        if self.compaction.max_wait.is_zero() {
+            return Err(bad("compaction.max_wait", "must be greater than zero (it bounds every compaction)"));
+        }
         let shares = [
             ("compaction.opportunistic", self.compaction.opportunistic),
             ("compaction.proactive", self.compaction.proactive),
@@ -1145,6 +1159,16 @@ mod tests {
         let mut c = Config::default();
         c.context.error_patterns.push("(unclosed".into());
         assert_eq!(c.validate().unwrap_err().key, "context.error_patterns[2]");
+    }
+
+    #[test]
+    fn a_zero_compaction_bound_or_an_abandonment_age_below_the_stall_timeout_is_rejected_with_its_key() {
+        let mut c = Config::default();
+        c.compaction.max_wait = Duration::ZERO;
+        assert_eq!(c.validate().unwrap_err().key, "compaction.max_wait");
+        let mut c = Config::default();
+        c.recovery.max_session_age = Duration::from_secs(60);
+        assert_eq!(c.validate().unwrap_err().key, "recovery.max_session_age");
     }
 
     #[test]
