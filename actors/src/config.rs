@@ -649,7 +649,9 @@ pub struct AdvisorConfig {
     /// NAME of the environment variable holding the API key (never the key itself, so
     /// config files can be shared and printed). Empty: no `Authorization` header.
     pub api_key_env: String,
-    /// One model call, start to answer; past it the heuristic decides.
+    /// One model call, start to answer; past it the heuristic decides. A consultation
+    /// also waits at most this long for a free slot (`max_concurrent`), so advice takes
+    /// at most twice this.
     #[serde(with = "duration_str")]
     pub timeout: Duration,
     pub max_tokens: u32,
