@@ -433,11 +433,6 @@ impl SessionCore {
         }
     }
 
-    /// Shepherd cannot see this session's events now (its server's stream is down).
-    pub fn is_blind(&self) -> bool {
-        self.blind
-    }
-
     /// The stall timeout in force while the stall timer runs — busy, not retrying, not
     /// paused, recovering, compacting, handed off, or waiting on a person — else `None`.
     /// A session past it that is still here is stalled (in back-off, postponed by
@@ -911,15 +906,16 @@ impl SessionCore {
                 if self.busy != RunState::Idle {
                     let ours = self.recovering.is_some();
                     self.busy = RunState::Idle;
+                    // OpenCode's own compaction ends with the turn (also when our abort
+                    // ended it: its bound must not outlive it into the next turn).
+                    self.compacting = None;
                     let mut step = if ours { None } else { self.rollover.on_idle() };
                     let note = step.take_if(|s| matches!(s, Step::SoftNote { .. }));
                     if let Some(start) = step {
                         // The hand-off goes first: no compaction, nudge or review now.
-                        self.compacting = None;
                         out.extend(self.on_rollover_step(start, now));
                     } else {
                         if !ours && !self.compaction_in_flight && !self.rollover.suspends_automation() {
-                            self.compacting = None; // OpenCode's own compaction ends with the turn
                             out.extend(self.consider_compaction(now));
                         }
                         // A compaction starting now makes the soft note moot (and a note
@@ -2924,6 +2920,29 @@ mod tests {
         assert_eq!(r.numbers.compacting_for_ms, Some(180_000));
         assert_eq!(r.numbers.timeout_ms, Some(180_000), "compaction.max_wait");
         assert_eq!(r.numbers.idle_for_ms, Some(5_000), "it was not silent: only too long");
+    }
+
+    #[test]
+    fn the_bound_of_a_compaction_our_abort_ended_does_not_carry_over_to_the_continued_turn() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.feed_ms(10_000, COMPACTION_PART);
+        assert!(recovers(&b.tick_ms(190_000)));
+        // Our abort's idle edge (no summary error seen), then the continue's turn.
+        b.idle_ms(190_100);
+        b.core.on_recovery_finished(
+            &RecoveryReport::Continued {
+                idle_after_ms: Some(100),
+                open_todos: 0,
+                compacted: None,
+                tool_call_as_text: None,
+                waited_ms: 0,
+            },
+            b.at_ms(191_000),
+        );
+        b.busy(192);
+        assert!(!b.core.is_compacting());
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(192 + 180)), "the usual stall clock");
     }
 
     #[test]
