@@ -459,17 +459,17 @@ async fn an_opencode_restart_just_before_the_stall_deadline_is_no_stall_and_the_
         rig.client.last_assistant(&id).await.map(|m| m.is_some_and(|m| m.finish() == Some("stop")))
     })
     .await?;
+    // Up to the continue of the cut-off turn: no stall, no abort. (What the continued
+    // turn does afterwards is not this race: on a loaded machine a restarted OpenCode's
+    // first turn can boot silently for longer than the stall timeout, a stall of its own.)
     let records = rig.records_for(&id);
-    assert_eq!(rig.count(&id, Action::StallDetected), 0, "no stall decided on an unseen session: {records:#?}");
-    assert_eq!(rig.count(&id, Action::Abort), 0, "{records:#?}");
-    let continues = rig
-        .client
-        .messages(&id)
-        .await?
-        .into_iter()
-        .filter(|m| m.role() == "user" && shepherd_tag(m).is_some_and(|t| t["kind"] == "continue"))
-        .count();
-    assert_eq!(continues, 1, "continued exactly once: {records:#?}");
+    let until_continued = records.iter().position(|(a, o, _)| *a == Action::Continue && *o == Outcome::Done).unwrap();
+    assert!(
+        records[..until_continued].iter().all(|(a, _, _)| !matches!(a, Action::StallDetected | Action::Abort)),
+        "no stall decided on an unseen session: {records:#?}"
+    );
+    let cut_off = records.iter().filter(|(a, _, why)| *a == Action::Recover && why.contains("cut off")).count();
+    assert_eq!(cut_off, 1, "the cut-off turn is continued exactly once: {records:#?}");
     rig.stop().await;
     Ok(())
 }
