@@ -89,3 +89,47 @@ async fn a_nudge_to_a_session_past_the_opportunistic_threshold_follows_a_compact
     rig.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn opencodes_own_compaction_that_never_finishes_is_aborted_after_max_wait_and_the_session_continued(
+) -> anyhow::Result<()> {
+    use shepherd::testbed::fake_model::Behaviour;
+    let mut rig = Rig::start_config(|c| {
+        // Shepherd's own compaction and hand-off stay out of it: OpenCode compacts by itself.
+        c.compaction.enabled = false;
+        c.handoff.enabled = false;
+        c.compaction.max_wait = Duration::from_secs(5);
+        c.nudge.enabled = false;
+        c.review.enabled = false;
+        c.recovery.continue_message = "[[fake:ok]] Please continue.".into();
+    })
+    .await?;
+    let id = rig.client.create_session(Some("endless compaction")).await?;
+    // The summary call sends two chunks, then nothing, ever.
+    rig.fake.set_helper_behaviour(Some(Behaviour::Stall(None)));
+    // 195k of 200k: past OpenCode's own threshold (window − output limit): it compacts mid-turn.
+    rig.client.prompt_async(&id, "[[fake:bigusage:195000]] read everything", None, None, false).await?;
+    let asked = rig.fake.wait_for_requests(PATIENCE, |log| log.iter().any(|r| r.marker() == "helper:stall")).await;
+    assert!(
+        asked,
+        "OpenCode asked for a summary: {:?}",
+        rig.fake.requests().iter().map(|r| r.marker()).collect::<Vec<_>>()
+    );
+    rig.fake.set_helper_behaviour(None); // the hanging call keeps hanging; later summaries answer at once
+
+    let stall = rig.wait_record(&id, Action::StallDetected, Outcome::Done, PATIENCE).await?;
+    assert!(stall.reason.contains("compaction ran past compaction.max_wait"), "{stall:?}");
+    assert!(stall.numbers.compacting_for_ms.unwrap() >= 5000, "{stall:?}");
+    assert_eq!(stall.numbers.timeout_ms, Some(5000));
+    rig.wait_record(&id, Action::Abort, Outcome::Done, PATIENCE).await?;
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+    rig.client.wait_idle(&id, PATIENCE).await?;
+    let messages = rig.client.messages(&id).await?;
+    assert!(
+        messages.iter().any(|m| m.info["summary"] == true && m.error_name() == Some("MessageAbortedError")),
+        "the hanging summary was aborted"
+    );
+    assert_eq!(rig.count(&id, Action::StallDetected), 1, "{:?}", rig.records_for(&id));
+    rig.stop().await;
+    Ok(())
+}

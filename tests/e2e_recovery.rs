@@ -417,3 +417,63 @@ async fn a_runaway_loop_is_aborted_within_seconds_and_continued_once() -> anyhow
     rig.stop().await;
     Ok(())
 }
+
+/// The race of issue 14: OpenCode restarts a moment before the stall timer would fire.
+/// While the stream is down the session is unseen, not silent: no stall is decided on
+/// the dead server or the freshly restarted one (which lists nothing), and after the
+/// reconnect's reconciliation the cut-off turn is continued exactly once.
+#[actix::test]
+async fn an_opencode_restart_just_before_the_stall_deadline_is_no_stall_and_the_cut_off_turn_is_continued_once(
+) -> anyhow::Result<()> {
+    let recovery = RecoveryConfig {
+        continue_message: "[[fake:ok]] The server restarted under you; please continue.".into(),
+        // Longer than a restarted OpenCode's first turn takes to boot (seconds, silent),
+        // so the continued turn is not itself a stall.
+        stall_timeout: Duration::from_secs(12),
+        ..fast_recovery()
+    };
+    let mut rig = Rig::start(recovery).await?;
+    let id = rig.client.create_session(Some("restart race")).await?;
+    rig.client.prompt_async(&id, "[[fake:stall]] work", None, None, false).await?;
+    shepherd::testbed::client::wait_for("the answer to be streaming", PATIENCE, || async {
+        rig.client.messages(&id).await.map(|m| m.iter().any(|m| m.role() == "assistant" && !m.is_completed()))
+    })
+    .await?;
+    // Silent now: wait until the stall deadline is 1.5 s away, then crash OpenCode.
+    let deadline_ms = shepherd::testbed::client::wait_until("the stall clock to run", PATIENCE, || async {
+        let s = rig.daemon().fleet().await.sessions.into_iter().find(|s| s.id == id);
+        Ok::<_, std::convert::Infallible>(s.and_then(|s| s.stall_timeout_ms.map(|t| s.last_activity_ms + t as i64)))
+    })
+    .await?;
+    let kill_at = deadline_ms - 1500;
+    let wait_ms = kill_at - epoch_ms();
+    assert!(wait_ms > 0, "the stall deadline is still ahead ({wait_ms} ms)");
+    tokio::time::sleep(Duration::from_millis(wait_ms as u64)).await;
+    rig.opencode.kill(); // a crash: no terminal events at all
+    rig.opencode.respawn().await?;
+
+    let recovered = rig.wait_record(&id, Action::Recover, Outcome::Done, Duration::from_secs(60)).await?;
+    assert!(recovered.reason.contains("cut off by a server restart"), "{recovered:?}");
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+    shepherd::testbed::client::wait_for("the continued turn to finish", PATIENCE, || async {
+        rig.client.last_assistant(&id).await.map(|m| m.is_some_and(|m| m.finish() == Some("stop")))
+    })
+    .await?;
+    // Up to the continue of the cut-off turn: no stall, no abort. (What the continued
+    // turn does afterwards is not this race: on a loaded machine a restarted OpenCode's
+    // first turn can boot silently for longer than the stall timeout, a stall of its own.)
+    let records = rig.records_for(&id);
+    let until_continued = records.iter().position(|(a, o, _)| *a == Action::Continue && *o == Outcome::Done).unwrap();
+    assert!(
+        records[..until_continued].iter().all(|(a, _, _)| !matches!(a, Action::StallDetected | Action::Abort)),
+        "no stall decided on an unseen session: {records:#?}"
+    );
+    let cut_off = records.iter().filter(|(a, _, why)| *a == Action::Recover && why.contains("cut off")).count();
+    assert_eq!(cut_off, 1, "the cut-off turn is continued exactly once: {records:#?}");
+    rig.stop().await;
+    Ok(())
+}
+
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}

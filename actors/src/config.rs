@@ -134,7 +134,12 @@ pub struct RecoveryConfig {
     pub max_backoff: Duration,
     /// Continues sent without real progress before Shepherd gives up on a session.
     pub max_auto_submits: u32,
-    /// Sessions older than this are not recovered any more.
+    /// A stalled session with no real progress (a finished step, a completed tool, a
+    /// changed todo list, a real user message) for this long is abandoned: given up, not
+    /// recovered. Counted from the last progress, or from when Shepherd first saw the
+    /// session (or last regained sight of it after a stream outage) if that is later —
+    /// never from its creation, so an agent that works for hours and then stalls is
+    /// recovered. (The name is kept for existing configurations.)
     #[serde(with = "duration_str")]
     pub max_session_age: Duration,
     /// Continue prompt for a session without open todos. Variables: `{attempts}`,
@@ -390,7 +395,10 @@ pub struct CompactionConfig {
     /// At least this long between two compactions of one session.
     #[serde(with = "duration_str")]
     pub cooldown: Duration,
-    /// A compaction not finished after this long is given up (and logged).
+    /// A compaction not finished after this long is given up (and logged): Shepherd's
+    /// own `POST /summarize`, and OpenCode's own compaction, counted from when it was
+    /// first seen (summary text streaming meanwhile does not extend it), which is then
+    /// treated as a stall: abort, continue.
     #[serde(with = "duration_str")]
     pub max_wait: Duration,
 }
@@ -690,7 +698,9 @@ pub struct AdvisorConfig {
     /// NAME of the environment variable holding the API key (never the key itself, so
     /// config files can be shared and printed). Empty: no `Authorization` header.
     pub api_key_env: String,
-    /// One model call, start to answer; past it the heuristic decides.
+    /// One model call, start to answer; past it the heuristic decides. A consultation
+    /// also waits at most this long for a free slot (`max_concurrent`), so advice takes
+    /// at most twice this.
     #[serde(with = "duration_str")]
     pub timeout: Duration,
     pub max_tokens: u32,
@@ -987,6 +997,12 @@ impl Config {
         if r.breaker_probe_timeout.is_zero() {
             return Err(bad("recovery.breaker_probe_timeout", "must be greater than zero"));
         }
+        if r.max_session_age < r.stall_timeout {
+            return Err(bad("recovery.max_session_age", "must be at least recovery.stall_timeout"));
+        }
+        if self.compaction.max_wait.is_zero() {
+            return Err(bad("compaction.max_wait", "must be greater than zero (it bounds every compaction)"));
+        }
         let shares = [
             ("compaction.opportunistic", self.compaction.opportunistic),
             ("compaction.proactive", self.compaction.proactive),
@@ -1247,6 +1263,16 @@ mod tests {
         let mut c = Config::default();
         c.recovery.breaker_sessions = 0;
         assert_eq!(c.validate().unwrap_err().key, "recovery.breaker_sessions");
+    }
+
+    #[test]
+    fn a_zero_compaction_bound_or_an_abandonment_age_below_the_stall_timeout_is_rejected_with_its_key() {
+        let mut c = Config::default();
+        c.compaction.max_wait = Duration::ZERO;
+        assert_eq!(c.validate().unwrap_err().key, "compaction.max_wait");
+        let mut c = Config::default();
+        c.recovery.max_session_age = Duration::from_secs(60);
+        assert_eq!(c.validate().unwrap_err().key, "recovery.max_session_age");
     }
 
     #[test]

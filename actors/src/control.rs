@@ -21,10 +21,12 @@ pub struct SessionDetail {
     pub busy: bool,
     /// A question or permission is open, or the last reply asks the person something.
     pub waiting_on_person: bool,
-    /// Epoch ms of the session's last activity (what the stall timer counts from).
+    /// Epoch ms of the session's last activity, or of the moment its server's event
+    /// stream came back after an outage if that is later (what the stall timer counts from).
     pub last_activity_ms: i64,
     /// The stall timeout in force while the stall timer runs (busy, not paused,
-    /// recovering, compacting, handed off or waiting on a person), ms.
+    /// recovering, compacting, handed off, waiting on a person, or unseen while its
+    /// server's event stream is down), ms.
     pub stall_timeout_ms: Option<u64>,
     pub recovering: bool,
     /// `user_abort` or `gave_up` when automation is off for this session.

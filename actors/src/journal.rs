@@ -119,6 +119,7 @@ pub struct Numbers {
     pub backoff_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_submits: Option<u32>,
+    /// The session's age since its creation, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub age_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -156,6 +157,13 @@ pub struct Numbers {
     /// How long the server's provider breaker was open (when it closes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_ms: Option<u64>,
+    /// How long the session has gone without real progress (`recovery.max_session_age`
+    /// is measured by it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub without_progress_ms: Option<u64>,
+    /// How long OpenCode has been compacting the session (`compaction.max_wait` bounds it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compacting_for_ms: Option<u64>,
 }
 
 /// One decision about one session.
@@ -249,6 +257,8 @@ impl Journal {
                     advice = n.advice.as_deref(),
                     advice_source = n.advice_source.as_deref(),
                     open_ms = n.open_ms,
+                    without_progress_ms = n.without_progress_ms,
+                    compacting_for_ms = n.compacting_for_ms,
                     "{} {}: {}", r.action.as_str(), r.outcome.as_str(), r.reason
                 )
             };

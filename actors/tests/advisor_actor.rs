@@ -211,6 +211,28 @@ async fn no_more_than_max_concurrent_model_calls_run_at_once() {
 }
 
 #[actix::test]
+async fn a_consultation_waits_for_a_free_slot_no_longer_than_the_timeout() {
+    tokio::time::pause();
+    let model = ScriptedModel::new(Answer::Hang);
+    let addr = AdvisorActor::new(AdvisorConfig { max_concurrent: 1, ..cfg() }, Some(model.clone())).start();
+    let timeout = cfg().timeout;
+    let started = tokio::time::Instant::now();
+    // Three stalls in a burst against one slot and a model that never answers: the
+    // first holds the slot for `timeout`, the second gets it then for another.
+    let first = addr.send(consult("s1", stall(600)));
+    tokio::time::sleep(timeout / 10).await;
+    let second = addr.send(consult("s2", stall(600)));
+    tokio::time::sleep(timeout / 10).await;
+    let third = addr.send(consult("s3", stall(600))).await.unwrap();
+    assert!(matches!(&third.source, Source::Fallback(why) if why.contains("no free slot")), "{:?}", third.source);
+    let waited = started.elapsed();
+    assert!(waited < timeout * 3 / 2, "the third waited for its slot at most advisor.timeout: {waited:?}");
+    assert_eq!(first.await.unwrap().source, Source::Fallback("timeout after 5s".into()));
+    assert_eq!(second.await.unwrap().source, Source::Fallback("timeout after 5s".into()));
+    assert_eq!(model.calls.load(Ordering::SeqCst), 2, "the third never reached the model");
+}
+
+#[actix::test]
 async fn a_retuned_advisor_asks_its_new_model_and_forgets_answers_given_before() {
     tokio::time::pause();
     let addr = AdvisorActor::new(cfg(), None).start();

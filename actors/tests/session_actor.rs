@@ -15,7 +15,7 @@ use shepherd_actors::ledger::{
 };
 use shepherd_actors::ports::{Clock, Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, TurnSettings};
 use shepherd_actors::supervisor::{
-    AttachServer, DetachServer, Ingest, InspectFleet, ReconfigureAll, Shutdown, StreamUp, Supervisor,
+    AttachServer, DetachServer, Ingest, InspectFleet, ReconfigureAll, Shutdown, StreamDown, StreamUp, Supervisor,
 };
 
 /// An OpenCode that records calls; a session is busy until aborted.
@@ -32,6 +32,8 @@ struct FakeEngine {
     lost_prompt_answers: std::sync::atomic::AtomicUsize,
     /// Sessions aborted (their latest reply ends with `MessageAbortedError`).
     aborted: Mutex<Vec<String>>,
+    /// How every session's last assistant message ended (`None`: no message).
+    last_turn: Mutex<Option<LastTurn>>,
 }
 
 /// Takes one from a counter of planned faults; true if there was one.
@@ -85,8 +87,9 @@ impl Engine for FakeEngine {
             model: Some(ModelRef { provider_id: "fake".into(), model_id: "fake-model-2".into() }),
         })
     }
-    async fn last_turn(&self, _: &str) -> Result<Option<LastTurn>, EngineError> {
-        Ok(None)
+    async fn last_turn(&self, id: &str) -> Result<Option<LastTurn>, EngineError> {
+        self.log(format!("last_turn {id}"));
+        Ok(self.last_turn.lock().unwrap().clone())
     }
     async fn summarize(&self, id: &str, _: &ModelRef) -> Result<(), EngineError> {
         self.log(format!("summarize {id}"));
@@ -693,4 +696,61 @@ async fn a_fleet_outage_is_probed_by_one_session_and_the_others_resume_once_when
     tokio::time::sleep(Duration::from_secs(3600)).await;
     settle().await;
     assert_eq!(w.engine.prompts.lock().unwrap().len(), 3);
+}
+
+/// OpenCode restarts ten seconds before the stall timer would fire: the stream breaks, the
+/// restarted server lists nothing, and the turn was cut off. Nothing may be aborted on the
+/// silence of a session Shepherd could not see; the reconciliation continues the turn once.
+#[actix::test]
+async fn a_server_restart_just_before_the_stall_timer_fires_continues_the_cut_off_turn_once_and_aborts_nothing() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(170)).await;
+    settle().await;
+
+    w.supervisor.do_send(StreamDown { server: "srv".into() });
+    w.engine.busy.lock().unwrap().clear();
+    *w.engine.last_turn.lock().unwrap() =
+        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false });
+    tokio::time::sleep(Duration::from_secs(60)).await; // past the stall deadline, still down
+    settle().await;
+    assert_eq!(w.drain(), vec![], "no stall decided while blind");
+
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    settle().await;
+    assert_eq!(w.drain(), vec![(Action::Recover, Outcome::Done), (Action::Continue, Outcome::Done)]);
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    settle().await;
+    assert_eq!(w.drain(), vec![], "continued once, nothing more");
+    let calls = w.engine.calls();
+    assert!(!calls.iter().any(|c| c.starts_with("abort")), "{calls:?}");
+    assert_eq!(calls.iter().filter(|c| *c == "prompt ses_A").count(), 1);
+}
+
+#[actix::test]
+async fn after_a_stream_outage_a_still_busy_silent_session_is_recovered_a_full_stall_timeout_after_the_reconciliation()
+{
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    w.supervisor.do_send(StreamDown { server: "srv".into() });
+    tokio::time::sleep(Duration::from_secs(200)).await; // the old deadline (180 s) passes unseen
+    settle().await;
+    assert!(!w.engine.calls().iter().any(|c| c.starts_with("abort")));
+
+    w.supervisor.do_send(StreamUp { server: "srv".into() }); // still busy, still silent
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(179)).await;
+    settle().await;
+    assert!(!w.engine.calls().iter().any(|c| c.starts_with("abort")), "not before a full stall timeout");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"abort ses_A".to_string()));
+    assert!(w.drain().contains(&(Action::Continue, Outcome::Done)));
 }

@@ -135,8 +135,13 @@ impl Handler<Consult> for AdvisorActor {
         let permits = Arc::clone(&self.permits);
         let (srv, ses, sit) = (server.clone(), session.clone(), situation.clone());
         let work = async move {
-            // Bounded concurrency: wait for a slot before the clock starts.
-            let _permit = permits.acquire_owned().await;
+            // Bounded concurrency: wait for a slot before the call's clock starts — at most
+            // `advisor.timeout` too, or a burst of stalls would queue for N × timeout while
+            // each of them holds its abort back.
+            let Ok(_permit) = tokio::time::timeout(cfg.timeout, permits.acquire_owned()).await else {
+                let why = format!("no free slot within {:?} (advisor.max_concurrent calls under way)", cfg.timeout);
+                return heuristic_answer(&sit, &cfg, Source::Fallback(why));
+            };
             let call = async {
                 let messages = match engine.history(&ses, cfg.history_messages).await {
                     Ok(history) => history

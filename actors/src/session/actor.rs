@@ -849,6 +849,36 @@ impl Handler<ResumeIntents> for SessionActor {
     }
 }
 
+/// The server's event stream went down: the clocks that measure this session's silence
+/// stop (the core decides which), so its timer is cancelled unless something else is due.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Blind;
+
+impl Handler<Blind> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Blind, ctx: &mut Context<Self>) {
+        self.core.on_blind();
+        self.rearm(ctx);
+    }
+}
+
+/// The stream is back and the reconciliation has run (sent after its statuses and
+/// interrupted-turn checks): silence is counted from now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Sighted;
+
+impl Handler<Sighted> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Sighted, ctx: &mut Context<Self>) {
+        self.core.on_sight(self.env.now());
+        self.rearm(ctx);
+    }
+}
+
 /// An event of a subagent session this session started.
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -14,7 +14,13 @@
 //! - **Stall**: busy, no activity for `stall_timeout` (× `tool_grace_factor` while a
 //!   tool runs). Never while a permission or question waits (the session waits for a
 //!   person by design), never in `retry` (OpenCode's own wait), never while a recovery
-//!   is already under way.
+//!   is already under way. While OpenCode compacts, the bound is `compaction.max_wait`
+//!   from when the compaction was first seen instead (past it: abort and continue).
+//! - **Blind is not silent**: while the server's event stream is down no clock that
+//!   measures silence runs (stall, nudge, review, orphan); once it is back and
+//!   reconciled, silence counts from that moment.
+//! - **Abandoned**: a stalled session with no real progress for `max_session_age`
+//!   (counted from when Shepherd first saw it at the earliest) is given up, not recovered.
 //! - **User in charge**: an abort Shepherd did not send pauses all automation until
 //!   the next real (non-synthetic, untagged) user message.
 //! - **Provider outages** (`core/resume.rs`): a turn that ended on the provider's error
@@ -215,6 +221,16 @@ pub struct SessionCore {
     created_ms: Option<i64>,
     busy: RunState,
     last_activity: Instant,
+    /// The last real progress (see [`SessionCore::real_progress`]); until the first, when
+    /// this core was made (Shepherd first saw the session, or resumed it from the ledger
+    /// after a restart — always after its creation). `max_session_age` counts from it.
+    progress_at: Instant,
+    /// The server's event stream is down: what the session does is unknown, so no clock
+    /// that measures its silence runs (stall, nudge, review, orphan).
+    blind: bool,
+    /// When sight came back (the stream reconnected and the reconciliation ran): silence
+    /// is counted from here at the earliest.
+    sighted_at: Option<Instant>,
     /// Running tool parts: part id → tool name.
     running_tools: HashMap<String, String>,
     waiting_on_person: HashSet<String>,
@@ -242,8 +258,9 @@ pub struct SessionCore {
     window: Option<u64>,
     /// The model of the latest assistant message.
     model: Option<ModelRef>,
-    /// OpenCode is compacting the session (a `compaction` part or summary seen).
-    compacting: bool,
+    /// OpenCode is compacting the session (a `compaction` part or summary seen), since
+    /// this moment (when it was first seen: `compaction.max_wait` counts from it).
+    compacting: Option<Instant>,
     /// Shepherd's own `POST /summarize` is under way.
     compaction_in_flight: bool,
     last_compaction: Option<Instant>,
@@ -292,6 +309,9 @@ impl SessionCore {
             created_ms: None,
             busy: RunState::Idle,
             last_activity: now.mono,
+            progress_at: now.mono,
+            blind: false,
+            sighted_at: None,
             running_tools: HashMap::new(),
             waiting_on_person: HashSet::new(),
             todos: Vec::new(),
@@ -311,7 +331,7 @@ impl SessionCore {
             context_tokens: None,
             window: None,
             model: None,
-            compacting: false,
+            compacting: None,
             compaction_in_flight: false,
             last_compaction: None,
             held_prompt: None,
@@ -411,16 +431,46 @@ impl SessionCore {
     }
 
     pub fn is_compacting(&self) -> bool {
-        self.compacting || self.compaction_in_flight
+        self.compacting.is_some() || self.compaction_in_flight
     }
 
     pub fn title(&self) -> Option<&str> {
         self.title.as_deref()
     }
 
-    /// How long the session has been quiet: no activity (what the stall timer counts).
+    /// How long the session has been quiet: no activity, counted from when Shepherd last
+    /// regained sight of it at the earliest (what the stall timer counts).
     pub fn quiet_for(&self, now: Now) -> Duration {
-        now.mono.saturating_duration_since(self.last_activity)
+        now.mono.saturating_duration_since(self.silent_since())
+    }
+
+    /// Where the stall timer counts silence from: the last activity, or the moment the
+    /// event stream came back if that is later (a session Shepherd could not see was not
+    /// silent, only unseen).
+    fn silent_since(&self) -> Instant {
+        self.watched_since(self.last_activity)
+    }
+
+    /// `t`, or the moment sight came back if that is later.
+    fn watched_since(&self, t: Instant) -> Instant {
+        self.sighted_at.map_or(t, |s| s.max(t))
+    }
+
+    /// The server's event stream went down: Shepherd is blind to this session. The
+    /// clocks that measure its silence stop (stall, nudge, review, orphan) until
+    /// [`SessionCore::on_sight`]; what the session does meanwhile is unknown, not quiet.
+    pub fn on_blind(&mut self) {
+        self.blind = true;
+    }
+
+    /// The stream is back and the reconciliation has run (statuses applied, interrupted
+    /// turns checked): silence is counted from now. Follow-ups and orphan waits that
+    /// fell due while blind are decided now, on the reconciled facts.
+    pub fn on_sight(&mut self, now: Now) {
+        if self.blind {
+            self.blind = false;
+            self.sighted_at = Some(now.mono);
+        }
     }
 
     /// The stall timeout in force while the stall timer runs — busy, not retrying, not
@@ -429,6 +479,7 @@ impl SessionCore {
     /// advice, out of continues, or being looked at by the advisor).
     pub fn stall_clock(&self) -> Option<Duration> {
         let runs = self.busy == RunState::Busy
+            && !self.blind
             && self.recovering.is_none()
             && self.pause.is_none()
             && self.waiting_on_person.is_empty()
@@ -574,7 +625,7 @@ impl SessionCore {
         now: Now,
     ) -> Vec<Effect> {
         self.compaction_in_flight = false;
-        self.compacting = false;
+        self.compacting = None;
         let numbers =
             Numbers { context_tokens: self.context_tokens, context_window: self.window, ..Numbers::default() };
         let out = vec![match result {
@@ -701,13 +752,16 @@ impl SessionCore {
 
     /// When [`SessionCore::on_deadline`] should next be called, if ever.
     pub fn deadline(&self) -> Option<Instant> {
+        // Blind: no clock that measures the session's silence (the hand-off's drain
+        // bounds a turn, not a silence: it runs on).
+        let watched = !self.blind;
         [
             self.stall_deadline(),
-            self.followup.deadline(),
-            self.family.as_ref().and_then(|f| f.deadline()),
+            self.followup.deadline().filter(|_| watched),
+            self.family.as_ref().and_then(|f| f.deadline()).filter(|_| watched),
             self.rollover.deadline(),
             self.verify_at,
-            self.outage.as_ref().and_then(|o| o.deadline()),
+            self.outage.as_ref().and_then(|o| o.deadline()).filter(|_| watched),
         ]
         .into_iter()
         .flatten()
@@ -791,8 +845,13 @@ impl SessionCore {
     }
 
     fn stall_deadline(&self) -> Option<Instant> {
-        if self.is_compacting() || self.rollover.suspends_automation() {
-            return None; // never stall-recover a compacting session, or one being handed off
+        if self.compaction_in_flight || self.rollover.suspends_automation() {
+            // Shepherd's own compaction is bounded by its call (`compaction.max_wait`); a
+            // session being handed off is the hand-off's.
+            return None;
+        }
+        if self.blind {
+            return None; // unseen is not silent
         }
         if self.busy != RunState::Busy
             || self.recovering.is_some()
@@ -804,7 +863,14 @@ impl SessionCore {
         if self.advice.pending() == Some(About::Abort) {
             return None; // the advisor is being asked
         }
-        let stall_at = self.advice.postponed(self.last_activity + self.stall_timeout());
+        let stall_at = match self.compacting {
+            // OpenCode's own compaction: bounded by `compaction.max_wait` from when it was
+            // first seen; the summary's stream does not extend it (a summary is one model
+            // call of bounded size, and one that streams forever must end too).
+            Some(since) => self.watched_since(since) + self.cfg.compaction.max_wait,
+            None => self.silent_since() + self.stall_timeout(),
+        };
+        let stall_at = self.advice.postponed(stall_at);
         Some(self.backoff_until.map_or(stall_at, |b| b.max(stall_at)))
     }
 
@@ -833,7 +899,7 @@ impl SessionCore {
             Event::TodoUpdated { todos, .. } => {
                 self.activity(now);
                 if followup::snapshot(todos) != followup::snapshot(&self.todos) {
-                    self.real_progress();
+                    self.real_progress(now);
                 }
                 let idle = self.busy == RunState::Idle;
                 self.followup.on_todos(&self.todos, todos, now.mono, idle, &self.cfg.review);
@@ -854,7 +920,7 @@ impl SessionCore {
             }
             Event::SessionCompacted { .. } => {
                 self.activity(now);
-                self.compacting = false;
+                self.compacting = None;
                 self.rollover.on_compacted();
                 self.context_tokens = None; // unknown until the next model call reports
             }
@@ -893,15 +959,16 @@ impl SessionCore {
                 if self.busy != RunState::Idle {
                     let ours = self.recovering.is_some();
                     self.busy = RunState::Idle;
+                    // OpenCode's own compaction ends with the turn (also when our abort
+                    // ended it: its bound must not outlive it into the next turn).
+                    self.compacting = None;
                     let mut step = if ours { None } else { self.rollover.on_idle() };
                     let note = step.take_if(|s| matches!(s, Step::SoftNote { .. }));
                     if let Some(start) = step {
                         // The hand-off goes first: no compaction, nudge or review now.
-                        self.compacting = false;
                         out.extend(self.on_rollover_step(start, now));
                     } else {
                         if !ours && !self.compaction_in_flight && !self.rollover.suspends_automation() {
-                            self.compacting = false; // OpenCode's own compaction ends with the turn
                             out.extend(self.consider_compaction(now));
                         }
                         // A compaction starting now makes the soft note moot (and a note
@@ -964,7 +1031,11 @@ impl SessionCore {
                     out.extend(self.on_empty_finish(&m.id, now));
                 }
                 if m.summary {
-                    self.compacting = m.time.completed.is_none() && m.error.is_none();
+                    if m.time.completed.is_none() && m.error.is_none() {
+                        self.compacting.get_or_insert(now.mono);
+                    } else {
+                        self.compacting = None;
+                    }
                 } else if m.finish.is_some() && m.error.is_none() {
                     if let Some(size) = m.tokens.map(|t| t.prompt_size()).filter(|s| *s > 0) {
                         let new_reading = self.context_tokens != Some(size);
@@ -990,9 +1061,9 @@ impl SessionCore {
                     }
                 }
                 match m.finish.as_deref() {
-                    Some("stop" | "length") => self.real_progress(),
+                    Some("stop" | "length") => self.real_progress(now),
                     // A step of a spinning tool run is not progress.
-                    Some("tool-calls") if !self.spin.is_spinning(self.cfg.loops.spin_count) => self.real_progress(),
+                    Some("tool-calls") if !self.spin.is_spinning(self.cfg.loops.spin_count) => self.real_progress(now),
                     _ => {}
                 }
             }
@@ -1035,7 +1106,7 @@ impl SessionCore {
             }
             PartKind::Compaction => {
                 self.activity(now);
-                self.compacting = true;
+                self.compacting.get_or_insert(now.mono);
             }
             PartKind::Tool { status, tool, child_session, input } => {
                 self.activity(now);
@@ -1061,7 +1132,7 @@ impl SessionCore {
                     ToolStatus::Completed => {
                         self.running_tools.remove(&p.id);
                         if !spinning {
-                            self.real_progress();
+                            self.real_progress(now);
                         }
                     }
                     ToolStatus::Error | ToolStatus::Pending => {
@@ -1074,7 +1145,7 @@ impl SessionCore {
     }
 
     fn on_real_user_message(&mut self, now: Now, out: &mut Vec<Effect>) {
-        self.real_progress();
+        self.real_progress(now);
         self.rollover.on_person_wrote();
         self.followup.on_user_message(now.mono);
         if let Some(pause) = self.pause.take() {
@@ -1121,7 +1192,8 @@ impl SessionCore {
         self.advice.on_activity();
     }
 
-    fn real_progress(&mut self) {
+    fn real_progress(&mut self, now: Now) {
+        self.progress_at = now.mono;
         if self.attempts != 0 || self.auto_submits != 0 {
             self.touch();
         }
@@ -1163,6 +1235,22 @@ impl SessionCore {
     /// Called when [`SessionCore::deadline`] has passed: decides whether the session
     /// is stalled and what to do about it.
     pub fn on_deadline(&mut self, now: Now) -> Vec<Effect> {
+        let mut out = Vec::new();
+        if !self.blind {
+            out.extend(self.on_watched_deadlines(now));
+        }
+        if let Some(step) = self.rollover.on_deadline(self.busy != RunState::Idle, now.mono) {
+            out.extend(self.on_rollover_step(step, now));
+        }
+        if self.verify_at.is_some_and(|at| at <= now.mono) {
+            self.verify_at = None;
+            out.push(Effect::FindIntents);
+        }
+        out
+    }
+
+    /// The deadlines of the clocks that measure the session's silence (none while blind).
+    fn on_watched_deadlines(&mut self, now: Now) -> Vec<Effect> {
         let facts = Facts {
             idle: self.busy == RunState::Idle,
             pause: self.pause,
@@ -1178,13 +1266,6 @@ impl SessionCore {
         out.extend(self.on_orphan_deadline(now));
         out.extend(self.on_resume_deadline(now));
         out.extend(self.on_stall_deadline(now));
-        if let Some(step) = self.rollover.on_deadline(self.busy != RunState::Idle, now.mono) {
-            out.extend(self.on_rollover_step(step, now));
-        }
-        if self.verify_at.is_some_and(|at| at <= now.mono) {
-            self.verify_at = None;
-            out.push(Effect::FindIntents);
-        }
         out
     }
 
@@ -1411,10 +1492,13 @@ impl SessionCore {
             return Vec::new();
         }
         let cfg = Arc::clone(&self.cfg);
-        let idle_for = now.mono.duration_since(self.last_activity);
+        let idle_for = now.mono.saturating_duration_since(self.silent_since());
+        // OpenCode's own compaction past its bound, measured from when it was first seen.
+        let compacting_for = self.compacting.map(|since| now.mono.saturating_duration_since(since));
         let base = Numbers {
             idle_for_ms: Some(ms(idle_for)),
-            timeout_ms: Some(ms(self.stall_timeout())),
+            timeout_ms: Some(ms(if compacting_for.is_some() { cfg.compaction.max_wait } else { self.stall_timeout() })),
+            compacting_for_ms: compacting_for.map(ms),
             running_tools: Some(self.running_tools.len() as u32),
             attempt: Some(self.attempts + 1),
             max_attempts: Some(cfg.recovery.max_auto_submits),
@@ -1444,20 +1528,25 @@ impl SessionCore {
                 now,
             )];
         }
-        if let Some(created) = self.created_ms {
-            let age_ms = now.wall_ms.saturating_sub(created).max(0) as u64;
-            if age_ms > ms(cfg.recovery.max_session_age) {
-                self.pause = Some(Pause::GaveUp);
-                self.touch();
-                let numbers = Numbers { age_ms: Some(age_ms), ..base };
-                return vec![self.record(
-                    Action::GiveUp,
-                    Outcome::Done,
-                    "stalled, but older than max_session_age: not recovering",
-                    numbers,
-                    now,
-                )];
-            }
+        // Abandoned: no real progress for `max_session_age` (not how long ago it was
+        // created: an agent that works for hours and then stalls is recovered). A time
+        // Shepherd could not see the session counts as unknown, not as no progress.
+        let without_progress = now.mono.saturating_duration_since(self.watched_since(self.progress_at));
+        if without_progress > cfg.recovery.max_session_age {
+            self.pause = Some(Pause::GaveUp);
+            self.touch();
+            let numbers = Numbers {
+                without_progress_ms: Some(ms(without_progress)),
+                age_ms: self.created_ms.map(|c| now.wall_ms.saturating_sub(c).max(0) as u64),
+                ..base
+            };
+            return vec![self.record(
+                Action::GiveUp,
+                Outcome::Done,
+                "stalled with no real progress for longer than max_session_age (abandoned): not recovering",
+                numbers,
+                now,
+            )];
         }
         if self.auto_submits >= cfg.recovery.max_auto_submits {
             self.pause = Some(Pause::GaveUp);
@@ -1479,7 +1568,9 @@ impl SessionCore {
         self.touch();
         self.backoff_until = None;
         self.recovering = Some(Recovering { aborted_message: self.last_assistant.clone(), escalation: None });
-        let reason = if self.waits_on_idle_children() {
+        let reason = if self.compacting.is_some() {
+            "OpenCode's compaction ran past compaction.max_wait (counted from when it was first seen): treating it as a stall"
+        } else if self.waits_on_idle_children() {
             "busy on a subagent task while every subagent is idle, for orphan_wait: the parent is orphaned"
         } else if self.running_tools.is_empty() && self.planning.active() {
             "planning with no progress for recovery.planning_timeout"
@@ -1614,6 +1705,11 @@ impl SessionCore {
                 self.touch();
                 self.activity(now);
                 let (outcome, reason) = match report {
+                    RecoveryReport::NotBusy if self.blind => {
+                        // A server that restarted lists nothing: while the stream is down
+                        // the reconciliation, not this answer, says how the turn ended.
+                        (Outcome::Declined, "the status endpoint says the session is not busy, but the event stream is down: the reconciliation will tell".to_string())
+                    }
                     RecoveryReport::NotBusy => {
                         self.busy = RunState::Idle;
                         (Outcome::Declined, "the status endpoint says the session is no longer busy".to_string())
@@ -2149,7 +2245,7 @@ mod tests {
 
     //! The core as a specification: events and moments in, effects out.
     use super::*;
-    use crate::config::{NudgeConfig, RecoveryConfig};
+    use crate::config::{CompactionConfig, NudgeConfig, RecoveryConfig};
     use crate::event::{decode, TodoStatus};
     use crate::journal::Action;
 
@@ -2439,14 +2535,102 @@ mod tests {
         assert_eq!(b.core.attempts(), 0);
     }
 
+    const TODO_PROGRESS: &str = r#"{"type":"todo.updated","properties":{"sessionID":"ses_A","todos":[{"content":"a","status":"completed","priority":"high"}]}}"#;
+
+    fn record_of(effects: &[Effect], action: Action) -> ActionRecord {
+        effects
+            .iter()
+            .find_map(|e| match e {
+                Effect::Record(r) if r.action == action => Some(r.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no {action:?} record in {effects:?}"))
+    }
+
     #[test]
-    fn sessions_older_than_max_session_age_are_not_recovered() {
+    fn a_session_created_three_hours_ago_that_progressed_a_minute_ago_and_stalls_is_recovered() {
         let mut b = Bench::new();
-        b.busy(7200);
-        let effects = b.tick(7200 + 180);
-        assert_eq!(actions(&effects), vec![Action::GiveUp]);
-        let Effect::Record(r) = &effects[0] else { panic!() };
-        assert_eq!(r.numbers.age_ms, Some(7_380_000));
+        b.busy(0);
+        b.feed(3 * 3600 - 60, TODO_PROGRESS);
+        let effects = b.tick(3 * 3600 - 60 + 180);
+        assert!(recovers(&effects), "{effects:?}");
+        assert_eq!(actions(&effects), vec![Action::StallDetected]);
+    }
+
+    #[test]
+    fn a_session_without_real_progress_for_longer_than_max_session_age_is_given_up() {
+        let mut b = Bench::new();
+        b.busy(0);
+        b.feed(1000, TODO_PROGRESS);
+        // Activity without progress (deltas) for more than two hours, then silence.
+        b.feed(8300, DELTA);
+        let effects = b.tick(8300 + 180);
+        assert!(!recovers(&effects));
+        let r = record_of(&effects, Action::GiveUp);
+        assert!(r.reason.contains("no real progress") && r.reason.contains("max_session_age"), "{}", r.reason);
+        assert_eq!(r.numbers.without_progress_ms, Some(7_480_000), "since the last progress");
+        assert_eq!(r.numbers.age_ms, Some(8_480_000), "since creation");
+        assert_eq!(b.core.pause(), Some(Pause::GaveUp));
+    }
+
+    // ---- blind is not silent: the event stream is down ----
+
+    #[test]
+    fn a_stall_timer_that_would_fire_while_the_stream_is_down_does_not() {
+        let mut b = Bench::new();
+        b.busy(0);
+        b.core.on_blind();
+        assert_eq!(b.core.deadline(), None, "no timer while blind");
+        assert!(b.tick(180).is_empty());
+        assert!(b.tick(3600).is_empty());
+        assert_eq!(b.core.stall_clock(), None, "not shown as stalled either");
+    }
+
+    #[test]
+    fn after_the_stream_is_back_a_still_busy_silent_session_is_recovered_after_a_full_stall_timeout() {
+        let mut b = Bench::new();
+        b.busy(0);
+        b.core.on_blind();
+        let back = b.at(500);
+        b.core.on_sight(back);
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(500 + 180)));
+        assert!(b.tick(679).is_empty());
+        let effects = b.tick(680);
+        assert!(recovers(&effects));
+        let r = record_of(&effects, Action::StallDetected);
+        assert_eq!(r.numbers.idle_for_ms, Some(180_000), "silence counted from the stream's return");
+    }
+
+    #[test]
+    fn a_turn_cut_off_while_blind_is_continued_even_if_a_recovery_then_finds_it_not_busy() {
+        // The stall fired just before the stream broke; its status check reached the
+        // restarted server, which lists nothing.
+        let mut b = Bench::new();
+        b.busy(0);
+        assert!(recovers(&b.tick(180)));
+        b.core.on_blind();
+        let effects = b.core.on_recovery_finished(&RecoveryReport::NotBusy, b.at(190));
+        assert_eq!(actions(&effects), vec![Action::Recover]);
+        assert!(b.core.is_busy(), "the reconciliation, not this answer, tells how the turn ended");
+        // The reconciliation: the last turn was cut off.
+        let effects = b.core.on_interrupted("msg_B", b.at(200));
+        assert!(effects.iter().any(|e| matches!(e, Effect::Prompt(o) if o.kind == PromptKind::Continue)));
+    }
+
+    #[test]
+    fn a_session_first_seen_long_after_its_creation_counts_from_first_sight() {
+        let mut b = Bench::new();
+        // Created five hours before Shepherd saw it (mid-flight, or after a restart).
+        b.core.hydrate(&SessionInfo {
+            id: "ses_A".into(),
+            parent_id: None,
+            directory: Some("/p".into()),
+            title: None,
+            time: crate::event::Times { created: Some(CREATED_MS - 5 * 3600 * 1000), ..Default::default() },
+            metadata: None,
+        });
+        b.busy(0);
+        assert!(recovers(&b.tick(180)), "not abandoned: Shepherd has watched it for three minutes");
     }
 
     #[test]
@@ -2579,6 +2763,35 @@ mod tests {
         assert_eq!(order.template, NudgeConfig::default().message);
         b.deliver(600, &effects);
         assert!(prompts(&b.tick_ms(5_000)).is_empty(), "no second nudge without a new edge");
+    }
+
+    #[test]
+    fn a_nudge_due_while_the_stream_is_down_waits_for_the_reconciled_facts() {
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &["in_progress", "pending"]);
+        b.turn_ms(100, "msg_1", "Working on it.", "stop");
+        b.core.on_blind();
+        assert_eq!(b.core.deadline(), None, "no nudge timer while blind");
+        assert!(prompts(&b.tick_ms(5_000)).is_empty());
+        // The reconciliation found it busy again (the person wrote meanwhile): no nudge.
+        let effects = b
+            .feed_ms(6_000, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
+        let back = b.at_ms(6_000);
+        b.core.on_sight(back);
+        assert_eq!(declined(&effects), vec!["the session went busy again".to_string()]);
+        assert!(prompts(&b.tick_ms(7_000)).is_empty());
+    }
+
+    #[test]
+    fn a_nudge_that_fell_due_while_blind_is_sent_once_the_stream_is_back_and_the_session_still_idle() {
+        let mut b = bench_with_rules(rules());
+        b.todos_ms(0, &["in_progress", "pending"]);
+        b.turn_ms(100, "msg_1", "Working on it.", "stop");
+        b.core.on_blind();
+        let back = b.at_ms(6_000);
+        b.core.on_sight(back);
+        assert!(b.core.deadline().is_some_and(|d| d <= back.mono), "due at once");
+        assert_eq!(prompts(&b.tick_ms(6_000)), vec![PromptKind::Nudge]);
     }
 
     #[test]
@@ -2881,10 +3094,76 @@ mod tests {
         // OpenCode compacts by itself: a compaction part, a summary, then a normal reply.
         b.feed_ms(20, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pc","messageID":"msg_C","sessionID":"ses_A","type":"compaction","auto":true,"overflow":true}}}"#);
         assert!(b.core.is_compacting());
-        assert_eq!(b.core.deadline(), None, "never stall-recover a compacting session");
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_millis(20) + CompactionConfig::default().max_wait));
+        assert!(!recovers(&b.tick_ms(60_000)), "a compaction within compaction.max_wait is left alone");
         b.feed_ms(30, r#"{"type":"session.compacted","properties":{"sessionID":"ses_A"}}"#);
         assistant_with_tokens(&mut b, 40, "msg_R", 20_000, 0);
         assert!(compactions(&b.idle_ms(50)).is_empty());
+    }
+
+    const COMPACTION_PART: &str = r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pc","messageID":"msg_C","sessionID":"ses_A","type":"compaction","auto":true,"overflow":false}}}"#;
+    const SUMMARY_STREAMING: &str = r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_S","sessionID":"ses_A","role":"assistant","summary":true,"providerID":"fake","modelID":"fake-model","time":{"created":1}}}}"#;
+    const SUMMARY_DELTA: &str = r#"{"type":"message.part.delta","properties":{"sessionID":"ses_A","messageID":"msg_S","partID":"prt_s","field":"text","delta":"x"}}"#;
+
+    #[test]
+    fn opencodes_compaction_past_max_wait_is_aborted_and_continued_like_a_stall() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.feed_ms(10_000, COMPACTION_PART);
+        b.feed_ms(11_000, SUMMARY_STREAMING);
+        // The summary trickles on: activity, but the bound counts from the first sight.
+        for s in (20..=185).step_by(15) {
+            b.feed_ms(s * 1000, SUMMARY_DELTA);
+        }
+        let max_wait = CompactionConfig::default().max_wait;
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(10) + max_wait));
+        assert!(b.tick_ms(189_999).is_empty());
+        let effects = b.tick_ms(190_000);
+        assert!(recovers(&effects), "{effects:?}");
+        let r = record_of(&effects, Action::StallDetected);
+        assert!(r.reason.contains("compaction ran past compaction.max_wait"), "{}", r.reason);
+        assert_eq!(r.numbers.compacting_for_ms, Some(180_000));
+        assert_eq!(r.numbers.timeout_ms, Some(180_000), "compaction.max_wait");
+        assert_eq!(r.numbers.idle_for_ms, Some(5_000), "it was not silent: only too long");
+    }
+
+    #[test]
+    fn the_bound_of_a_compaction_our_abort_ended_does_not_carry_over_to_the_continued_turn() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.feed_ms(10_000, COMPACTION_PART);
+        assert!(recovers(&b.tick_ms(190_000)));
+        // Our abort's idle edge (no summary error seen), then the continue's turn.
+        b.idle_ms(190_100);
+        b.core.on_recovery_finished(
+            &RecoveryReport::Continued {
+                idle_after_ms: Some(100),
+                open_todos: 0,
+                compacted: None,
+                tool_call_as_text: None,
+                waited_ms: 0,
+            },
+            b.at_ms(191_000),
+        );
+        b.busy(192);
+        assert!(!b.core.is_compacting());
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(192 + 180)), "the usual stall clock");
+    }
+
+    #[test]
+    fn a_compaction_that_ends_in_time_leaves_the_usual_stall_clock_running() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.feed_ms(10_000, COMPACTION_PART);
+        b.feed_ms(11_000, SUMMARY_STREAMING);
+        b.feed_ms(100_000, r#"{"type":"session.compacted","properties":{"sessionID":"ses_A"}}"#);
+        assert!(!b.core.is_compacting());
+        assert!(b.tick_ms(190_000).is_empty(), "the compaction's bound is gone with it");
+        assert_eq!(
+            b.core.deadline(),
+            Some(b.t0 + Duration::from_secs(100 + 180)),
+            "silence since the compaction ended"
+        );
     }
 
     #[test]

@@ -26,9 +26,8 @@ use crate::journal::Journal;
 use crate::ledger::Ledger;
 use crate::ports::{Clock, Engine, EngineError, NoWorkspace, Workspace};
 use crate::session::actor::{
-    CheckInterrupted, ChildObserve, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos, RequestHandoff,
-    ResumeIntents,
-    ResumeSnapshot, Retire, Scratch, StopSession,
+    Blind, CheckInterrupted, ChildObserve, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos,
+    RequestHandoff, ResumeIntents, ResumeSnapshot, Retire, Scratch, Sighted, StopSession,
 };
 use crate::session::recovery::InFlight;
 use crate::session::{Observe, SessionActor, SessionEnv};
@@ -45,6 +44,10 @@ struct Server {
     directories: HashSet<String>,
     connected: bool,
     reconciled: bool,
+    /// The stream went down and its sessions were told so ([`Blind`]); they are told
+    /// [`Sighted`] once a reconciliation after the reconnect has read every directory's
+    /// statuses. Sessions created meanwhile start blind.
+    blind: bool,
     /// The models' context windows are to be (re)read: after every connect (they may
     /// change with the server's config) until one read succeeds.
     windows_stale: bool,
@@ -249,6 +252,9 @@ impl Supervisor {
         let srv = self.servers.get(server)?;
         let addr = SessionActor::new(id, Arc::clone(&self.cfg), Arc::clone(&srv.env)).start();
         tracing::debug!(server, session = id, "tracking session");
+        if srv.blind {
+            addr.do_send(Blind);
+        }
         match info {
             Some(info) => addr.do_send(Hydrate(info.clone())),
             None => {
@@ -368,6 +374,7 @@ impl Supervisor {
         };
         let mut busy_ids = HashSet::new();
         let mut checked_dirs = HashSet::new();
+        let statuses_read = r.statuses.iter().all(|(_, result)| result.is_ok());
         for (dir, result) in r.statuses {
             let map = match result {
                 Ok(map) => map,
@@ -407,6 +414,11 @@ impl Supervisor {
             if r.after_connect && *server == r.server {
                 slot.addr.do_send(RefreshTodos);
             }
+        }
+        // Every status is known again and every interrupted turn checked (the messages
+        // above are ahead of this one in each actor's mailbox): silence counts from now.
+        if r.after_connect && statuses_read {
+            self.regain_sight(&r.server);
         }
         if let Some(srv) = self.servers.get_mut(&r.server) {
             if failed {
@@ -552,6 +564,7 @@ impl Handler<AttachServer> for Supervisor {
                 directories: HashSet::new(),
                 connected: false,
                 reconciled: false,
+                blind: false,
                 windows_stale: true,
                 events: BTreeMap::new(),
             },
@@ -734,9 +747,38 @@ impl Handler<StreamDown> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, msg: StreamDown, _: &mut Context<Self>) {
-        if let Some(srv) = self.servers.get_mut(&msg.server) {
-            srv.connected = false;
-            srv.reconciled = false;
+        let Some(srv) = self.servers.get_mut(&msg.server) else { return };
+        srv.connected = false;
+        srv.reconciled = false;
+        if srv.blind {
+            return; // a failed reconnect: the sessions know already
+        }
+        // Being blind is not the session being silent: stop the clocks that measure
+        // silence. One message per session per outage; an idle one arms nothing.
+        srv.blind = true;
+        let mut told = 0usize;
+        for ((server, _), slot) in &self.sessions {
+            if *server == msg.server {
+                slot.addr.do_send(Blind);
+                told += 1;
+            }
+        }
+        tracing::info!(server = %msg.server, sessions = told, "event stream down: silence is not counted until it is back and reconciled");
+    }
+}
+
+impl Supervisor {
+    /// After an outage: the server's sessions count silence from now.
+    fn regain_sight(&mut self, server: &str) {
+        let Some(srv) = self.servers.get_mut(server) else { return };
+        if !srv.blind {
+            return;
+        }
+        srv.blind = false;
+        for ((s, _), slot) in &self.sessions {
+            if s == server {
+                slot.addr.do_send(Sighted);
+            }
         }
     }
 }
