@@ -485,9 +485,10 @@ pub struct GuardConfig {
     /// How many prompts may go out at once before the per-minute pace applies.
     pub session_burst: u32,
     pub global_burst: u32,
-    /// How long a continue (or a person's prompt) over the limit waits for its turn; it
-    /// is sent then whatever the limiter says, so a session is never stranded. Nudges
-    /// and reviews over the limit are dropped.
+    /// How long a prompt over the limit waits for its turn. A continue, a person's
+    /// prompt or a hand-off prompt is sent then whatever the limiter says, so a session
+    /// is never stranded; a nudge or review still over the limit is deferred (its
+    /// decision comes back when the limiter has room), never dropped.
     #[serde(with = "duration_str")]
     pub max_wait: Duration,
     pub backend: GuardBackend,

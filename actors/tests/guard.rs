@@ -1,18 +1,23 @@
 //! The guard in the prompt path, with a fake engine and paused time: what is sent, what
 //! is dropped, what waits — and that a guard which cannot read the session's history
-//! still lets the prompt through (fail open).
+//! still lets the prompt through (fail open). A burst of sessions stopping at once with
+//! open todos: every one is nudged, within the fleet-wide limit, later but never lost.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use actix::prelude::*;
 use async_trait::async_trait;
-use shepherd_actors::config::GuardConfig;
-use shepherd_actors::event::{ModelRef, SessionInfo, Status, Todo, TodoStatus};
-use shepherd_actors::guard::GuardHandle;
-use shepherd_actors::ports::{Clock, Engine, EngineError, LastTurn, Prompt, SystemClock, TurnSettings};
+use shepherd_actors::config::{Config, GuardConfig, SupervisorConfig};
+use shepherd_actors::event::{decode, ModelRef, SessionInfo, Status, Todo, TodoStatus};
+use shepherd_actors::guard::{GuardHandle, PromptGuard};
+use shepherd_actors::journal::{Action, Journal, Outcome};
+use shepherd_actors::ledger::MemoryLedger;
+use shepherd_actors::ports::{Clock, Engine, EngineError, HistoryMessage, LastTurn, Prompt, SystemClock, TurnSettings};
 use shepherd_actors::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
 use shepherd_actors::session::prompt::PromptFacts;
+use shepherd_actors::supervisor::{AttachServer, Ingest, Shutdown, Supervisor};
 
 /// An engine whose history cannot be read (the trait's default answers an error).
 #[derive(Default)]
@@ -91,7 +96,7 @@ async fn a_guard_that_cannot_read_the_sessions_history_still_sends_and_still_ded
 }
 
 #[actix::test]
-async fn over_the_session_limit_a_nudge_is_dropped_and_a_continue_waits_then_goes_out() {
+async fn over_the_session_limit_a_nudge_waits_its_turn_then_is_deferred_and_a_continue_goes_out() {
     tokio::time::pause();
     let engine = Engine1::default();
     let cfg = GuardConfig {
@@ -103,11 +108,23 @@ async fn over_the_session_limit_a_nudge_is_dropped_and_a_continue_waits_then_goe
     let guard = guard(cfg);
     let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1" };
     assert!(matches!(deliver(out, &order(PromptKind::Review, "Review your work")).await, Delivery::Sent { .. }));
+    let started = tokio::time::Instant::now();
     let nudge = deliver(out, &order(PromptKind::Nudge, "Write the release notes")).await;
-    assert!(matches!(&nudge, Delivery::Guarded { reason, .. } if reason.contains("session rate limit")), "{nudge:?}");
+    match &nudge {
+        Delivery::Guarded { reason, retry_after_ms: Some(retry), .. } => {
+            assert!(reason.contains("session rate limit") && reason.contains("deferred"), "{reason}");
+            // One prompt a minute: the next permit is 60 s after the review, 20 s of
+            // which the nudge waited.
+            assert!((39_000..=40_000).contains(retry), "the retry comes when the limiter has room: {retry}");
+        }
+        other => panic!("deferred, with a retry time: {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_secs(20), "it waited guard.max_wait first");
     let cont = deliver(out, &order(PromptKind::Continue, "You stalled; go on with the parser")).await;
     match cont {
-        Delivery::Sent { waited_ms, .. } => assert!(waited_ms >= 1, "it waited its turn ({waited_ms} ms)"),
+        Delivery::Sent { waited_ms, .. } => {
+            assert!(waited_ms >= 19_000, "it waited guard.max_wait, then went: {waited_ms}")
+        }
         other => panic!("a continue is never lost: {other:?}"),
     }
     assert_eq!(engine.prompts.lock().unwrap().len(), 2);
@@ -115,17 +132,197 @@ async fn over_the_session_limit_a_nudge_is_dropped_and_a_continue_waits_then_goe
 
 #[actix::test]
 async fn a_retuned_guard_judges_by_its_new_limits_and_still_remembers_what_was_sent() {
+    tokio::time::pause();
     let engine = Engine1::default();
-    let tight = GuardConfig { session_per_minute: 1, session_burst: 1, ..GuardConfig::default() };
+    let tight = GuardConfig {
+        session_per_minute: 1,
+        session_burst: 1,
+        max_wait: Duration::from_secs(20),
+        ..GuardConfig::default()
+    };
     let guard = guard(tight.clone());
     let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1" };
     assert!(matches!(deliver(out, &order(PromptKind::Review, "Review your work")).await, Delivery::Sent { .. }));
-    let dropped = deliver(out, &order(PromptKind::Nudge, "Write the release notes")).await;
-    assert!(matches!(&dropped, Delivery::Guarded { reason, .. } if reason.contains("rate limit")), "{dropped:?}");
+    let deferred = deliver(out, &order(PromptKind::Nudge, "Write the release notes")).await;
+    assert!(matches!(&deferred, Delivery::Guarded { reason, .. } if reason.contains("rate limit")), "{deferred:?}");
 
     guard.retune(GuardConfig { session_burst: 5, ..tight });
     let sent = deliver(out, &order(PromptKind::Nudge, "Write the release notes")).await;
-    assert!(matches!(sent, Delivery::Sent { .. }), "the new burst lets it through: {sent:?}");
-    let again = deliver(out, &order(PromptKind::Nudge, "Review your work")).await;
+    assert!(matches!(sent, Delivery::Sent { waited_ms: 0, .. }), "the new burst lets it through: {sent:?}");
+    let again = deliver(out, &order(PromptKind::Custom, "Review your work")).await;
     assert!(matches!(&again, Delivery::Guarded { reason, .. } if reason.contains("similar")), "{again:?}");
+}
+
+/// An OpenCode with many idle sessions, each with one open todo, that records every
+/// prompt with the (paused) time it arrived.
+#[derive(Default)]
+struct Fleet {
+    prompts: Mutex<Vec<(String, String, tokio::time::Instant)>>,
+}
+
+#[async_trait]
+impl Engine for Fleet {
+    async fn statuses(&self, _: &str) -> Result<HashMap<String, Status>, EngineError> {
+        Ok(HashMap::new())
+    }
+    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
+        Ok(vec![])
+    }
+    async fn session(&self, id: &str) -> Result<SessionInfo, EngineError> {
+        Ok(SessionInfo {
+            id: id.into(),
+            parent_id: None,
+            directory: Some("/p".into()),
+            title: None,
+            time: Default::default(),
+            metadata: None,
+        })
+    }
+    async fn abort(&self, _: &str) -> Result<(), EngineError> {
+        Ok(())
+    }
+    async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
+        Ok(vec![Todo { content: "finish the report".into(), status: TodoStatus::Pending, priority: None }])
+    }
+    async fn last_turn_settings(&self, _: &str) -> Result<TurnSettings, EngineError> {
+        Ok(TurnSettings::default())
+    }
+    async fn last_turn(&self, _: &str) -> Result<Option<LastTurn>, EngineError> {
+        Ok(None)
+    }
+    async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
+        Ok(())
+    }
+    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
+        Ok(HashMap::new())
+    }
+    async fn history(&self, _: &str, _: u32) -> Result<Vec<HistoryMessage>, EngineError> {
+        Ok(vec![])
+    }
+    async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
+        self.prompts.lock().unwrap().push((id.into(), p.tag.kind.clone(), tokio::time::Instant::now()));
+        Ok(())
+    }
+}
+
+struct PausedClock(tokio::time::Instant);
+
+impl Clock for PausedClock {
+    fn now(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now()
+    }
+    fn wall_ms(&self) -> i64 {
+        1_000_000_000 + self.0.elapsed().as_millis() as i64
+    }
+}
+
+fn ingest(supervisor: &Addr<Supervisor>, json: String) {
+    let envelope = decode(&json).expect("decodes");
+    supervisor.do_send(Ingest { server: "srv".into(), envelope });
+}
+
+/// One turn of `id` that ends normally with its todo still open.
+fn stop_with_open_todos(supervisor: &Addr<Supervisor>, id: &str) {
+    let status = |s: &str| {
+        format!(
+            r#"{{"directory":"/p","payload":{{"type":"session.status","properties":{{"sessionID":"{id}","status":{{"type":"{s}"}}}}}}}}"#
+        )
+    };
+    ingest(supervisor, status("busy"));
+    ingest(
+        supervisor,
+        format!(
+            r#"{{"directory":"/p","payload":{{"type":"todo.updated","properties":{{"sessionID":"{id}","todos":[{{"content":"finish the report","status":"pending"}}]}}}}}}"#
+        ),
+    );
+    ingest(
+        supervisor,
+        format!(
+            r#"{{"directory":"/p","payload":{{"type":"message.updated","properties":{{"sessionID":"{id}","info":{{"id":"msg_{id}","sessionID":"{id}","role":"assistant","finish":"stop","time":{{"created":1,"completed":2}}}}}}}}}}"#
+        ),
+    );
+    ingest(supervisor, status("idle"));
+}
+
+#[actix::test]
+async fn a_burst_of_sessions_stopping_with_open_todos_is_nudged_every_one_within_the_global_limit() {
+    tokio::time::pause();
+    const SESSIONS: usize = 300;
+    let cfg = Config::default();
+    let g = cfg.guard.clone();
+    // More than the global limit lets through within one `max_wait`: some nudges wait
+    // their turn, the rest are deferred and come back.
+    let fits_in_max_wait = g.global_burst as f64 + g.global_per_minute as f64 * g.max_wait.as_secs_f64() / 60.0;
+    assert!(SESSIONS as f64 > fits_in_max_wait);
+
+    let clock: Arc<dyn Clock> = Arc::new(PausedClock(tokio::time::Instant::now()));
+    let engine = Arc::new(Fleet::default());
+    let journal = Journal::new();
+    let mut records = journal.subscribe();
+    let guard: Arc<dyn PromptGuard> = Arc::new(GuardHandle::start(g.clone(), Arc::clone(&clock), None));
+    let supervisor = Supervisor::new(
+        Arc::new(cfg.session_rules()),
+        SupervisorConfig::default(),
+        Arc::new(MemoryLedger::default()),
+        clock,
+        journal,
+        "i1".into(),
+    )
+    .with_guard(guard)
+    .start();
+    supervisor.do_send(AttachServer {
+        name: "srv".into(),
+        engine: engine.clone(),
+        list_limit: 10,
+        retry_initial: Duration::from_millis(250),
+        retry_max: Duration::from_secs(30),
+    });
+    let ids: Vec<String> = (0..SESSIONS).map(|i| format!("ses_{i:03}")).collect();
+    let stopped = tokio::time::Instant::now();
+    for id in &ids {
+        stop_with_open_todos(&supervisor, id);
+    }
+
+    let (mut deferred, mut sent_records) = (0, 0);
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        while let Ok(r) = records.try_recv() {
+            match (r.action, r.outcome) {
+                (Action::Nudge, Outcome::Done) => sent_records += 1,
+                (Action::Nudge, Outcome::Declined) if r.reason.contains("deferred") => {
+                    assert!(r.numbers.backoff_ms.is_some(), "the retry delay is in the record: {r:?}");
+                    deferred += 1;
+                }
+                (Action::Nudge, _) => panic!("a nudge was declined for another reason: {r:?}"),
+                _ => {}
+            }
+        }
+        if sent_records == SESSIONS {
+            break;
+        }
+    }
+    let prompts = engine.prompts.lock().unwrap().clone();
+    let mut per_session: HashMap<&str, usize> = HashMap::new();
+    for (id, kind, _) in &prompts {
+        assert_eq!(kind, "nudge");
+        *per_session.entry(id.as_str()).or_default() += 1;
+    }
+    assert_eq!(per_session.len(), SESSIONS, "every session was nudged");
+    assert!(per_session.values().all(|n| *n == 1), "and each exactly once");
+    assert_eq!(sent_records, SESSIONS);
+    assert!(deferred > 0, "some nudges waited longer than guard.max_wait and were deferred, not dropped");
+    // Never faster than the fleet-wide limit allows (its burst, then its pace).
+    for (n, (_, _, at)) in prompts.iter().enumerate() {
+        let allowed =
+            g.global_burst as f64 + g.global_per_minute as f64 * at.duration_since(stopped).as_secs_f64() / 60.0;
+        assert!(
+            (n + 1) as f64 <= allowed + 1.0,
+            "prompt {} at {:?} exceeds the limit",
+            n + 1,
+            at.duration_since(stopped)
+        );
+    }
+    let last = prompts.last().map(|p| p.2.duration_since(stopped)).unwrap_or_default();
+    assert!(last > g.max_wait, "the last nudge went out later ({last:?}), not never");
+    supervisor.do_send(Shutdown { grace: Duration::ZERO });
 }

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use async_trait::async_trait;
-use governor::clock::{Clock as _, DefaultClock};
+use governor::clock::Clock as _;
+use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
@@ -26,14 +27,32 @@ use crate::ports::Clock;
 use crate::session::core::Now;
 use crate::session::delivery::PromptKind;
 
-type SessionLimiter = RateLimiter<(String, String), DefaultKeyedStateStore<(String, String)>, DefaultClock>;
-type GlobalLimiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock>;
+type SessionLimiter =
+    RateLimiter<(String, String), DefaultKeyedStateStore<(String, String)>, LimiterClock, NoOpMiddleware<Duration>>;
+type GlobalLimiter = RateLimiter<NotKeyed, InMemoryState, LimiterClock, NoOpMiddleware<Duration>>;
+
+/// The limiters' time: the [`Clock`] port's monotonic time since the guard started, so
+/// paused tokio time drives the rate limits as it drives every other timer.
+#[derive(Clone)]
+struct LimiterClock {
+    clock: Arc<dyn Clock>,
+    origin: tokio::time::Instant,
+}
+
+impl governor::clock::Clock for LimiterClock {
+    type Instant = Duration;
+
+    fn now(&self) -> Duration {
+        self.clock.now().saturating_duration_since(self.origin)
+    }
+}
 
 /// The global guard actor.
 pub struct GuardActor {
     cfg: GuardConfig,
     clock: Arc<dyn Clock>,
     dedupe: Dedupe,
+    limiter_clock: LimiterClock,
     per_session: SessionLimiter,
     /// `None` when the fleet-wide limit lives in the shared store.
     global: Option<GlobalLimiter>,
@@ -46,13 +65,23 @@ fn quota(n: u32, burst: u32) -> Quota {
     Quota::per_minute(nz(n)).allow_burst(nz(burst))
 }
 
+fn session_limiter(cfg: &GuardConfig, clock: &LimiterClock) -> SessionLimiter {
+    RateLimiter::new(quota(cfg.session_per_minute, cfg.session_burst), DefaultKeyedStateStore::default(), clock.clone())
+}
+
+fn global_limiter(cfg: &GuardConfig, clock: &LimiterClock) -> GlobalLimiter {
+    RateLimiter::new(quota(cfg.global_per_minute, cfg.global_burst), InMemoryState::default(), clock.clone())
+}
+
 impl GuardActor {
     pub fn new(cfg: GuardConfig, clock: Arc<dyn Clock>, shared_global: bool) -> GuardActor {
+        let limiter_clock = LimiterClock { clock: Arc::clone(&clock), origin: clock.now() };
         GuardActor {
             pruning: None,
             dedupe: Dedupe::new(cfg.window, cfg.similarity, cfg.shingle_words),
-            per_session: RateLimiter::keyed(quota(cfg.session_per_minute, cfg.session_burst)),
-            global: (!shared_global).then(|| RateLimiter::direct(quota(cfg.global_per_minute, cfg.global_burst))),
+            per_session: session_limiter(&cfg, &limiter_clock),
+            global: (!shared_global).then(|| global_limiter(&cfg, &limiter_clock)),
+            limiter_clock,
             clock,
             cfg,
         }
@@ -99,11 +128,11 @@ impl Handler<Retune> for GuardActor {
         let (old, cfg) = (&self.cfg, msg.0);
         self.dedupe.retune(cfg.window, cfg.similarity, cfg.shingle_words);
         if (old.session_per_minute, old.session_burst) != (cfg.session_per_minute, cfg.session_burst) {
-            self.per_session = RateLimiter::keyed(quota(cfg.session_per_minute, cfg.session_burst));
+            self.per_session = session_limiter(&cfg, &self.limiter_clock);
         }
         if (old.global_per_minute, old.global_burst) != (cfg.global_per_minute, cfg.global_burst) {
             if let Some(global) = self.global.as_mut() {
-                *global = RateLimiter::direct(quota(cfg.global_per_minute, cfg.global_burst));
+                *global = global_limiter(&cfg, &self.limiter_clock);
             }
         }
         let window_changed = old.window != cfg.window;
@@ -112,6 +141,11 @@ impl Handler<Retune> for GuardActor {
             self.arm_pruning(ctx);
         }
     }
+}
+
+/// Whole milliseconds, rounded up (at least 1): a wait never ends before the permit.
+fn ceil_ms(d: Duration) -> u64 {
+    (d.as_nanos().div_ceil(1_000_000) as u64).max(1)
 }
 
 /// One step of admission.
@@ -146,16 +180,16 @@ impl Handler<Admit> for GuardActor {
             Check::Fresh(s) => s,
         };
         if !msg.skip_limits {
-            let clock = DefaultClock::default();
+            let clock = &self.limiter_clock;
             let key = (req.server.clone(), req.session.clone());
             if let Err(not_until) = self.per_session.check_key(&key) {
-                let ms = not_until.wait_time_from(clock.now()).as_millis() as u64;
-                return MessageResult(Step::Wait { ms: ms.max(1), scope: "session" });
+                let ms = ceil_ms(not_until.wait_time_from(clock.now()));
+                return MessageResult(Step::Wait { ms, scope: "session" });
             }
             if let Some(global) = &self.global {
                 if let Err(not_until) = global.check() {
-                    let ms = not_until.wait_time_from(clock.now()).as_millis() as u64;
-                    return MessageResult(Step::Wait { ms: ms.max(1), scope: "global" });
+                    let ms = ceil_ms(not_until.wait_time_from(clock.now()));
+                    return MessageResult(Step::Wait { ms, scope: "global" });
                 }
             }
         }
@@ -216,9 +250,11 @@ impl GuardHandle {
         self.cfg.read().map(|c| c.clone()).unwrap_or_default()
     }
 
-    /// Kinds that wait for a rate limit instead of being dropped: the continue after an
-    /// abort, a person's prompt, and the hand-off's notes must not be lost.
-    fn waits(kind: PromptKind) -> bool {
+    /// Kinds that go out after `max_wait` whatever the limiter says: the continue after
+    /// an abort, a person's prompt and the hand-off's prompts must not be lost. Every
+    /// other kind (nudge, review, note) waits its turn as long, and is then deferred
+    /// ([`Verdict::RateLimited`] with a retry time): its decision tries again later.
+    fn forced_after_max_wait(kind: PromptKind) -> bool {
         matches!(kind, PromptKind::Continue | PromptKind::Custom | PromptKind::Handoff)
     }
 
@@ -243,19 +279,21 @@ impl PromptGuard for GuardHandle {
         let started = tokio::time::Instant::now();
         // Only the time spent waiting for a limit counts as "held", not the round trips.
         let mut waited = Duration::ZERO;
-        let waits = Self::waits(req.kind);
+        let forced = Self::forced_after_max_wait(req.kind);
         let mut skip_limits = false;
         loop {
             match self.ask(req, skip_limits).await {
                 Step::Done(Verdict::Send { .. }) => break,
                 Step::Done(other) => return other,
-                Step::Wait { scope, .. } if !waits => return Verdict::RateLimited { scope },
                 Step::Wait { ms, scope } => {
                     let left = cfg.max_wait.saturating_sub(started.elapsed());
-                    if left.is_zero() {
-                        tracing::warn!(server = %req.server, session = %req.session, scope, "over the rate limit after guard.max_wait: sending so the session is not stranded");
+                    if left.is_zero() && forced {
+                        tracing::warn!(server = %req.server, session = %req.session, scope, waited_ms = waited.as_millis() as u64, "over the rate limit after guard.max_wait: sending so the session is not stranded");
                         skip_limits = true;
                         continue;
+                    }
+                    if left.is_zero() {
+                        return Verdict::RateLimited { scope, retry_after_ms: ms };
                     }
                     let pause = Duration::from_millis(ms).min(left);
                     tokio::time::sleep(pause).await;
@@ -268,14 +306,14 @@ impl PromptGuard for GuardHandle {
             loop {
                 match shared.global_permit(cfg.global_per_minute, cfg.global_burst).await {
                     Ok(None) => break,
-                    Ok(Some(_)) if !waits => {
-                        self.forget(&req.server, &req.session, &req.text, req.not_before_ms).await;
-                        return Verdict::RateLimited { scope: "global" };
-                    }
                     Ok(Some(ms)) => {
                         let left = cfg.max_wait.saturating_sub(started.elapsed());
-                        if left.is_zero() {
+                        if left.is_zero() && forced {
                             break;
+                        }
+                        if left.is_zero() {
+                            self.forget(&req.server, &req.session, &req.text, req.not_before_ms).await;
+                            return Verdict::RateLimited { scope: "global", retry_after_ms: ms };
                         }
                         let pause = Duration::from_millis(ms).min(left);
                         tokio::time::sleep(pause).await;

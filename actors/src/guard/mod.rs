@@ -43,8 +43,11 @@ pub enum Verdict {
     Send { waited_ms: u64 },
     /// A similar prompt reached the session within the window: do not send.
     Duplicate { similarity: f64, of: String },
-    /// Over a rate limit (`scope`: `session` or `global`) and not worth waiting for.
-    RateLimited { scope: &'static str },
+    /// Still over a rate limit (`scope`: `session` or `global`) after waiting
+    /// `guard.max_wait`: deferred, not dropped — the decision tries again in
+    /// `retry_after_ms` (the limiter's estimate). Only nudges, reviews and notes: a
+    /// continue, a person's prompt and a hand-off prompt go out after `max_wait`.
+    RateLimited { scope: &'static str, retry_after_ms: u64 },
     /// Another Shepherd instance holds this session's lease: it acts, this one does not.
     NotOurs { holder: String },
 }
@@ -57,7 +60,9 @@ impl Verdict {
             Verdict::Duplicate { similarity, of } => Some(format!(
                 "a similar prompt ({of}, similarity {similarity:.2}) reached the session within guard.window"
             )),
-            Verdict::RateLimited { scope } => Some(format!("over the {scope} rate limit (guard): dropped")),
+            Verdict::RateLimited { scope, retry_after_ms } => Some(format!(
+                "over the {scope} rate limit (guard) after waiting guard.max_wait: deferred, tried again in {retry_after_ms} ms"
+            )),
             Verdict::NotOurs { holder } => Some(format!("another Shepherd instance ({holder}) acts for this session")),
         }
     }
@@ -66,7 +71,8 @@ impl Verdict {
 /// The port the decision path calls before sending a prompt.
 #[async_trait]
 pub trait PromptGuard: Send + Sync + 'static {
-    /// May this prompt go out now? Waits (bounded) when its kind must not be lost.
+    /// May this prompt go out now? Over a rate limit it waits its turn (bounded by
+    /// `guard.max_wait`).
     async fn admit(&self, req: &GuardRequest) -> Verdict;
     /// The admitted prompt could not be sent after all: forget it (a retry is no duplicate).
     async fn forget(&self, server: &str, session: &str, text: &str, not_before_ms: Option<i64>);

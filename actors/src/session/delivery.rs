@@ -111,6 +111,9 @@ pub enum Delivery {
     Guarded {
         reason: String,
         todos: Vec<Todo>,
+        /// Over a rate limit after waiting `guard.max_wait`: deferred, try again after
+        /// this long (`None`: not to be retried — a duplicate, another instance's session).
+        retry_after_ms: Option<u64>,
     },
 }
 
@@ -242,8 +245,22 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
     let verdict = out.admit(&order.session_id, order.kind, &text, order.not_before_ms).await;
     let waited_ms = match verdict {
         Verdict::Send { waited_ms } => waited_ms,
-        other => return Delivery::Guarded { reason: other.reason().unwrap_or_default(), todos },
+        other => {
+            let retry_after_ms = match other {
+                Verdict::RateLimited { retry_after_ms, .. } => Some(retry_after_ms),
+                _ => None,
+            };
+            return Delivery::Guarded { reason: other.reason().unwrap_or_default(), todos, retry_after_ms };
+        }
     };
+    // It waited its turn: the session may have moved on meanwhile.
+    if waited_ms > 0 && order.require_idle {
+        let directory = order.directory.clone().unwrap_or_default();
+        if let Ok(Some(Status::Busy | Status::Retry { .. })) = engine.status(&directory, &order.session_id).await {
+            out.guard.forget(out.server, &order.session_id, &text, order.not_before_ms).await;
+            return Delivery::Skipped { reason: "the session went busy while the prompt waited its turn", todos };
+        }
+    }
     let prompt = Prompt {
         text: text.clone(),
         tag: ShepherdTag {
