@@ -10,19 +10,46 @@ use std::time::Duration;
 use actix::prelude::*;
 use async_trait::async_trait;
 use shepherd_actors::config::{Config, GuardConfig, SupervisorConfig};
-use shepherd_actors::event::{decode, ModelRef, SessionInfo, Status, Todo, TodoStatus};
+use shepherd_actors::event::{decode, ModelRef, Role, SessionInfo, ShepherdTag, Status, Todo, TodoStatus};
 use shepherd_actors::guard::{GuardHandle, PromptGuard};
 use shepherd_actors::journal::{Action, Journal, Outcome};
 use shepherd_actors::ledger::MemoryLedger;
-use shepherd_actors::ports::{Clock, Engine, EngineError, HistoryMessage, LastTurn, Prompt, SystemClock, TurnSettings};
+use shepherd_actors::ports::{
+    Clock, Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, SystemClock, TurnSettings,
+};
 use shepherd_actors::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
 use shepherd_actors::session::prompt::PromptFacts;
 use shepherd_actors::supervisor::{AttachServer, Ingest, Shutdown, Supervisor};
 
-/// An engine whose history cannot be read (the trait's default answers an error).
+/// One session's engine. Its history cannot be read (the trait's default answers an
+/// error) unless `history` is set; then every prompt sent is stored there too, tagged.
 #[derive(Default)]
 struct Engine1 {
     prompts: Mutex<Vec<String>>,
+    history: Mutex<Option<Vec<HistoryMessage>>>,
+}
+
+impl Engine1 {
+    fn with_history(messages: Vec<HistoryMessage>) -> Engine1 {
+        Engine1 { history: Mutex::new(Some(messages)), ..Engine1::default() }
+    }
+}
+
+/// A user message of the session, `secs_ago` before now (wall time: the guard's clock).
+fn user_message(text: &str, tag: Option<ShepherdTag>, secs_ago: i64) -> HistoryMessage {
+    HistoryMessage {
+        id: format!("msg_{}", text.len()),
+        role: Role::User,
+        created_ms: Some(SystemClock.wall_ms() - secs_ago * 1000),
+        agent: None,
+        error: None,
+        summary: false,
+        parts: vec![HistoryPart::Text { text: text.into(), synthetic: tag.is_some(), ignored: false, shepherd: tag }],
+    }
+}
+
+fn tag(kind: &str, instance: &str, decision: &str) -> ShepherdTag {
+    ShepherdTag { kind: kind.into(), instance: instance.into(), decision: decision.into() }
 }
 
 #[async_trait]
@@ -54,8 +81,17 @@ impl Engine for Engine1 {
     async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
         Ok(HashMap::new())
     }
+    async fn history(&self, _: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
+        match self.history.lock().unwrap().as_ref() {
+            Some(h) => Ok(h.iter().rev().take(limit as usize).rev().cloned().collect()),
+            None => Err(EngineError::Http { status: 500, body: "history unreadable".into() }),
+        }
+    }
     async fn prompt(&self, _: &str, p: &Prompt) -> Result<(), EngineError> {
         self.prompts.lock().unwrap().push(p.text.clone());
+        if let Some(h) = self.history.lock().unwrap().as_mut() {
+            h.push(user_message(&p.text, Some(p.tag.clone()), 0));
+        }
         Ok(())
     }
 }
@@ -88,11 +124,50 @@ async fn a_guard_that_cannot_read_the_sessions_history_still_sends_and_still_ded
     let engine = Engine1::default();
     let guard = guard(GuardConfig::default());
     let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1" };
-    let first = deliver(out, &order(PromptKind::Nudge, "Please continue working")).await;
+    let nudge = order(PromptKind::Nudge, "Please continue working");
+    let first = deliver(out, &nudge).await;
     assert!(matches!(first, Delivery::Sent { .. }), "fail open: {first:?}");
-    let second = deliver(out, &order(PromptKind::Nudge, "Continue working on tasks")).await;
-    assert!(matches!(&second, Delivery::Guarded { reason, .. } if reason.contains("Shepherd's nudge")), "{second:?}");
+    let retry = deliver(out, &nudge).await;
+    assert!(matches!(&retry, Delivery::Guarded { reason, .. } if reason.contains("Shepherd's nudge")), "{retry:?}");
+    let person = deliver(out, &order(PromptKind::Custom, "Continue working on tasks")).await;
+    assert!(matches!(&person, Delivery::Guarded { reason, .. } if reason.contains("Shepherd's nudge")), "{person:?}");
     assert_eq!(engine.prompts.lock().unwrap().len(), 1);
+}
+
+#[actix::test]
+async fn a_second_review_round_within_the_window_is_sent_and_the_same_decision_twice_is_not() {
+    let engine = Engine1::with_history(vec![]);
+    let guard = guard(GuardConfig::default());
+    let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1" };
+    let review = "All todos are done: run the tests and check your claims.";
+    let round = |n: u32| PromptOrder { decision: format!("ses_A-review-{n}"), ..order(PromptKind::Review, review) };
+    assert!(matches!(deliver(out, &round(1)).await, Delivery::Sent { .. }));
+    // New todos came and were done within guard.window: Shepherd's new decision, alike
+    // in every word, in its memory and in the session's messages.
+    let second = deliver(out, &round(2)).await;
+    assert!(matches!(second, Delivery::Sent { .. }), "a rightful second review: {second:?}");
+    let again = deliver(out, &round(2)).await;
+    assert!(matches!(&again, Delivery::Guarded { reason, .. } if reason.contains("similar")), "{again:?}");
+    assert_eq!(engine.prompts.lock().unwrap().len(), 2);
+}
+
+#[actix::test]
+async fn what_another_instance_or_the_person_sent_for_the_same_situation_is_still_a_duplicate() {
+    let review = "All todos are done: run the tests and check your claims.";
+    for (who, sent) in [
+        ("another instance", user_message(review, Some(tag("review", "i2", "ses_A-review-7")), 5)),
+        ("the person", user_message("all todos are done, run the tests and check the claims", None, 5)),
+    ] {
+        let engine = Engine1::with_history(vec![sent]);
+        let guard = guard(GuardConfig::default());
+        let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1" };
+        let ours = deliver(out, &order(PromptKind::Review, review)).await;
+        assert!(
+            matches!(&ours, Delivery::Guarded { reason, .. } if reason.contains("a user message 5s ago")),
+            "{who}: {ours:?}"
+        );
+        assert!(engine.prompts.lock().unwrap().is_empty(), "{who}");
+    }
 }
 
 #[actix::test]

@@ -1,8 +1,9 @@
 //! The guard's shared store in Redis: what several Shepherd instances supervising the
 //! same OpenCode servers agree on.
 //!
-//! - **Fingerprints**: `PREFIX:fp:SERVER:SESSION:FP` claimed with `SET NX PX window` —
-//!   two instances deciding the same prompt at the same moment: one claim wins.
+//! - **Fingerprints**: `PREFIX:fp:SERVER:SESSION:FP` = the claiming instance, for the
+//!   window — two instances deciding the same prompt at the same moment: one claim
+//!   wins. An instance may claim again what it holds (its own new decision).
 //! - **The fleet-wide rate limit**: GCRA in one Lua script on `PREFIX:global`, timed by
 //!   the Redis server's clock (`TIME`), so instances' clocks need not agree.
 //! - **Session leases**: `PREFIX:lease:SERVER:SESSION` = the holder's instance id, taken
@@ -18,6 +19,17 @@ use tokio::sync::Mutex;
 
 use async_trait::async_trait;
 use shepherd_actors::guard::Shared;
+
+/// A fingerprint claim: free, or already this instance's (its own new decision — the
+/// guard's memory judged that) → claimed for the window; another instance's → refused.
+const CLAIM: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v == false or v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+";
 
 const LEASE: &str = r"
 local v = redis.call('GET', KEYS[1])
@@ -50,6 +62,7 @@ pub struct RedisShared {
     conn: Mutex<Option<MultiplexedConnection>>,
     prefix: String,
     instance: String,
+    claim: Script,
     lease: Script,
     gcra: Script,
 }
@@ -63,6 +76,7 @@ impl RedisShared {
             conn: Mutex::new(None),
             prefix: prefix.to_string(),
             instance: instance.to_string(),
+            claim: Script::new(CLAIM),
             lease: Script::new(LEASE),
             gcra: Script::new(GCRA),
         })
@@ -105,19 +119,12 @@ impl Shared for RedisShared {
     ) -> Result<bool, String> {
         let mut c = self.conn().await?;
         let key = self.key(&["fp", server, session, &format!("{fingerprint:016x}")]);
-        let set: Option<String> = match redis::cmd("SET")
-            .arg(&key)
-            .arg(&self.instance)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms.max(1))
-            .query_async(&mut c)
-            .await
+        let claimed: i64 = match self.claim.key(&key).arg(&self.instance).arg(ttl_ms.max(1)).invoke_async(&mut c).await
         {
             Ok(v) => v,
             Err(e) => return Err(self.reset(e).await),
         };
-        Ok(set.is_some())
+        Ok(claimed == 1)
     }
 
     async fn release_fingerprint(&self, server: &str, session: &str, fingerprint: u64) -> Result<(), String> {

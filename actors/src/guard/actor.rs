@@ -193,7 +193,7 @@ impl Handler<Admit> for GuardActor {
                 }
             }
         }
-        self.dedupe.remember(&req.server, &req.session, req.kind, shingles, now);
+        self.dedupe.remember(&req, shingles, now);
         MessageResult(Step::Done(Verdict::Send { waited_ms: 0 }))
     }
 }

@@ -28,6 +28,10 @@ pub struct GuardRequest {
     pub session: String,
     pub kind: PromptKind,
     pub text: String,
+    /// The decision this prompt carries out (`metadata.shepherd.decision`). Shepherd's
+    /// own new decision is never a duplicate of its previous, different one; the same
+    /// decision twice is.
+    pub decision: String,
     /// The session's recent user messages `(created_ms, text)`; `None` when they could
     /// not be read (fail open: judged on this instance's memory only).
     pub recent: Option<Vec<(i64, String)>>,
@@ -104,8 +108,9 @@ impl PromptGuard for NoGuard {
 /// What instances share (the `redis` backend implements it in the binary).
 #[async_trait]
 pub trait Shared: Send + Sync + 'static {
-    /// Claims a prompt fingerprint for `ttl_ms` (`SET NX PX`): false if another instance
-    /// claimed the same prompt for the session within the window.
+    /// Claims a prompt fingerprint for `ttl_ms`: false if another instance claimed the
+    /// same prompt for the session within the window (this instance's own earlier claim
+    /// is no obstacle: whether its new decision repeats its old one, its memory judged).
     async fn claim_fingerprint(
         &self,
         server: &str,

@@ -30,6 +30,11 @@ pub enum PromptKind {
 }
 
 impl PromptKind {
+    /// Decided by Shepherd itself (everything but a person's or tool's custom prompt).
+    pub fn is_automatic(self) -> bool {
+        self != PromptKind::Custom
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             PromptKind::Continue => "continue",
@@ -141,8 +146,18 @@ pub struct Outbound<'a> {
 
 impl Outbound<'_> {
     /// Asks the guard about one prompt to `session`, comparing with the session's recent
-    /// user messages (a failed read is logged and the guard judges without them).
-    pub async fn admit(&self, session: &str, kind: PromptKind, text: &str, not_before_ms: Option<i64>) -> Verdict {
+    /// user messages (a failed read is logged and the guard judges without them). This
+    /// instance's own earlier decisions in that history are left out when the prompt is
+    /// a new decision of its own: the guard's memory knows them by decision, and a new
+    /// edge or round is no repeat of the previous one.
+    pub async fn admit(
+        &self,
+        session: &str,
+        kind: PromptKind,
+        text: &str,
+        decision: &str,
+        not_before_ms: Option<i64>,
+    ) -> Verdict {
         let n = self.guard.history_messages();
         let recent = if n == 0 {
             Some(Vec::new())
@@ -151,6 +166,7 @@ impl Outbound<'_> {
                 Ok(h) => Some(
                     h.into_iter()
                         .filter(|m| m.role == Role::User)
+                        .filter(|m| !(kind.is_automatic() && self.own_other_decision(m, decision)))
                         .filter_map(|m| {
                             let text: Vec<&str> = m
                                 .parts
@@ -175,10 +191,19 @@ impl Outbound<'_> {
             session: session.to_string(),
             kind,
             text: text.to_string(),
+            decision: decision.to_string(),
             recent,
             not_before_ms,
         };
         self.guard.admit(&req).await
+    }
+
+    /// A message this instance sent for another automatic decision of its own.
+    fn own_other_decision(&self, m: &HistoryMessage, decision: &str) -> bool {
+        m.parts.iter().any(|p| {
+            matches!(p, HistoryPart::Text { shepherd: Some(tag), .. }
+                if tag.instance == self.instance && tag.kind != PromptKind::Custom.as_str() && tag.decision != decision)
+        })
     }
 }
 
@@ -242,7 +267,7 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
             render(template, &todos, &order.facts)
         }
     };
-    let verdict = out.admit(&order.session_id, order.kind, &text, order.not_before_ms).await;
+    let verdict = out.admit(&order.session_id, order.kind, &text, &order.decision, order.not_before_ms).await;
     let waited_ms = match verdict {
         Verdict::Send { waited_ms } => waited_ms,
         other => {

@@ -277,7 +277,7 @@ async fn intact_snapshot(order: &HandoffOrder, t: &Tools<'_>) -> Result<Snapshot
 
 /// Sends one of the hand-off's prompts through the guard.
 async fn send(t: &Tools<'_>, session: &str, prompt: &Prompt) -> Result<(), String> {
-    let verdict = t.out.admit(session, PromptKind::Handoff, &prompt.text, None).await;
+    let verdict = t.out.admit(session, PromptKind::Handoff, &prompt.text, &prompt.tag.decision, None).await;
     if let Some(reason) = verdict.reason() {
         return Err(reason);
     }
