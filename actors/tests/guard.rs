@@ -27,6 +27,8 @@ use shepherd_actors::supervisor::{AttachServer, Ingest, Shutdown, Supervisor};
 struct Engine1 {
     prompts: Mutex<Vec<String>>,
     history: Mutex<Option<Vec<HistoryMessage>>>,
+    /// The next prompt fails with this error, after OpenCode stored it when `true`.
+    fail_next: Mutex<Option<(EngineError, bool)>>,
 }
 
 impl Engine1 {
@@ -88,11 +90,18 @@ impl Engine for Engine1 {
         }
     }
     async fn prompt(&self, _: &str, p: &Prompt) -> Result<(), EngineError> {
+        let fail = self.fail_next.lock().unwrap().take();
+        if let Some((error, false)) = fail {
+            return Err(error);
+        }
         self.prompts.lock().unwrap().push(p.text.clone());
         if let Some(h) = self.history.lock().unwrap().as_mut() {
             h.push(user_message(&p.text, Some(p.tag.clone()), 0));
         }
-        Ok(())
+        match fail {
+            Some((error, true)) => Err(error),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -168,6 +177,41 @@ async fn what_another_instance_or_the_person_sent_for_the_same_situation_is_stil
         );
         assert!(engine.prompts.lock().unwrap().is_empty(), "{who}");
     }
+}
+
+#[actix::test]
+async fn a_prompt_whose_send_timed_out_is_looked_for_in_the_session_and_never_sent_twice() {
+    let lost_answer = || EngineError::Unconfirmed("POST /session/{id}/prompt_async: timed out".into());
+    // It arrived: the session's messages carry its tag, so it was delivered.
+    let engine = Engine1::with_history(vec![]);
+    *engine.fail_next.lock().unwrap() = Some((lost_answer(), true));
+    let g = guard(GuardConfig::default());
+    let out = Outbound { server: "local", engine: &engine, guard: &g, instance: "i1" };
+    let nudge = order(PromptKind::Nudge, "Please continue working");
+    assert!(matches!(deliver(out, &nudge).await, Delivery::Sent { .. }), "found in the session");
+    assert!(matches!(deliver(out, &nudge).await, Delivery::Guarded { .. }), "and not sent again");
+    assert_eq!(engine.prompts.lock().unwrap().len(), 1);
+
+    // Not (yet) there: it failed, but may still arrive — the guard keeps it, so the
+    // same decision retried within the window is not sent a second time.
+    let engine = Engine1::with_history(vec![]);
+    *engine.fail_next.lock().unwrap() = Some((lost_answer(), false));
+    let g = guard(GuardConfig::default());
+    let out = Outbound { server: "local", engine: &engine, guard: &g, instance: "i1" };
+    let failed = deliver(out, &nudge).await;
+    assert!(matches!(&failed, Delivery::Failed { error: EngineError::Unconfirmed(_) }), "{failed:?}");
+    let retry = deliver(out, &nudge).await;
+    assert!(matches!(&retry, Delivery::Guarded { reason, .. } if reason.contains("similar")), "{retry:?}");
+    assert!(engine.prompts.lock().unwrap().is_empty());
+
+    // Surely not sent (nothing listened): forgotten, so the retry goes out.
+    let engine = Engine1::with_history(vec![]);
+    *engine.fail_next.lock().unwrap() = Some((EngineError::Unreachable("connection refused".into()), false));
+    let g = guard(GuardConfig::default());
+    let out = Outbound { server: "local", engine: &engine, guard: &g, instance: "i1" };
+    assert!(matches!(deliver(out, &nudge).await, Delivery::Failed { error: EngineError::Unreachable(_) }));
+    assert!(matches!(deliver(out, &nudge).await, Delivery::Sent { .. }));
+    assert_eq!(engine.prompts.lock().unwrap().len(), 1);
 }
 
 #[actix::test]

@@ -296,11 +296,56 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
         turn,
         no_reply: order.kind == PromptKind::Note,
     };
-    match engine.prompt(&order.session_id, &prompt).await {
+    match send_admitted(out, &order.session_id, &prompt, order.not_before_ms).await {
         Ok(()) => Delivery::Sent { text, todos, waited_ms, tool_call_as_text: found.map(|(f, _)| f) },
-        Err(error) => {
-            out.guard.forget(out.server, &order.session_id, &text, order.not_before_ms).await;
-            Delivery::Failed { error }
+        Err(error) => Delivery::Failed { error },
+    }
+}
+
+/// How many of the session's latest messages are searched for a prompt whose send was
+/// not confirmed (it is the newest user message when it arrived; the margin covers a
+/// turn's messages after it).
+const UNCONFIRMED_LOOKBACK: u32 = 20;
+
+/// Sends a prompt the guard admitted. When the send's answer was lost
+/// ([`EngineError::Unconfirmed`]: a timeout, a connection broken after sending) the
+/// session's messages decide: a message tagged with this instance and decision means
+/// it arrived (`Ok`). Otherwise the error stands, and the guard keeps the prompt while
+/// it may still arrive — only a prompt that surely did not arrive is forgotten, so a
+/// retry within `guard.window` cannot prompt twice.
+pub async fn send_admitted(
+    out: Outbound<'_>,
+    session: &str,
+    prompt: &Prompt,
+    not_before_ms: Option<i64>,
+) -> Result<(), EngineError> {
+    let error = match out.engine.prompt(session, prompt).await {
+        Ok(()) => return Ok(()),
+        Err(error) => error,
+    };
+    if !matches!(error, EngineError::Unconfirmed(_)) {
+        out.guard.forget(out.server, session, &prompt.text, not_before_ms).await;
+        return Err(error);
+    }
+    match out.engine.history(session, UNCONFIRMED_LOOKBACK).await {
+        Ok(messages) if carries(&messages, &prompt.tag) => {
+            tracing::info!(server = %out.server, session, decision = %prompt.tag.decision, error = %error, "prompt unconfirmed by its send, found in the session's messages: delivered");
+            Ok(())
+        }
+        Ok(_) => {
+            tracing::warn!(server = %out.server, session, decision = %prompt.tag.decision, error = %error, lookback = UNCONFIRMED_LOOKBACK, "prompt unconfirmed and not (yet) in the session's messages: kept by the guard, not retried");
+            Err(error)
+        }
+        Err(read) => {
+            tracing::warn!(server = %out.server, session, decision = %prompt.tag.decision, error = %error, read_error = %read, "prompt unconfirmed and the session's messages unreadable: kept by the guard, not retried");
+            Err(error)
         }
     }
+}
+
+/// Does one of the messages carry a part tagged with this instance and decision?
+fn carries(messages: &[HistoryMessage], tag: &ShepherdTag) -> bool {
+    messages.iter().flat_map(|m| &m.parts).any(|p| {
+        matches!(p, HistoryPart::Text { shepherd: Some(t), .. } if t.instance == tag.instance && t.decision == tag.decision)
+    })
 }

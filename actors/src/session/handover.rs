@@ -26,7 +26,7 @@ use crate::event::{ShepherdSessionMark, ShepherdTag, Status, Todo};
 use crate::ledger::{Claim, Ledger, Snapshot};
 use crate::ports::{Engine, HistoryPart, Prompt, TurnSettings, Workspace};
 use crate::session::continuation::{self, ContinuationFacts};
-use crate::session::delivery::{Outbound, PromptKind};
+use crate::session::delivery::{send_admitted, Outbound, PromptKind};
 use crate::session::handoff::Phase;
 
 /// One step of a hand-off to run, decided by the core.
@@ -281,11 +281,7 @@ async fn send(t: &Tools<'_>, session: &str, prompt: &Prompt) -> Result<(), Strin
     if let Some(reason) = verdict.reason() {
         return Err(reason);
     }
-    if let Err(e) = t.out.engine.prompt(session, prompt).await {
-        t.out.guard.forget(t.out.server, session, &prompt.text, None).await;
-        return Err(e.to_string());
-    }
-    Ok(())
+    send_admitted(t.out, session, prompt, None).await.map_err(|e| e.to_string())
 }
 
 /// Does the session already hold a part tagged with this decision?
