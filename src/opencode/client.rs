@@ -557,7 +557,7 @@ mod tests {
     fn prompt() -> Prompt {
         Prompt {
             text: "go on".into(),
-            tag: ShepherdTag { kind: "nudge".into(), instance: "i1".into(), decision: "d1".into() },
+            tag: ShepherdTag { kind: "nudge".into(), instance: "i1".into(), decision: "d1".into(), lease: None },
             turn: TurnSettings::default(),
             no_reply: false,
         }

@@ -22,7 +22,7 @@ use governor::{Quota, RateLimiter};
 use crate::config::GuardConfig;
 use crate::guard::dedupe::{Check, Dedupe};
 use crate::guard::similarity::Shingles;
-use crate::guard::{GuardRequest, PromptGuard, Shared, Verdict};
+use crate::guard::{GuardRequest, Lease, PromptGuard, Shared, Verdict};
 use crate::ports::Clock;
 use crate::session::core::Now;
 use crate::session::delivery::PromptKind;
@@ -56,6 +56,9 @@ pub struct GuardActor {
     per_session: SessionLimiter,
     /// `None` when the fleet-wide limit lives in the shared store.
     global: Option<GlobalLimiter>,
+    /// This instance's share of the fleet-wide limit while the shared store is
+    /// unreachable (`guard.fallback_per_minute`, `fallback_burst`).
+    fallback: GlobalLimiter,
     pruning: Option<SpawnHandle>,
 }
 
@@ -67,6 +70,10 @@ fn quota(n: u32, burst: u32) -> Quota {
 
 fn session_limiter(cfg: &GuardConfig, clock: &LimiterClock) -> SessionLimiter {
     RateLimiter::new(quota(cfg.session_per_minute, cfg.session_burst), DefaultKeyedStateStore::default(), clock.clone())
+}
+
+fn fallback_limiter(cfg: &GuardConfig, clock: &LimiterClock) -> GlobalLimiter {
+    RateLimiter::new(quota(cfg.fallback_per_minute, cfg.fallback_burst), InMemoryState::default(), clock.clone())
 }
 
 fn global_limiter(cfg: &GuardConfig, clock: &LimiterClock) -> GlobalLimiter {
@@ -81,6 +88,7 @@ impl GuardActor {
             dedupe: Dedupe::new(cfg.window, cfg.similarity, cfg.shingle_words),
             per_session: session_limiter(&cfg, &limiter_clock),
             global: (!shared_global).then(|| global_limiter(&cfg, &limiter_clock)),
+            fallback: fallback_limiter(&cfg, &limiter_clock),
             limiter_clock,
             clock,
             cfg,
@@ -134,6 +142,9 @@ impl Handler<Retune> for GuardActor {
             if let Some(global) = self.global.as_mut() {
                 *global = global_limiter(&cfg, &self.limiter_clock);
             }
+        }
+        if (old.fallback_per_minute, old.fallback_burst) != (cfg.fallback_per_minute, cfg.fallback_burst) {
+            self.fallback = fallback_limiter(&cfg, &self.limiter_clock);
         }
         let window_changed = old.window != cfg.window;
         self.cfg = cfg;
@@ -194,7 +205,22 @@ impl Handler<Admit> for GuardActor {
             }
         }
         self.dedupe.remember(&req, shingles, now);
-        MessageResult(Step::Done(Verdict::Send { waited_ms: 0 }))
+        MessageResult(Step::Done(Verdict::Send { waited_ms: 0, lease: None }))
+    }
+}
+
+/// One permit of the local fallback for the fleet-wide limit: `None` granted,
+/// `Some(ms)` denied, ask again in `ms`.
+#[derive(Message)]
+#[rtype(result = "Option<u64>")]
+pub struct FallbackPermit;
+
+impl Handler<FallbackPermit> for GuardActor {
+    type Result = Option<u64>;
+
+    fn handle(&mut self, _: FallbackPermit, _: &mut Context<Self>) -> Option<u64> {
+        let clock = &self.limiter_clock;
+        self.fallback.check().err().map(|not_until| ceil_ms(not_until.wait_time_from(clock.now())))
     }
 }
 
@@ -263,18 +289,48 @@ impl GuardHandle {
             Ok(step) => step,
             Err(e) => {
                 tracing::warn!(server = %req.server, session = %req.session, error = %e, "guard unavailable: sending (fail open)");
-                Step::Done(Verdict::Send { waited_ms: 0 })
+                Step::Done(Verdict::Send { waited_ms: 0, lease: None })
             }
         }
+    }
+}
+
+impl GuardHandle {
+    /// Waits `pause`, in slices no longer than the lease's renewal period, renewing the
+    /// lease between them: `Err(holder)` as soon as it is not ours any more.
+    async fn wait_holding(&self, req: &GuardRequest, lease: Option<u64>, pause: Duration) -> Result<(), String> {
+        let every = self.renew_every().filter(|_| lease.is_some());
+        let started = tokio::time::Instant::now();
+        loop {
+            let left = pause.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Ok(());
+            }
+            tokio::time::sleep(every.map_or(left, |e| e.min(left))).await;
+            if every.is_some() {
+                self.fence(&req.server, &req.session, lease).await?;
+            }
+        }
+    }
+
+    /// The local stand-in for the fleet-wide limit while the shared store is
+    /// unreachable: `None` granted, `Some(ms)` denied.
+    async fn fallback_permit(&self) -> Option<u64> {
+        self.addr.send(FallbackPermit).await.unwrap_or(None)
     }
 }
 
 #[async_trait]
 impl PromptGuard for GuardHandle {
     async fn admit(&self, req: &GuardRequest) -> Verdict {
-        if let Err(holder) = self.may_act(&req.server, &req.session).await {
-            return Verdict::NotOurs { holder };
-        }
+        let lease = match req.lease {
+            Some(token) => self.fence(&req.server, &req.session, Some(token)).await.map(|()| Some(token)),
+            None => self.may_act(&req.server, &req.session).await,
+        };
+        let lease = match lease {
+            Ok(lease) => lease,
+            Err(holder) => return Verdict::NotOurs { holder },
+        };
         let cfg = self.cfg();
         let started = tokio::time::Instant::now();
         // Only the time spent waiting for a limit counts as "held", not the round trips.
@@ -296,34 +352,42 @@ impl PromptGuard for GuardHandle {
                         return Verdict::RateLimited { scope, retry_after_ms: ms };
                     }
                     let pause = Duration::from_millis(ms).min(left);
-                    tokio::time::sleep(pause).await;
+                    if let Err(holder) = self.wait_holding(req, lease, pause).await {
+                        return Verdict::NotOurs { holder };
+                    }
                     waited += pause;
                 }
             }
         }
         if let Some(shared) = &self.shared {
-            // The fleet-wide limit, shared by every instance.
+            // The fleet-wide limit, shared by every instance; while the store is
+            // unreachable, this instance's own share of it (`guard.fallback_*`).
             loop {
-                match shared.global_permit(cfg.global_per_minute, cfg.global_burst).await {
+                let (scope, ms) = match shared.global_permit(cfg.global_per_minute, cfg.global_burst).await {
                     Ok(None) => break,
-                    Ok(Some(ms)) => {
-                        let left = cfg.max_wait.saturating_sub(started.elapsed());
-                        if left.is_zero() && forced {
-                            break;
-                        }
-                        if left.is_zero() {
-                            self.forget(&req.server, &req.session, &req.text, req.not_before_ms).await;
-                            return Verdict::RateLimited { scope: "global", retry_after_ms: ms };
-                        }
-                        let pause = Duration::from_millis(ms).min(left);
-                        tokio::time::sleep(pause).await;
-                        waited += pause;
-                    }
+                    Ok(Some(ms)) => ("global", ms),
                     Err(e) => {
-                        tracing::warn!(error = %e, "guard: shared rate limit unreachable: using this instance's judgement (fail open)");
-                        break;
+                        tracing::warn!(error = %e, "guard: shared rate limit unreachable: using this instance's fallback limit");
+                        match self.fallback_permit().await {
+                            None => break,
+                            Some(ms) => ("fallback global", ms),
+                        }
                     }
+                };
+                let left = cfg.max_wait.saturating_sub(started.elapsed());
+                if left.is_zero() && forced {
+                    break;
                 }
+                if left.is_zero() {
+                    self.forget(&req.server, &req.session, &req.text, req.not_before_ms).await;
+                    return Verdict::RateLimited { scope, retry_after_ms: ms };
+                }
+                let pause = Duration::from_millis(ms).min(left);
+                if let Err(holder) = self.wait_holding(req, lease, pause).await {
+                    self.forget(&req.server, &req.session, &req.text, req.not_before_ms).await;
+                    return Verdict::NotOurs { holder };
+                }
+                waited += pause;
             }
             // Two instances deciding the same prompt at the same moment: one claim wins.
             // Scoped by `not_before`: a continue after a new abort is a new prompt.
@@ -338,7 +402,7 @@ impl PromptGuard for GuardHandle {
                 Err(e) => tracing::warn!(error = %e, "guard: shared fingerprints unreachable: sending (fail open)"),
             }
         }
-        Verdict::Send { waited_ms: waited.as_millis() as u64 }
+        Verdict::Send { waited_ms: waited.as_millis() as u64, lease }
     }
 
     async fn forget(&self, server: &str, session: &str, text: &str, not_before_ms: Option<i64>) {
@@ -351,17 +415,36 @@ impl PromptGuard for GuardHandle {
         }
     }
 
-    async fn may_act(&self, server: &str, session: &str) -> Result<(), String> {
-        let Some(shared) = &self.shared else { return Ok(()) };
+    async fn may_act(&self, server: &str, session: &str) -> Result<Option<u64>, String> {
+        let Some(shared) = &self.shared else { return Ok(None) };
         match shared.lease(server, session, self.cfg().lease_ttl.as_millis() as u64).await {
-            Ok(None) => Ok(()),
-            Ok(Some(holder)) => Err(holder),
+            Ok(Lease::Ours { token }) => Ok(Some(token)),
+            Ok(Lease::Theirs { holder }) => Err(holder),
             Err(e) => {
                 // Without the store no instance can coordinate; acting beats stranding.
                 tracing::warn!(server, session, error = %e, "guard: session lease unreachable: acting (fail open)");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn fence(&self, server: &str, session: &str, token: Option<u64>) -> Result<(), String> {
+        let (Some(shared), Some(token)) = (&self.shared, token) else { return Ok(()) };
+        match shared.renew(server, session, token, self.cfg().lease_ttl.as_millis() as u64).await {
+            Ok(None) => Ok(()),
+            Ok(Some(holder)) => {
+                tracing::warn!(server, session, token, holder = %holder, "guard: the session's lease is not ours any more: this instance stands down");
+                Err(holder)
+            }
+            Err(e) => {
+                tracing::warn!(server, session, token, error = %e, "guard: session lease unreachable: going on (fail open)");
                 Ok(())
             }
         }
+    }
+
+    fn renew_every(&self) -> Option<Duration> {
+        self.shared.as_ref().map(|_| self.cfg().lease_ttl / 3)
     }
 
     fn history_messages(&self) -> u32 {

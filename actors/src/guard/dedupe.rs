@@ -165,6 +165,7 @@ mod tests {
             kind: PromptKind::Custom,
             text: text.into(),
             decision: "d1".into(),
+            lease: None,
             recent,
             not_before_ms: None,
         }

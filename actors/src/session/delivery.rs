@@ -142,6 +142,9 @@ pub struct Outbound<'a> {
     pub engine: &'a dyn Engine,
     pub guard: &'a dyn PromptGuard,
     pub instance: &'a str,
+    /// The session's lease this action already holds (a recovery takes it before its
+    /// abort; its continue is sent under it). `None`: the guard takes it.
+    pub lease: Option<u64>,
 }
 
 impl Outbound<'_> {
@@ -192,6 +195,7 @@ impl Outbound<'_> {
             kind,
             text: text.to_string(),
             decision: decision.to_string(),
+            lease: self.lease,
             recent,
             not_before_ms,
         };
@@ -268,8 +272,8 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
         }
     };
     let verdict = out.admit(&order.session_id, order.kind, &text, &order.decision, order.not_before_ms).await;
-    let waited_ms = match verdict {
-        Verdict::Send { waited_ms } => waited_ms,
+    let (waited_ms, lease) = match verdict {
+        Verdict::Send { waited_ms, lease } => (waited_ms, lease),
         other => {
             let retry_after_ms = match other {
                 Verdict::RateLimited { retry_after_ms, .. } => Some(retry_after_ms),
@@ -292,13 +296,49 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
             kind: order.kind.as_str().to_string(),
             instance: out.instance.to_string(),
             decision: order.decision.clone(),
+            lease,
         },
         turn,
         no_reply: order.kind == PromptKind::Note,
     };
     match send_admitted(out, &order.session_id, &prompt, order.not_before_ms).await {
         Ok(()) => Delivery::Sent { text, todos, waited_ms, tool_call_as_text: found.map(|(f, _)| f) },
-        Err(error) => Delivery::Failed { error },
+        Err(Unsent::Fenced { holder }) => Delivery::Guarded {
+            reason: Verdict::NotOurs { holder }.reason().unwrap_or_default(),
+            todos,
+            retry_after_ms: None,
+        },
+        Err(Unsent::Failed(error)) => Delivery::Failed { error },
+    }
+}
+
+/// Why an admitted prompt was not (surely) sent.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Unsent {
+    /// The session's lease was not ours any more right before the send (another
+    /// instance holds it, or it lapsed): not sent.
+    #[error("another Shepherd instance ({holder}) acts for this session: the lease was lost before the send")]
+    Fenced { holder: String },
+    #[error("{0}")]
+    Failed(EngineError),
+}
+
+/// Runs `work` (an action's waiting: the abort's poll, a compaction) while renewing
+/// the session's lease `token` every [`PromptGuard::renew_every`]: `Err(holder)` —
+/// and `work` dropped — as soon as the lease is not ours any more.
+pub async fn holding_lease<F: std::future::Future>(
+    out: Outbound<'_>,
+    session: &str,
+    token: Option<u64>,
+    work: F,
+) -> Result<F::Output, String> {
+    let Some(every) = out.guard.renew_every().filter(|_| token.is_some()) else { return Ok(work.await) };
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            done = &mut work => return Ok(done),
+            () = tokio::time::sleep(every) => out.guard.fence(out.server, session, token).await?,
+        }
     }
 }
 
@@ -313,19 +353,26 @@ const UNCONFIRMED_LOOKBACK: u32 = 20;
 /// it arrived (`Ok`). Otherwise the error stands, and the guard keeps the prompt while
 /// it may still arrive — only a prompt that surely did not arrive is forgotten, so a
 /// retry within `guard.window` cannot prompt twice.
+///
+/// Right before the send, the lease the prompt was admitted under must still be ours
+/// ([`PromptGuard::fence`]); a stale holder's prompt is not sent ([`Unsent::Fenced`]).
 pub async fn send_admitted(
     out: Outbound<'_>,
     session: &str,
     prompt: &Prompt,
     not_before_ms: Option<i64>,
-) -> Result<(), EngineError> {
+) -> Result<(), Unsent> {
+    if let Err(holder) = out.guard.fence(out.server, session, prompt.tag.lease).await {
+        out.guard.forget(out.server, session, &prompt.text, not_before_ms).await;
+        return Err(Unsent::Fenced { holder });
+    }
     let error = match out.engine.prompt(session, prompt).await {
         Ok(()) => return Ok(()),
         Err(error) => error,
     };
     if !matches!(error, EngineError::Unconfirmed(_)) {
         out.guard.forget(out.server, session, &prompt.text, not_before_ms).await;
-        return Err(error);
+        return Err(Unsent::Failed(error));
     }
     match out.engine.history(session, UNCONFIRMED_LOOKBACK).await {
         Ok(messages) if carries(&messages, &prompt.tag) => {
@@ -334,11 +381,11 @@ pub async fn send_admitted(
         }
         Ok(_) => {
             tracing::warn!(server = %out.server, session, decision = %prompt.tag.decision, error = %error, lookback = UNCONFIRMED_LOOKBACK, "prompt unconfirmed and not (yet) in the session's messages: kept by the guard, not retried");
-            Err(error)
+            Err(Unsent::Failed(error))
         }
         Err(read) => {
             tracing::warn!(server = %out.server, session, decision = %prompt.tag.decision, error = %error, read_error = %read, "prompt unconfirmed and the session's messages unreadable: kept by the guard, not retried");
-            Err(error)
+            Err(Unsent::Failed(error))
         }
     }
 }

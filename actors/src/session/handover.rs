@@ -281,7 +281,8 @@ async fn send(t: &Tools<'_>, session: &str, prompt: &Prompt) -> Result<(), Strin
     if let Some(reason) = verdict.reason() {
         return Err(reason);
     }
-    send_admitted(t.out, session, prompt, None).await.map_err(|e| e.to_string())
+    let prompt = Prompt { tag: ShepherdTag { lease: verdict.lease(), ..prompt.tag.clone() }, ..prompt.clone() };
+    send_admitted(t.out, session, &prompt, None).await.map_err(|e| e.to_string())
 }
 
 /// Does the session already hold a part tagged with this decision?
@@ -298,7 +299,7 @@ fn turn_of(s: &Snapshot) -> TurnSettings {
 }
 
 fn tag(kind: &str, instance: &str, decision: &str) -> ShepherdTag {
-    ShepherdTag { kind: kind.to_string(), instance: instance.to_string(), decision: decision.to_string() }
+    ShepherdTag { kind: kind.to_string(), instance: instance.to_string(), decision: decision.to_string(), lease: None }
 }
 
 /// Aborts the turn and waits (bounded) until the session is idle.

@@ -19,9 +19,10 @@ use std::sync::Arc;
 
 use crate::config::RecoveryConfig;
 use crate::event::Status;
+use crate::guard::Verdict;
 use crate::ports::EngineError;
 use crate::session::core::{RecoveryOrder, RecoveryReport};
-use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder, ToolTextScan};
+use crate::session::delivery::{deliver, holding_lease, Delivery, Outbound, PromptKind, PromptOrder, ToolTextScan};
 use crate::session::prompt::{PromptFacts, TodoCounts};
 
 /// Runs one recovery. `stopping` is checked before the abort only.
@@ -49,19 +50,45 @@ pub async fn recover(
     if stopping.load(Ordering::SeqCst) {
         return RecoveryReport::Cancelled;
     }
-    // With instances sharing a store, only the lease holder aborts.
-    if let Err(holder) = out.guard.may_act(out.server, &order.session_id).await {
-        return RecoveryReport::NotOurs(holder);
-    }
+    // With instances sharing a store, only the lease holder aborts; it holds the lease
+    // (renewed) until its continue is sent, which goes out under the same lease.
+    let lease = match out.guard.may_act(out.server, &order.session_id).await {
+        Ok(lease) => lease,
+        Err(holder) => return RecoveryReport::NotOurs(holder),
+    };
     if let Err(e) = engine.abort(&order.session_id).await {
         return RecoveryReport::AbortFailed(e);
     }
+    let out = Outbound { lease, ..out };
+    let waits = after_abort(out, cfg, order, &directory);
+    let (idle_after_ms, compacted) = match holding_lease(out, &order.session_id, lease, waits).await {
+        Ok(done) => done,
+        Err(holder) => {
+            let reason = Verdict::NotOurs { holder }.reason().unwrap_or_default();
+            return RecoveryReport::ContinueDeclined { idle_after_ms: None, reason };
+        }
+    };
+    if !order.continue_after {
+        return RecoveryReport::AbortedOnly { idle_after_ms };
+    }
+    continue_after_abort(out, cfg, order, directory, idle_after_ms, compacted).await
+}
 
+/// What follows the abort before the continue, while the lease is held: the wait until
+/// idle (`idle_after_ms`), the pause after it and, when a continue follows, the hard
+/// gate's compaction (its outcome).
+async fn after_abort(
+    out: Outbound<'_>,
+    cfg: &RecoveryConfig,
+    order: &RecoveryOrder,
+    directory: &str,
+) -> (Option<u64>, Option<Result<(), String>>) {
+    let engine = out.engine;
     let started = tokio::time::Instant::now();
     let idle_after_ms = loop {
         tokio::time::sleep(cfg.abort_poll_interval).await;
         let waited = started.elapsed();
-        match engine.status(&directory, &order.session_id).await {
+        match engine.status(directory, &order.session_id).await {
             Ok(None) => break Some(waited.as_millis() as u64),
             Ok(_) | Err(_) if waited >= cfg.abort_poll_max => break None,
             _ => {}
@@ -69,7 +96,7 @@ pub async fn recover(
     };
     tokio::time::sleep(cfg.wait_after_abort).await;
     if !order.continue_after {
-        return RecoveryReport::AbortedOnly { idle_after_ms };
+        return (idle_after_ms, None);
     }
 
     // The hard gate: past `handoff.hard`, compact before continuing (bounded), and
@@ -84,7 +111,17 @@ pub async fn recover(
         }
         None => None,
     };
+    (idle_after_ms, compacted)
+}
 
+async fn continue_after_abort(
+    out: Outbound<'_>,
+    cfg: &RecoveryConfig,
+    order: &RecoveryOrder,
+    directory: String,
+    idle_after_ms: Option<u64>,
+    compacted: Option<Result<(), String>>,
+) -> RecoveryReport {
     let continue_order = PromptOrder {
         session_id: order.session_id.clone(),
         directory: Some(directory),
