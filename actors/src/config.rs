@@ -497,7 +497,8 @@ pub struct GuardConfig {
     /// Keys are `PREFIX:…`, so instances of one fleet share them and others do not.
     pub key_prefix: String,
     /// One instance acts for a session at a time; another takes over within this long
-    /// when the holder dies.
+    /// when the holder dies. An action that waits renews it every third of this; with
+    /// `max_wait` as long or longer it must be at least 3 s.
     #[serde(with = "duration_str")]
     pub lease_ttl: Duration,
     /// With the `redis` backend and Redis unreachable, this instance's own limit in

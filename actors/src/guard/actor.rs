@@ -4,8 +4,10 @@
 //! session, and global when no shared store is configured); one actor for the whole
 //! daemon, so two sessions' prompts — or two procedures of one session — never race past
 //! each other. The [`GuardHandle`] is the [`PromptGuard`] port: it asks the actor, waits
-//! (bounded, outside the actor) when a continue is over a limit, and consults the
-//! [`Shared`] store (leases, the fleet-wide limit, fingerprint claims) when there is one.
+//! (bounded, outside the actor) when a prompt is over a limit, and consults the
+//! [`Shared`] store (leases it renews while it waits, the fleet-wide limit — or the
+//! actor's local fallback for it while the store is unreachable — and fingerprint
+//! claims) when there is one. The limiters run on the [`Clock`] port's time.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;

@@ -8,8 +8,14 @@
 //!
 //! The decision path calls the guard through the [`PromptGuard`] port: `delivery`
 //! before every nudge, review, continue and custom prompt, `handover` before the hand-off's
-//! notes. Fail open: when the session's history cannot be read, or the shared store is
-//! unreachable, the prompt is judged on what this instance knows, and that is logged.
+//! notes. Over a rate limit every prompt waits its turn (bounded by `guard.max_wait`);
+//! then a continue, a person's prompt or a hand-off prompt goes anyway, and a nudge,
+//! review or note is deferred with a retry time — never dropped. With a shared store a
+//! prompt is admitted under the session's lease (its fencing token), which is renewed
+//! while it waits and checked right before the send ([`PromptGuard::fence`]).
+//! Fail open: when the session's history cannot be read, or the shared store is
+//! unreachable, the prompt is judged on what this instance knows (with a local stand-in
+//! for the fleet-wide limit), and that is logged.
 
 pub mod actor;
 pub mod dedupe;
