@@ -13,14 +13,16 @@ use shepherd::daemon::Daemon;
 use shepherd::guard::redis::RedisShared;
 use shepherd::testbed::client::wait_until;
 use shepherd::testbed::redis::RedisServer;
-use shepherd_actors::config::{GuardBackend, GuardConfig};
+use shepherd_actors::config::{GuardBackend, GuardConfig, RecoveryConfig};
 use shepherd_actors::control::{CustomPromptReply, CustomPromptRequest, SendCustomPrompt};
 use shepherd_actors::event::{ModelRef, SessionInfo, ShepherdTag, Status, Todo};
 use shepherd_actors::guard::{GuardHandle, GuardRequest, PromptGuard, Shared, Verdict};
 use shepherd_actors::journal::{Action, ActionRecord, Outcome};
 use shepherd_actors::ports::{Engine, EngineError, HistoryMessage, LastTurn, Prompt, SystemClock, TurnSettings};
+use shepherd_actors::session::core::{RecoveryOrder, RecoveryReport};
 use shepherd_actors::session::delivery::{deliver, send_admitted, Delivery, Outbound, PromptKind, PromptOrder, Unsent};
 use shepherd_actors::session::prompt::PromptFacts;
+use shepherd_actors::session::recovery::recover;
 use support::{Rig, PATIENCE};
 
 async fn custom(rig: &Rig, session: &str, text: &str) -> anyhow::Result<CustomPromptReply> {
@@ -205,16 +207,19 @@ async fn two_instances_sharing_redis_act_on_a_stall_once_and_one_takes_over_when
 // leases that are held while a prompt waits, fence a stale holder, and a local
 // fleet-wide limit while Redis is down.
 
-/// An OpenCode that records the prompts it gets.
+/// An OpenCode that records the prompts it gets; `busy` sessions are busy until
+/// aborted, and a compaction takes `compaction`.
 #[derive(Default)]
 struct Recorder {
     prompts: std::sync::Mutex<Vec<Prompt>>,
+    busy: std::sync::Mutex<HashMap<String, Status>>,
+    compaction: Duration,
 }
 
 #[async_trait::async_trait]
 impl Engine for Recorder {
     async fn statuses(&self, _: &str) -> Result<HashMap<String, Status>, EngineError> {
-        Ok(HashMap::new())
+        Ok(self.busy.lock().unwrap().clone())
     }
     async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
         Ok(vec![])
@@ -222,7 +227,8 @@ impl Engine for Recorder {
     async fn session(&self, id: &str) -> Result<SessionInfo, EngineError> {
         Err(EngineError::NotFound(id.into()))
     }
-    async fn abort(&self, _: &str) -> Result<(), EngineError> {
+    async fn abort(&self, id: &str) -> Result<(), EngineError> {
+        self.busy.lock().unwrap().remove(id);
         Ok(())
     }
     async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
@@ -235,6 +241,7 @@ impl Engine for Recorder {
         Ok(None)
     }
     async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
+        tokio::time::sleep(self.compaction).await;
         Ok(())
     }
     async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
@@ -306,6 +313,47 @@ async fn a_lease_is_renewed_while_a_prompt_waits_in_the_limiter_and_no_other_ins
     let prompts = engine.prompts.lock().unwrap().clone();
     let tokens: Vec<Option<u64>> = prompts.iter().map(|p| p.tag.lease).collect();
     assert!(tokens[0].is_some() && tokens[0] == tokens[1], "both sent under the same lease: {tokens:?}");
+    Ok(())
+}
+
+#[actix::test]
+async fn a_recovery_holds_its_lease_through_a_long_compaction_and_continues_under_it() -> anyhow::Result<()> {
+    let redis = RedisServer::start().await?;
+    let cfg = GuardConfig { backend: GuardBackend::Redis, lease_ttl: Duration::from_secs(3), ..GuardConfig::default() };
+    let (a, b) = (instance(&redis.url(), "i-a", &cfg)?, instance(&redis.url(), "i-b", &cfg)?);
+    // Past handoff.hard: the abort is followed by a compaction that outlives the lease.
+    let engine = Recorder { compaction: Duration::from_secs(5), ..Recorder::default() };
+    engine.busy.lock().unwrap().insert("ses_R".into(), Status::Busy);
+    let out = Outbound { server: "srv", engine: &engine, guard: &a, instance: "i-a", lease: None };
+    let recovery = RecoveryConfig {
+        abort_poll_interval: Duration::from_millis(100),
+        wait_after_abort: Duration::from_millis(100),
+        ..RecoveryConfig::default()
+    };
+    let order = RecoveryOrder {
+        session_id: "ses_R".into(),
+        directory: Some("/p".into()),
+        attempt: 1,
+        known_todos: vec![],
+        known_turn: None,
+        decision: "ses_R-stall-1".into(),
+        decided_ms: 0,
+        compact_first: Some((ModelRef { provider_id: "p".into(), model_id: "m".into() }, Duration::from_secs(30))),
+        continue_after: true,
+        planning: false,
+        escalation: None,
+    };
+    let stopping = std::sync::atomic::AtomicBool::new(false);
+    let other = async {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        b.may_act("srv", "ses_R").await
+    };
+    let (report, taken) = tokio::join!(recover(out, &recovery, &order, &stopping), other);
+    assert_eq!(taken, Err("i-a".to_string()), "the recovering instance kept its lease while it compacted");
+    assert!(matches!(report, RecoveryReport::Continued { .. }), "{report:?}");
+    let prompts = engine.prompts.lock().unwrap().clone();
+    assert_eq!(prompts.len(), 1);
+    assert!(prompts[0].tag.lease.is_some(), "the continue went out under the abort's lease");
     Ok(())
 }
 
