@@ -542,9 +542,10 @@ pub struct GuardConfig {
     /// How many prompts may go out at once before the per-minute pace applies.
     pub session_burst: u32,
     pub global_burst: u32,
-    /// How long a continue (or a person's prompt) over the limit waits for its turn; it
-    /// is sent then whatever the limiter says, so a session is never stranded. Nudges
-    /// and reviews over the limit are dropped.
+    /// How long a prompt over the limit waits for its turn. A continue, a person's
+    /// prompt or a hand-off prompt is sent then whatever the limiter says, so a session
+    /// is never stranded; a nudge or review still over the limit is deferred (its
+    /// decision comes back when the limiter has room), never dropped.
     #[serde(with = "duration_str")]
     pub max_wait: Duration,
     pub backend: GuardBackend,
@@ -553,9 +554,14 @@ pub struct GuardConfig {
     /// Keys are `PREFIX:…`, so instances of one fleet share them and others do not.
     pub key_prefix: String,
     /// One instance acts for a session at a time; another takes over within this long
-    /// when the holder dies.
+    /// when the holder dies. An action that waits renews it every third of this; with
+    /// `max_wait` as long or longer it must be at least 3 s.
     #[serde(with = "duration_str")]
     pub lease_ttl: Duration,
+    /// With the `redis` backend and Redis unreachable, this instance's own limit in
+    /// place of the fleet-wide one (its share of `global_per_minute`, `global_burst`).
+    pub fallback_per_minute: u32,
+    pub fallback_burst: u32,
 }
 
 /// Where the guard keeps what instances share.
@@ -567,6 +573,10 @@ pub enum GuardBackend {
     /// Fingerprints, the global rate limit and session leases in Redis.
     Redis,
 }
+
+/// The shortest `guard.lease_ttl` a waiting prompt can keep by renewing it (every third
+/// of it: one renewal a second at least).
+pub const MIN_RENEWED_LEASE_TTL: Duration = Duration::from_secs(3);
 
 impl Default for GuardConfig {
     fn default() -> Self {
@@ -585,6 +595,8 @@ impl Default for GuardConfig {
             redis_url: "redis://127.0.0.1:6379/0".to_string(),
             key_prefix: "shepherd".to_string(),
             lease_ttl: Duration::from_secs(30),
+            fallback_per_minute: 60,
+            fallback_burst: 10,
         }
     }
 }
@@ -1076,6 +1088,25 @@ impl Config {
             if g.key_prefix.trim().is_empty() {
                 return Err(bad("guard.key_prefix", "must not be empty"));
             }
+            // A prompt that waits longer than the lease lives keeps it by renewing it
+            // every third of `lease_ttl`: each renewal is a Redis round trip that must
+            // land before the lease lapses, so the lease must leave room for it.
+            if g.max_wait >= g.lease_ttl && g.lease_ttl < MIN_RENEWED_LEASE_TTL {
+                return Err(bad(
+                    "guard.lease_ttl",
+                    &format!(
+                        "must be at least {}s when guard.max_wait ({}s) is as long or longer: a waiting prompt renews the session's lease every third of lease_ttl",
+                        MIN_RENEWED_LEASE_TTL.as_secs(),
+                        g.max_wait.as_secs_f64()
+                    ),
+                ));
+            }
+            if g.fallback_per_minute == 0 {
+                return Err(bad("guard.fallback_per_minute", "must be at least 1"));
+            }
+            if g.fallback_burst == 0 {
+                return Err(bad("guard.fallback_burst", "must be at least 1"));
+            }
         }
         let a = &self.advisor;
         for (key, v) in [
@@ -1328,5 +1359,22 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().key, "store.path");
         c.store.backend = StoreBackend::Memory;
         c.validate().unwrap();
+    }
+    #[test]
+    fn a_lease_too_short_to_be_renewed_while_a_prompt_waits_is_rejected_with_its_key() {
+        let mut c = Config::default();
+        c.guard.backend = GuardBackend::Redis;
+        c.validate().unwrap();
+        c.guard.lease_ttl = Duration::from_secs(2); // guard.max_wait is 2 min
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.key, "guard.lease_ttl");
+        assert!(err.reason.contains("guard.max_wait"), "{}", err.reason);
+        c.guard.max_wait = Duration::from_secs(1); // a wait shorter than the lease: no renewal needed
+        c.validate().unwrap();
+        c.guard.max_wait = Duration::from_secs(120);
+        c.guard.lease_ttl = MIN_RENEWED_LEASE_TTL;
+        c.validate().unwrap();
+        c.guard.fallback_per_minute = 0;
+        assert_eq!(c.validate().unwrap_err().key, "guard.fallback_per_minute");
     }
 }

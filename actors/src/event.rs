@@ -386,6 +386,10 @@ pub struct ShepherdTag {
     pub instance: String,
     #[serde(default)]
     pub decision: String,
+    /// The fencing token of the session lease the prompt was sent under (shared
+    /// `redis` backend only): a later holder's prompts carry a higher one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<u64>,
 }
 
 /// `message.part.updated` → `part`.

@@ -24,6 +24,11 @@ pub enum EngineError {
     Http { status: u16, body: String },
     #[error("unexpected response: {0}")]
     Decode(String),
+    /// The request was sent but its answer never came (timed out, or the connection
+    /// broke after sending): it may have been carried out. A prompt in this state is
+    /// looked for in the session's messages, never simply sent again.
+    #[error("sent, but no answer (it may have arrived): {0}")]
+    Unconfirmed(String),
 }
 
 /// The agent and model of a turn: every prompt Shepherd sends repeats those of the
@@ -181,6 +186,7 @@ pub trait Engine: Send + Sync + 'static {
     /// `provider/model`.
     async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError>;
     /// `POST /session/{id}/prompt_async` with one synthetic, tagged text part.
+    /// [`EngineError::Unconfirmed`] when it may have arrived anyway.
     async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError>;
 
     // What a hand-off needs. Engines that cannot hand off answer with an error, and the

@@ -1,13 +1,17 @@
 //! The guard's shared store in Redis: what several Shepherd instances supervising the
 //! same OpenCode servers agree on.
 //!
-//! - **Fingerprints**: `PREFIX:fp:SERVER:SESSION:FP` claimed with `SET NX PX window` —
-//!   two instances deciding the same prompt at the same moment: one claim wins.
+//! - **Fingerprints**: `PREFIX:fp:SERVER:SESSION:FP` = the claiming instance, for the
+//!   window — two instances deciding the same prompt at the same moment: one claim
+//!   wins. An instance may claim again what it holds (its own new decision).
 //! - **The fleet-wide rate limit**: GCRA in one Lua script on `PREFIX:global`, timed by
 //!   the Redis server's clock (`TIME`), so instances' clocks need not agree.
-//! - **Session leases**: `PREFIX:lease:SERVER:SESSION` = the holder's instance id, taken
-//!   or renewed (one Lua script) whenever an instance is about to act; a dead instance's
-//!   leases expire after `lease_ttl` and the next instance to act takes over.
+//! - **Session leases**: `PREFIX:lease:SERVER:SESSION` = `INSTANCE|TOKEN`, taken or
+//!   renewed (one Lua script) whenever an instance is about to act; a fresh lease gets a
+//!   new fencing token from `PREFIX:lease_token`. The holder renews it while an action
+//!   waits and checks it, token and all, right before every send (`renew`): a stale
+//!   holder is fenced. A dead instance's leases expire after `lease_ttl` and the next
+//!   instance to act takes over.
 //!
 //! One multiplexed connection, re-opened after an error. Every failure is an `Err` the
 //! guard treats as "fail open" and logs.
@@ -17,15 +21,50 @@ use redis::{AsyncCommands, Script};
 use tokio::sync::Mutex;
 
 use async_trait::async_trait;
-use shepherd_actors::guard::Shared;
+use shepherd_actors::guard::{Lease, Shared};
 
-const LEASE: &str = r"
+/// A fingerprint claim: free, or already this instance's (its own new decision — the
+/// guard's memory judged that) → claimed for the window; another instance's → refused.
+const CLAIM: &str = r"
 local v = redis.call('GET', KEYS[1])
 if v == false or v == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+";
+
+/// Takes or renews a lease. KEYS[1] = the lease (`INSTANCE|TOKEN`), KEYS[2] = the
+/// fleet's fencing counter; ARGV[1] = this instance, ARGV[2] = ttl (ms). Returns
+/// `{1, token}` when ours (a fresh lease takes a new token, a renewal keeps it),
+/// `{0, holder}` when another instance holds it.
+const LEASE: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v == false then
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[1], ARGV[1] .. '|' .. token, 'PX', ARGV[2])
+  return {1, tostring(token)}
+end
+local holder, token = string.match(v, '^(.*)|(%d+)$')
+if holder == nil then holder = v end
+if holder == ARGV[1] and token ~= nil then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, token}
+end
+return {0, holder}
+";
+
+/// Renews a lease only if it is still `INSTANCE|TOKEN` (ARGV[1]) for ARGV[2] ms.
+/// Returns '' when renewed, else who holds it ('' never: a lapsed lease is '-').
+const RENEW: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return ''
 end
-return v
+if v == false then return '-' end
+local holder = string.match(v, '^(.*)|%d+$')
+return holder or v
 ";
 
 /// GCRA: ARGV[1] = emission interval (ms), ARGV[2] = burst tolerance (ms). Returns -1
@@ -50,7 +89,9 @@ pub struct RedisShared {
     conn: Mutex<Option<MultiplexedConnection>>,
     prefix: String,
     instance: String,
+    claim: Script,
     lease: Script,
+    renew: Script,
     gcra: Script,
 }
 
@@ -63,7 +104,9 @@ impl RedisShared {
             conn: Mutex::new(None),
             prefix: prefix.to_string(),
             instance: instance.to_string(),
+            claim: Script::new(CLAIM),
             lease: Script::new(LEASE),
+            renew: Script::new(RENEW),
             gcra: Script::new(GCRA),
         })
     }
@@ -105,19 +148,12 @@ impl Shared for RedisShared {
     ) -> Result<bool, String> {
         let mut c = self.conn().await?;
         let key = self.key(&["fp", server, session, &format!("{fingerprint:016x}")]);
-        let set: Option<String> = match redis::cmd("SET")
-            .arg(&key)
-            .arg(&self.instance)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms.max(1))
-            .query_async(&mut c)
-            .await
+        let claimed: i64 = match self.claim.key(&key).arg(&self.instance).arg(ttl_ms.max(1)).invoke_async(&mut c).await
         {
             Ok(v) => v,
             Err(e) => return Err(self.reset(e).await),
         };
-        Ok(set.is_some())
+        Ok(claimed == 1)
     }
 
     async fn release_fingerprint(&self, server: &str, session: &str, fingerprint: u64) -> Result<(), String> {
@@ -141,20 +177,46 @@ impl Shared for RedisShared {
         Ok((wait >= 0).then_some(wait as u64))
     }
 
-    async fn lease(&self, server: &str, session: &str, ttl_ms: u64) -> Result<Option<String>, String> {
+    async fn lease(&self, server: &str, session: &str, ttl_ms: u64) -> Result<Lease, String> {
         let mut c = self.conn().await?;
-        let holder: String = match self
+        let (ours, value): (i64, String) = match self
             .lease
             .key(self.key(&["lease", server, session]))
+            .key(self.key(&["lease_token"]))
             .arg(&self.instance)
-            .arg(ttl_ms)
+            .arg(ttl_ms.max(1))
             .invoke_async(&mut c)
             .await
         {
             Ok(v) => v,
             Err(e) => return Err(self.reset(e).await),
         };
-        Ok((!holder.is_empty()).then_some(holder))
+        if ours == 1 {
+            let token = value.parse().map_err(|e| format!("redis: lease token {value:?}: {e}"))?;
+            Ok(Lease::Ours { token })
+        } else {
+            Ok(Lease::Theirs { holder: value })
+        }
+    }
+
+    async fn renew(&self, server: &str, session: &str, token: u64, ttl_ms: u64) -> Result<Option<String>, String> {
+        let mut c = self.conn().await?;
+        let holder: String = match self
+            .renew
+            .key(self.key(&["lease", server, session]))
+            .arg(format!("{}|{token}", self.instance))
+            .arg(ttl_ms.max(1))
+            .invoke_async(&mut c)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return Err(self.reset(e).await),
+        };
+        Ok(match holder.as_str() {
+            "" => None,
+            "-" => Some("nobody: the lease lapsed".to_string()),
+            _ => Some(holder),
+        })
     }
 }
 

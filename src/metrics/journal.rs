@@ -290,7 +290,7 @@ pub(super) mod tests {
     #[test]
     fn guard_verdicts_become_deduplicated_and_rate_limited_prompts() {
         let duplicate = Verdict::Duplicate { similarity: 0.8, of: "Shepherd's custom prompt".into() }.reason().unwrap();
-        let limited = Verdict::RateLimited { scope: "session" }.reason().unwrap();
+        let limited = Verdict::RateLimited { scope: "session", retry_after_ms: 2_000 }.reason().unwrap();
         let not_ours = Verdict::NotOurs { holder: "i-2".into() }.reason().unwrap();
         let mut fold = JournalFold::new();
         let cases = [

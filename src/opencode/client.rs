@@ -130,6 +130,24 @@ impl OpenCodeClient {
 
     async fn send(&self, rb: RequestBuilder, what: &str) -> Result<reqwest::Response, EngineError> {
         let resp = rb.send().await.map_err(|e| EngineError::Unreachable(format!("{what}: {e}")))?;
+        Self::checked(resp, what).await
+    }
+
+    /// Like [`Self::send`], for a request that changes the session: a transport error
+    /// after the connection was made (a timeout, a connection broken while waiting for
+    /// the answer) may come after OpenCode acted on it — [`EngineError::Unconfirmed`].
+    async fn send_effect(&self, rb: RequestBuilder, what: &str) -> Result<reqwest::Response, EngineError> {
+        let resp = rb.send().await.map_err(|e| {
+            if e.is_connect() || e.is_builder() {
+                EngineError::Unreachable(format!("{what}: {e}"))
+            } else {
+                EngineError::Unconfirmed(format!("{what}: {e}"))
+            }
+        })?;
+        Self::checked(resp, what).await
+    }
+
+    async fn checked(resp: reqwest::Response, what: &str) -> Result<reqwest::Response, EngineError> {
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);
@@ -350,7 +368,7 @@ impl Engine for OpenCodeClient {
 
     async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError> {
         let rb = self.request(Method::POST, &session_path(session_id, "/prompt_async")).json(&prompt_body(prompt));
-        self.send(rb, "POST /session/{id}/prompt_async").await.map(drop)
+        self.send_effect(rb, "POST /session/{id}/prompt_async").await.map(drop)
     }
 
     async fn history(&self, session_id: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
@@ -535,6 +553,43 @@ fn decode_message(info: &serde_json::Value) -> Option<MessageInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn prompt() -> Prompt {
+        Prompt {
+            text: "go on".into(),
+            tag: ShepherdTag { kind: "nudge".into(), instance: "i1".into(), decision: "d1".into(), lease: None },
+            turn: TurnSettings::default(),
+            no_reply: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_prompt_whose_answer_never_came_is_unconfirmed_and_one_never_sent_is_unreachable() {
+        // A server that reads the request and never answers: it may have acted on it.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut buf).await;
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            drop(socket);
+        });
+        let mut server = ServerConfig::new("a", &url);
+        server.request_timeout = std::time::Duration::from_millis(300);
+        let client = OpenCodeClient::new(&server, None).unwrap();
+        let err = client.prompt("ses_A", &prompt()).await.unwrap_err();
+        assert!(matches!(err, EngineError::Unconfirmed(_)), "{err:?}");
+        held.abort();
+
+        // Nothing listens: the prompt surely did not arrive.
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let client = OpenCodeClient::new(&ServerConfig::new("a", &url), None).unwrap();
+        let err = client.prompt("ses_A", &prompt()).await.unwrap_err();
+        assert!(matches!(err, EngineError::Unreachable(_)), "{err:?}");
+    }
 
     #[test]
     fn a_reloaded_long_call_timeout_reaches_the_clone_the_sessions_hold() {

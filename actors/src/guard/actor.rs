@@ -4,8 +4,10 @@
 //! session, and global when no shared store is configured); one actor for the whole
 //! daemon, so two sessions' prompts — or two procedures of one session — never race past
 //! each other. The [`GuardHandle`] is the [`PromptGuard`] port: it asks the actor, waits
-//! (bounded, outside the actor) when a continue is over a limit, and consults the
-//! [`Shared`] store (leases, the fleet-wide limit, fingerprint claims) when there is one.
+//! (bounded, outside the actor) when a prompt is over a limit, and consults the
+//! [`Shared`] store (leases it renews while it waits, the fleet-wide limit — or the
+//! actor's local fallback for it while the store is unreachable — and fingerprint
+//! claims) when there is one. The limiters run on the [`Clock`] port's time.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -13,7 +15,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use async_trait::async_trait;
-use governor::clock::{Clock as _, DefaultClock};
+use governor::clock::Clock as _;
+use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
@@ -21,22 +24,43 @@ use governor::{Quota, RateLimiter};
 use crate::config::GuardConfig;
 use crate::guard::dedupe::{Check, Dedupe};
 use crate::guard::similarity::Shingles;
-use crate::guard::{GuardRequest, PromptGuard, Shared, Verdict};
+use crate::guard::{GuardRequest, Lease, PromptGuard, Shared, Verdict};
 use crate::ports::Clock;
 use crate::session::core::Now;
 use crate::session::delivery::PromptKind;
 
-type SessionLimiter = RateLimiter<(String, String), DefaultKeyedStateStore<(String, String)>, DefaultClock>;
-type GlobalLimiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock>;
+type SessionLimiter =
+    RateLimiter<(String, String), DefaultKeyedStateStore<(String, String)>, LimiterClock, NoOpMiddleware<Duration>>;
+type GlobalLimiter = RateLimiter<NotKeyed, InMemoryState, LimiterClock, NoOpMiddleware<Duration>>;
+
+/// The limiters' time: the [`Clock`] port's monotonic time since the guard started, so
+/// paused tokio time drives the rate limits as it drives every other timer.
+#[derive(Clone)]
+struct LimiterClock {
+    clock: Arc<dyn Clock>,
+    origin: tokio::time::Instant,
+}
+
+impl governor::clock::Clock for LimiterClock {
+    type Instant = Duration;
+
+    fn now(&self) -> Duration {
+        self.clock.now().saturating_duration_since(self.origin)
+    }
+}
 
 /// The global guard actor.
 pub struct GuardActor {
     cfg: GuardConfig,
     clock: Arc<dyn Clock>,
     dedupe: Dedupe,
+    limiter_clock: LimiterClock,
     per_session: SessionLimiter,
     /// `None` when the fleet-wide limit lives in the shared store.
     global: Option<GlobalLimiter>,
+    /// This instance's share of the fleet-wide limit while the shared store is
+    /// unreachable (`guard.fallback_per_minute`, `fallback_burst`).
+    fallback: GlobalLimiter,
     pruning: Option<SpawnHandle>,
 }
 
@@ -46,13 +70,28 @@ fn quota(n: u32, burst: u32) -> Quota {
     Quota::per_minute(nz(n)).allow_burst(nz(burst))
 }
 
+fn session_limiter(cfg: &GuardConfig, clock: &LimiterClock) -> SessionLimiter {
+    RateLimiter::new(quota(cfg.session_per_minute, cfg.session_burst), DefaultKeyedStateStore::default(), clock.clone())
+}
+
+fn fallback_limiter(cfg: &GuardConfig, clock: &LimiterClock) -> GlobalLimiter {
+    RateLimiter::new(quota(cfg.fallback_per_minute, cfg.fallback_burst), InMemoryState::default(), clock.clone())
+}
+
+fn global_limiter(cfg: &GuardConfig, clock: &LimiterClock) -> GlobalLimiter {
+    RateLimiter::new(quota(cfg.global_per_minute, cfg.global_burst), InMemoryState::default(), clock.clone())
+}
+
 impl GuardActor {
     pub fn new(cfg: GuardConfig, clock: Arc<dyn Clock>, shared_global: bool) -> GuardActor {
+        let limiter_clock = LimiterClock { clock: Arc::clone(&clock), origin: clock.now() };
         GuardActor {
             pruning: None,
             dedupe: Dedupe::new(cfg.window, cfg.similarity, cfg.shingle_words),
-            per_session: RateLimiter::keyed(quota(cfg.session_per_minute, cfg.session_burst)),
-            global: (!shared_global).then(|| RateLimiter::direct(quota(cfg.global_per_minute, cfg.global_burst))),
+            per_session: session_limiter(&cfg, &limiter_clock),
+            global: (!shared_global).then(|| global_limiter(&cfg, &limiter_clock)),
+            fallback: fallback_limiter(&cfg, &limiter_clock),
+            limiter_clock,
             clock,
             cfg,
         }
@@ -99,12 +138,15 @@ impl Handler<Retune> for GuardActor {
         let (old, cfg) = (&self.cfg, msg.0);
         self.dedupe.retune(cfg.window, cfg.similarity, cfg.shingle_words);
         if (old.session_per_minute, old.session_burst) != (cfg.session_per_minute, cfg.session_burst) {
-            self.per_session = RateLimiter::keyed(quota(cfg.session_per_minute, cfg.session_burst));
+            self.per_session = session_limiter(&cfg, &self.limiter_clock);
         }
         if (old.global_per_minute, old.global_burst) != (cfg.global_per_minute, cfg.global_burst) {
             if let Some(global) = self.global.as_mut() {
-                *global = RateLimiter::direct(quota(cfg.global_per_minute, cfg.global_burst));
+                *global = global_limiter(&cfg, &self.limiter_clock);
             }
+        }
+        if (old.fallback_per_minute, old.fallback_burst) != (cfg.fallback_per_minute, cfg.fallback_burst) {
+            self.fallback = fallback_limiter(&cfg, &self.limiter_clock);
         }
         let window_changed = old.window != cfg.window;
         self.cfg = cfg;
@@ -112,6 +154,11 @@ impl Handler<Retune> for GuardActor {
             self.arm_pruning(ctx);
         }
     }
+}
+
+/// Whole milliseconds, rounded up (at least 1): a wait never ends before the permit.
+fn ceil_ms(d: Duration) -> u64 {
+    (d.as_nanos().div_ceil(1_000_000) as u64).max(1)
 }
 
 /// One step of admission.
@@ -146,21 +193,36 @@ impl Handler<Admit> for GuardActor {
             Check::Fresh(s) => s,
         };
         if !msg.skip_limits {
-            let clock = DefaultClock::default();
+            let clock = &self.limiter_clock;
             let key = (req.server.clone(), req.session.clone());
             if let Err(not_until) = self.per_session.check_key(&key) {
-                let ms = not_until.wait_time_from(clock.now()).as_millis() as u64;
-                return MessageResult(Step::Wait { ms: ms.max(1), scope: "session" });
+                let ms = ceil_ms(not_until.wait_time_from(clock.now()));
+                return MessageResult(Step::Wait { ms, scope: "session" });
             }
             if let Some(global) = &self.global {
                 if let Err(not_until) = global.check() {
-                    let ms = not_until.wait_time_from(clock.now()).as_millis() as u64;
-                    return MessageResult(Step::Wait { ms: ms.max(1), scope: "global" });
+                    let ms = ceil_ms(not_until.wait_time_from(clock.now()));
+                    return MessageResult(Step::Wait { ms, scope: "global" });
                 }
             }
         }
-        self.dedupe.remember(&req.server, &req.session, req.kind, shingles, now);
-        MessageResult(Step::Done(Verdict::Send { waited_ms: 0 }))
+        self.dedupe.remember(&req, shingles, now);
+        MessageResult(Step::Done(Verdict::Send { waited_ms: 0, lease: None }))
+    }
+}
+
+/// One permit of the local fallback for the fleet-wide limit: `None` granted,
+/// `Some(ms)` denied, ask again in `ms`.
+#[derive(Message)]
+#[rtype(result = "Option<u64>")]
+pub struct FallbackPermit;
+
+impl Handler<FallbackPermit> for GuardActor {
+    type Result = Option<u64>;
+
+    fn handle(&mut self, _: FallbackPermit, _: &mut Context<Self>) -> Option<u64> {
+        let clock = &self.limiter_clock;
+        self.fallback.check().err().map(|not_until| ceil_ms(not_until.wait_time_from(clock.now())))
     }
 }
 
@@ -216,9 +278,11 @@ impl GuardHandle {
         self.cfg.read().map(|c| c.clone()).unwrap_or_default()
     }
 
-    /// Kinds that wait for a rate limit instead of being dropped: the continue after an
-    /// abort, a person's prompt, and the hand-off's notes must not be lost.
-    fn waits(kind: PromptKind) -> bool {
+    /// Kinds that go out after `max_wait` whatever the limiter says: the continue after
+    /// an abort, a person's prompt and the hand-off's prompts must not be lost. Every
+    /// other kind (nudge, review, note) waits its turn as long, and is then deferred
+    /// ([`Verdict::RateLimited`] with a retry time): its decision tries again later.
+    fn forced_after_max_wait(kind: PromptKind) -> bool {
         matches!(kind, PromptKind::Continue | PromptKind::Custom | PromptKind::Handoff)
     }
 
@@ -227,65 +291,105 @@ impl GuardHandle {
             Ok(step) => step,
             Err(e) => {
                 tracing::warn!(server = %req.server, session = %req.session, error = %e, "guard unavailable: sending (fail open)");
-                Step::Done(Verdict::Send { waited_ms: 0 })
+                Step::Done(Verdict::Send { waited_ms: 0, lease: None })
             }
         }
+    }
+}
+
+impl GuardHandle {
+    /// Waits `pause`, in slices no longer than the lease's renewal period, renewing the
+    /// lease between them: `Err(holder)` as soon as it is not ours any more.
+    async fn wait_holding(&self, req: &GuardRequest, lease: Option<u64>, pause: Duration) -> Result<(), String> {
+        let every = self.renew_every().filter(|_| lease.is_some());
+        let started = tokio::time::Instant::now();
+        loop {
+            let left = pause.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Ok(());
+            }
+            tokio::time::sleep(every.map_or(left, |e| e.min(left))).await;
+            if every.is_some() {
+                self.fence(&req.server, &req.session, lease).await?;
+            }
+        }
+    }
+
+    /// The local stand-in for the fleet-wide limit while the shared store is
+    /// unreachable: `None` granted, `Some(ms)` denied.
+    async fn fallback_permit(&self) -> Option<u64> {
+        self.addr.send(FallbackPermit).await.unwrap_or(None)
     }
 }
 
 #[async_trait]
 impl PromptGuard for GuardHandle {
     async fn admit(&self, req: &GuardRequest) -> Verdict {
-        if let Err(holder) = self.may_act(&req.server, &req.session).await {
-            return Verdict::NotOurs { holder };
-        }
+        let lease = match req.lease {
+            Some(token) => self.fence(&req.server, &req.session, Some(token)).await.map(|()| Some(token)),
+            None => self.may_act(&req.server, &req.session).await,
+        };
+        let lease = match lease {
+            Ok(lease) => lease,
+            Err(holder) => return Verdict::NotOurs { holder },
+        };
         let cfg = self.cfg();
         let started = tokio::time::Instant::now();
         // Only the time spent waiting for a limit counts as "held", not the round trips.
         let mut waited = Duration::ZERO;
-        let waits = Self::waits(req.kind);
+        let forced = Self::forced_after_max_wait(req.kind);
         let mut skip_limits = false;
         loop {
             match self.ask(req, skip_limits).await {
                 Step::Done(Verdict::Send { .. }) => break,
                 Step::Done(other) => return other,
-                Step::Wait { scope, .. } if !waits => return Verdict::RateLimited { scope },
                 Step::Wait { ms, scope } => {
                     let left = cfg.max_wait.saturating_sub(started.elapsed());
-                    if left.is_zero() {
-                        tracing::warn!(server = %req.server, session = %req.session, scope, "over the rate limit after guard.max_wait: sending so the session is not stranded");
+                    if left.is_zero() && forced {
+                        tracing::warn!(server = %req.server, session = %req.session, scope, waited_ms = waited.as_millis() as u64, "over the rate limit after guard.max_wait: sending so the session is not stranded");
                         skip_limits = true;
                         continue;
                     }
+                    if left.is_zero() {
+                        return Verdict::RateLimited { scope, retry_after_ms: ms };
+                    }
                     let pause = Duration::from_millis(ms).min(left);
-                    tokio::time::sleep(pause).await;
+                    if let Err(holder) = self.wait_holding(req, lease, pause).await {
+                        return Verdict::NotOurs { holder };
+                    }
                     waited += pause;
                 }
             }
         }
         if let Some(shared) = &self.shared {
-            // The fleet-wide limit, shared by every instance.
+            // The fleet-wide limit, shared by every instance; while the store is
+            // unreachable, this instance's own share of it (`guard.fallback_*`).
             loop {
-                match shared.global_permit(cfg.global_per_minute, cfg.global_burst).await {
+                let (scope, ms) = match shared.global_permit(cfg.global_per_minute, cfg.global_burst).await {
                     Ok(None) => break,
-                    Ok(Some(_)) if !waits => {
-                        self.forget(&req.server, &req.session, &req.text, req.not_before_ms).await;
-                        return Verdict::RateLimited { scope: "global" };
-                    }
-                    Ok(Some(ms)) => {
-                        let left = cfg.max_wait.saturating_sub(started.elapsed());
-                        if left.is_zero() {
-                            break;
-                        }
-                        let pause = Duration::from_millis(ms).min(left);
-                        tokio::time::sleep(pause).await;
-                        waited += pause;
-                    }
+                    Ok(Some(ms)) => ("global", ms),
                     Err(e) => {
-                        tracing::warn!(error = %e, "guard: shared rate limit unreachable: using this instance's judgement (fail open)");
-                        break;
+                        tracing::warn!(error = %e, "guard: shared rate limit unreachable: using this instance's fallback limit");
+                        match self.fallback_permit().await {
+                            None => break,
+                            Some(ms) => ("fallback global", ms),
+                        }
                     }
+                };
+                let left = cfg.max_wait.saturating_sub(started.elapsed());
+                if left.is_zero() && forced {
+                    break;
                 }
+                if left.is_zero() {
+                    self.forget(&req.server, &req.session, &req.text, req.not_before_ms).await;
+                    return Verdict::RateLimited { scope, retry_after_ms: ms };
+                }
+                let pause = Duration::from_millis(ms).min(left);
+                if let Err(holder) = self.wait_holding(req, lease, pause).await {
+                    self.forget(&req.server, &req.session, &req.text, req.not_before_ms).await;
+                    return Verdict::NotOurs { holder };
+                }
+                waited += pause;
             }
             // Two instances deciding the same prompt at the same moment: one claim wins.
             // Scoped by `not_before`: a continue after a new abort is a new prompt.
@@ -300,7 +404,7 @@ impl PromptGuard for GuardHandle {
                 Err(e) => tracing::warn!(error = %e, "guard: shared fingerprints unreachable: sending (fail open)"),
             }
         }
-        Verdict::Send { waited_ms: waited.as_millis() as u64 }
+        Verdict::Send { waited_ms: waited.as_millis() as u64, lease }
     }
 
     async fn forget(&self, server: &str, session: &str, text: &str, not_before_ms: Option<i64>) {
@@ -313,17 +417,36 @@ impl PromptGuard for GuardHandle {
         }
     }
 
-    async fn may_act(&self, server: &str, session: &str) -> Result<(), String> {
-        let Some(shared) = &self.shared else { return Ok(()) };
+    async fn may_act(&self, server: &str, session: &str) -> Result<Option<u64>, String> {
+        let Some(shared) = &self.shared else { return Ok(None) };
         match shared.lease(server, session, self.cfg().lease_ttl.as_millis() as u64).await {
-            Ok(None) => Ok(()),
-            Ok(Some(holder)) => Err(holder),
+            Ok(Lease::Ours { token }) => Ok(Some(token)),
+            Ok(Lease::Theirs { holder }) => Err(holder),
             Err(e) => {
                 // Without the store no instance can coordinate; acting beats stranding.
                 tracing::warn!(server, session, error = %e, "guard: session lease unreachable: acting (fail open)");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn fence(&self, server: &str, session: &str, token: Option<u64>) -> Result<(), String> {
+        let (Some(shared), Some(token)) = (&self.shared, token) else { return Ok(()) };
+        match shared.renew(server, session, token, self.cfg().lease_ttl.as_millis() as u64).await {
+            Ok(None) => Ok(()),
+            Ok(Some(holder)) => {
+                tracing::warn!(server, session, token, holder = %holder, "guard: the session's lease is not ours any more: this instance stands down");
+                Err(holder)
+            }
+            Err(e) => {
+                tracing::warn!(server, session, token, error = %e, "guard: session lease unreachable: going on (fail open)");
                 Ok(())
             }
         }
+    }
+
+    fn renew_every(&self) -> Option<Duration> {
+        self.shared.as_ref().map(|_| self.cfg().lease_ttl / 3)
     }
 
     fn history_messages(&self) -> u32 {

@@ -1,5 +1,10 @@
 //! What reached each session lately, and whether a new prompt repeats it. Pure: the
 //! caller passes `now`; memory is pruned to the window, so it stays small.
+//!
+//! A duplicate is what another instance, another tool or the person already sent for
+//! the same situation, or the same decision of Shepherd's sent twice. Shepherd's own
+//! new decision (a new idle edge, a new review round) is never a duplicate of its own
+//! previous, different decision however alike the words are: the core decided it.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -17,6 +22,7 @@ struct Sent {
     at: Instant,
     at_ms: i64,
     kind: PromptKind,
+    decision: String,
     shingles: Shingles,
 }
 
@@ -69,7 +75,9 @@ impl Dedupe {
             }
         };
         if let Some(sent) = self.sent.get(&(req.server.clone(), req.session.clone())) {
-            for s in sent.iter().filter(|s| s.at_ms >= not_before) {
+            let own_new_decision =
+                |s: &Sent| req.kind.is_automatic() && s.kind.is_automatic() && s.decision != req.decision;
+            for s in sent.iter().filter(|s| s.at_ms >= not_before && !own_new_decision(s)) {
                 let ago = now.mono.duration_since(s.at).as_secs();
                 consider(mine.similarity(&s.shingles), format!("Shepherd's {} {ago}s ago", s.kind.as_str()));
             }
@@ -90,9 +98,15 @@ impl Dedupe {
     }
 
     /// The prompt was admitted: later similar ones within the window are duplicates.
-    pub fn remember(&mut self, server: &str, session: &str, kind: PromptKind, shingles: Shingles, now: Now) {
-        let entry = self.sent.entry((server.to_string(), session.to_string())).or_default();
-        entry.push_back(Sent { at: now.mono, at_ms: now.wall_ms, kind, shingles });
+    pub fn remember(&mut self, req: &GuardRequest, shingles: Shingles, now: Now) {
+        let entry = self.sent.entry((req.server.clone(), req.session.clone())).or_default();
+        entry.push_back(Sent {
+            at: now.mono,
+            at_ms: now.wall_ms,
+            kind: req.kind,
+            decision: req.decision.clone(),
+            shingles,
+        });
     }
 
     /// The admitted prompt was not sent after all.
@@ -148,19 +162,52 @@ mod tests {
         GuardRequest {
             server: "s".into(),
             session: "ses_A".into(),
-            kind: PromptKind::Nudge,
+            kind: PromptKind::Custom,
             text: text.into(),
+            decision: "d1".into(),
+            lease: None,
             recent,
             not_before_ms: None,
         }
     }
 
     fn admit(d: &mut Dedupe, text: &str, at: Now) -> Check {
-        let c = d.check(&req(text, Some(vec![])), at);
+        admit_req(d, &req(text, Some(vec![])), at)
+    }
+
+    fn admit_req(d: &mut Dedupe, r: &GuardRequest, at: Now) -> Check {
+        let c = d.check(r, at);
         if let Check::Fresh(sh) = &c {
-            d.remember("s", "ses_A", PromptKind::Nudge, sh.clone(), at);
+            d.remember(r, sh.clone(), at);
         }
         c
+    }
+
+    fn decided(kind: PromptKind, text: &str, decision: &str) -> GuardRequest {
+        GuardRequest { kind, decision: decision.into(), ..req(text, Some(vec![])) }
+    }
+
+    #[test]
+    fn shepherds_own_new_decision_is_no_duplicate_of_its_previous_one_but_the_same_decision_is() {
+        let t0 = Instant::now();
+        let mut d = Dedupe::new(Duration::from_secs(30), 0.6, 1);
+        let review = "All todos are done. Run the tests and check your work.";
+        let round_1 = decided(PromptKind::Review, review, "ses_A-review-1");
+        assert!(matches!(admit_req(&mut d, &round_1, now(t0, 0)), Check::Fresh(_)));
+        // New todos were done within the window: the second round is a new decision.
+        let round_2 = decided(PromptKind::Review, review, "ses_A-review-2");
+        assert!(matches!(admit_req(&mut d, &round_2, now(t0, 10)), Check::Fresh(_)), "a new round is sent");
+        // The same decision again (a retry) is a duplicate.
+        let retry = admit_req(&mut d, &round_2, now(t0, 11));
+        assert!(matches!(&retry, Check::Duplicate { of, .. } if of == "Shepherd's review 1s ago"), "{retry:?}");
+        // A person's prompt through Shepherd that repeats it is a duplicate too …
+        let custom = admit_req(&mut d, &decided(PromptKind::Custom, review, "ses_A-custom-3"), now(t0, 12));
+        assert!(matches!(custom, Check::Duplicate { .. }), "{custom:?}");
+        // … and so is Shepherd's decision that repeats what the person just sent.
+        let mut d = Dedupe::new(Duration::from_secs(30), 0.6, 1);
+        admit_req(&mut d, &decided(PromptKind::Custom, review, "ses_A-custom-1"), now(t0, 0));
+        let after = admit_req(&mut d, &decided(PromptKind::Review, review, "ses_A-review-1"), now(t0, 5));
+        assert!(matches!(&after, Check::Duplicate { of, .. } if of == "Shepherd's custom 5s ago"), "{after:?}");
     }
 
     #[test]
@@ -169,7 +216,7 @@ mod tests {
         let mut d = Dedupe::new(Duration::from_secs(30), 0.6, 1);
         assert!(matches!(admit(&mut d, "Please continue working", now(t0, 0)), Check::Fresh(_)));
         let again = admit(&mut d, "Continue working on tasks", now(t0, 10));
-        assert!(matches!(&again, Check::Duplicate { of, .. } if of == "Shepherd's nudge 10s ago"), "{again:?}");
+        assert!(matches!(&again, Check::Duplicate { of, .. } if of == "Shepherd's custom 10s ago"), "{again:?}");
         assert!(matches!(admit(&mut d, "Continue working on tasks", now(t0, 31)), Check::Fresh(_)));
         assert!(matches!(admit(&mut d, "Review your work and run the tests", now(t0, 32)), Check::Fresh(_)));
     }

@@ -8,8 +8,14 @@
 //!
 //! The decision path calls the guard through the [`PromptGuard`] port: `delivery`
 //! before every nudge, review, continue and custom prompt, `handover` before the hand-off's
-//! notes. Fail open: when the session's history cannot be read, or the shared store is
-//! unreachable, the prompt is judged on what this instance knows, and that is logged.
+//! notes. Over a rate limit every prompt waits its turn (bounded by `guard.max_wait`);
+//! then a continue, a person's prompt or a hand-off prompt goes anyway, and a nudge,
+//! review or note is deferred with a retry time — never dropped. With a shared store a
+//! prompt is admitted under the session's lease (its fencing token), which is renewed
+//! while it waits and checked right before the send ([`PromptGuard::fence`]).
+//! Fail open: when the session's history cannot be read, or the shared store is
+//! unreachable, the prompt is judged on what this instance knows (with a local stand-in
+//! for the fleet-wide limit), and that is logged.
 
 pub mod actor;
 pub mod dedupe;
@@ -28,6 +34,13 @@ pub struct GuardRequest {
     pub session: String,
     pub kind: PromptKind,
     pub text: String,
+    /// The decision this prompt carries out (`metadata.shepherd.decision`). Shepherd's
+    /// own new decision is never a duplicate of its previous, different one; the same
+    /// decision twice is.
+    pub decision: String,
+    /// The session's lease the caller already holds (its fencing token): a recovery
+    /// took it before its abort. `None`: the guard takes it.
+    pub lease: Option<u64>,
     /// The session's recent user messages `(created_ms, text)`; `None` when they could
     /// not be read (fail open: judged on this instance's memory only).
     pub recent: Option<Vec<(i64, String)>>,
@@ -39,17 +52,29 @@ pub struct GuardRequest {
 /// The guard's answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
-    /// Send it (`waited_ms`: held back by a rate limit this long first).
-    Send { waited_ms: u64 },
+    /// Send it (`waited_ms`: held back by a rate limit this long first), under this
+    /// lease (its fencing token; `None` without a shared store or with it unreachable).
+    Send { waited_ms: u64, lease: Option<u64> },
     /// A similar prompt reached the session within the window: do not send.
     Duplicate { similarity: f64, of: String },
-    /// Over a rate limit (`scope`: `session` or `global`) and not worth waiting for.
-    RateLimited { scope: &'static str },
+    /// Still over a rate limit (`scope`: `session` or `global`) after waiting
+    /// `guard.max_wait`: deferred, not dropped — the decision tries again in
+    /// `retry_after_ms` (the limiter's estimate). Only nudges, reviews and notes: a
+    /// continue, a person's prompt and a hand-off prompt go out after `max_wait`.
+    RateLimited { scope: &'static str, retry_after_ms: u64 },
     /// Another Shepherd instance holds this session's lease: it acts, this one does not.
     NotOurs { holder: String },
 }
 
 impl Verdict {
+    /// The lease a prompt to send was admitted under.
+    pub fn lease(&self) -> Option<u64> {
+        match self {
+            Verdict::Send { lease, .. } => *lease,
+            _ => None,
+        }
+    }
+
     /// Why the prompt was not sent, for the journal.
     pub fn reason(&self) -> Option<String> {
         match self {
@@ -57,7 +82,9 @@ impl Verdict {
             Verdict::Duplicate { similarity, of } => Some(format!(
                 "a similar prompt ({of}, similarity {similarity:.2}) reached the session within guard.window"
             )),
-            Verdict::RateLimited { scope } => Some(format!("over the {scope} rate limit (guard): dropped")),
+            Verdict::RateLimited { scope, retry_after_ms } => Some(format!(
+                "over the {scope} rate limit (guard) after waiting guard.max_wait: deferred, tried again in {retry_after_ms} ms"
+            )),
             Verdict::NotOurs { holder } => Some(format!("another Shepherd instance ({holder}) acts for this session")),
         }
     }
@@ -66,13 +93,22 @@ impl Verdict {
 /// The port the decision path calls before sending a prompt.
 #[async_trait]
 pub trait PromptGuard: Send + Sync + 'static {
-    /// May this prompt go out now? Waits (bounded) when its kind must not be lost.
+    /// May this prompt go out now? Over a rate limit it waits its turn (bounded by
+    /// `guard.max_wait`).
     async fn admit(&self, req: &GuardRequest) -> Verdict;
     /// The admitted prompt could not be sent after all: forget it (a retry is no duplicate).
     async fn forget(&self, server: &str, session: &str, text: &str, not_before_ms: Option<i64>);
-    /// May this instance act on the session (abort it)? `Err(holder)` when another
-    /// instance holds its lease; always `Ok` without a shared store.
-    async fn may_act(&self, server: &str, session: &str) -> Result<(), String>;
+    /// May this instance act on the session (abort it)? Takes or renews its lease:
+    /// `Ok(token)` with the lease's fencing token (`None` without a shared store, or
+    /// with it unreachable: fail open), `Err(holder)` when another instance holds it.
+    async fn may_act(&self, server: &str, session: &str) -> Result<Option<u64>, String>;
+    /// Is the lease taken with `token` still ours? Renews it if so. Checked right
+    /// before every send and while an action waits: `Err(holder)` once another instance
+    /// holds the lease or it lapsed — the action must not go on. `Ok` without a token.
+    async fn fence(&self, server: &str, session: &str, token: Option<u64>) -> Result<(), String>;
+    /// How often an action that holds a lease renews it while it waits (`None`: no
+    /// shared store, nothing to renew).
+    fn renew_every(&self) -> Option<std::time::Duration>;
     /// How many of the session's latest messages to compare with (0: none).
     fn history_messages(&self) -> u32;
 }
@@ -84,11 +120,17 @@ pub struct NoGuard;
 #[async_trait]
 impl PromptGuard for NoGuard {
     async fn admit(&self, _: &GuardRequest) -> Verdict {
-        Verdict::Send { waited_ms: 0 }
+        Verdict::Send { waited_ms: 0, lease: None }
     }
     async fn forget(&self, _: &str, _: &str, _: &str, _: Option<i64>) {}
-    async fn may_act(&self, _: &str, _: &str) -> Result<(), String> {
+    async fn may_act(&self, _: &str, _: &str) -> Result<Option<u64>, String> {
+        Ok(None)
+    }
+    async fn fence(&self, _: &str, _: &str, _: Option<u64>) -> Result<(), String> {
         Ok(())
+    }
+    fn renew_every(&self) -> Option<std::time::Duration> {
+        None
     }
     fn history_messages(&self) -> u32 {
         0
@@ -98,8 +140,9 @@ impl PromptGuard for NoGuard {
 /// What instances share (the `redis` backend implements it in the binary).
 #[async_trait]
 pub trait Shared: Send + Sync + 'static {
-    /// Claims a prompt fingerprint for `ttl_ms` (`SET NX PX`): false if another instance
-    /// claimed the same prompt for the session within the window.
+    /// Claims a prompt fingerprint for `ttl_ms`: false if another instance claimed the
+    /// same prompt for the session within the window (this instance's own earlier claim
+    /// is no obstacle: whether its new decision repeats its old one, its memory judged).
     async fn claim_fingerprint(
         &self,
         server: &str,
@@ -112,7 +155,19 @@ pub trait Shared: Send + Sync + 'static {
     /// One permit of the fleet-wide limit of `per_minute` (with `burst`): `Ok(None)`
     /// granted, `Ok(Some(ms))` denied, retry in `ms`.
     async fn global_permit(&self, per_minute: u32, burst: u32) -> Result<Option<u64>, String>;
-    /// Takes or renews this instance's lease on the session: `Ok(None)` held by us,
-    /// `Ok(Some(holder))` held by another instance.
-    async fn lease(&self, server: &str, session: &str, ttl_ms: u64) -> Result<Option<String>, String>;
+    /// Takes or renews this instance's lease on the session for `ttl_ms`. A lease taken
+    /// afresh gets a new fencing token, higher than every earlier one; a renewal keeps it.
+    async fn lease(&self, server: &str, session: &str, ttl_ms: u64) -> Result<Lease, String>;
+    /// Renews the lease only if it is still the one taken with `token`: `Ok(None)`
+    /// renewed, `Ok(Some(holder))` not ours any more (another instance's, or lapsed).
+    async fn renew(&self, server: &str, session: &str, token: u64, ttl_ms: u64) -> Result<Option<String>, String>;
+}
+
+/// A session's lease as the shared store answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lease {
+    /// This instance holds it, under this fencing token.
+    Ours { token: u64 },
+    /// Another instance holds it.
+    Theirs { holder: String },
 }

@@ -107,6 +107,7 @@ impl SessionEnv {
             engine: self.engine.as_ref(),
             guard: self.guard.as_ref(),
             instance: &self.instance,
+            lease: None,
         }
     }
 }

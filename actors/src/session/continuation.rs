@@ -369,6 +369,7 @@ mod tests {
                 kind: "continue".into(),
                 instance: "i".into(),
                 decision: "d".into(),
+                lease: None,
             }),
         }];
         let history = vec![user("Port the parser to Rust"), assistant(vec![]), user("Also add benchmarks"), ours];

@@ -44,7 +44,7 @@ use crate::ledger::{DurableState, Intent, IntentKind, OutageMemory};
 use crate::ports::{EngineError, TurnSettings};
 use crate::session::delivery::{Delivery, PromptKind, PromptOrder, ToolTextScan};
 use crate::session::family::{ChildNews, Family};
-use crate::session::followup::{self, Decision, Facts, FollowUp, LastReply};
+use crate::session::followup::{self, Decision, Delivered, Facts, FollowUp, LastReply};
 use crate::session::handoff::{Phase, Rollover, Step};
 use crate::session::handover::{HandoffOrder, StepReport};
 pub use crate::session::loops::Escalation;
@@ -1409,7 +1409,16 @@ impl SessionCore {
     /// A delivery (nudge, review or custom prompt) ended.
     pub fn on_prompt_finished(&mut self, order: &PromptOrder, delivery: &Delivery, now: Now) -> Vec<Effect> {
         let sent = matches!(delivery, Delivery::Sent { .. });
-        self.followup.on_delivered(order.kind, sent);
+        let retry_after_ms = match delivery {
+            Delivery::Guarded { retry_after_ms, .. } => *retry_after_ms,
+            _ => None,
+        };
+        let delivered = match (sent, retry_after_ms) {
+            (true, _) => Delivered::Sent,
+            (false, Some(ms)) => Delivered::Deferred { retry_at: now.mono + Duration::from_millis(ms.max(1)) },
+            (false, None) => Delivered::NotSent,
+        };
+        self.followup.on_delivered(order.kind, delivered);
         let resume = self.on_resume_delivered(order, delivery, now);
         if sent && order.kind == PromptKind::Continue && !resume {
             self.continues.on_continue(now.mono);
@@ -1441,7 +1450,12 @@ impl SessionCore {
             }
             Delivery::Failed { .. } => self.open_todos(),
         };
-        let numbers = Numbers { round: Some(order.facts.attempts), open_todos: Some(open), ..Numbers::default() };
+        let numbers = Numbers {
+            round: Some(order.facts.attempts),
+            open_todos: Some(open),
+            backoff_ms: retry_after_ms,
+            ..Numbers::default()
+        };
         vec![self.record(action_of(order.kind), outcome, &reason, numbers, now)]
     }
 
@@ -1882,8 +1896,11 @@ impl SessionCore {
                 let sent = matches!(delivery, Delivery::Sent { .. });
                 match intent.kind {
                     IntentKind::Recover | IntentKind::Continue if sent => self.continues.on_continue(now.mono),
-                    IntentKind::Nudge => self.followup.on_delivered(PromptKind::Nudge, sent),
-                    IntentKind::Review => self.followup.on_delivered(PromptKind::Review, sent),
+                    IntentKind::Nudge | IntentKind::Review => {
+                        let kind = if intent.kind == IntentKind::Nudge { PromptKind::Nudge } else { PromptKind::Review };
+                        let delivered = if sent { Delivered::Sent } else { Delivered::NotSent };
+                        self.followup.on_delivered(kind, delivered);
+                    }
                     _ => {}
                 }
                 match delivery {

@@ -30,6 +30,11 @@ pub enum PromptKind {
 }
 
 impl PromptKind {
+    /// Decided by Shepherd itself (everything but a person's or tool's custom prompt).
+    pub fn is_automatic(self) -> bool {
+        self != PromptKind::Custom
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             PromptKind::Continue => "continue",
@@ -114,6 +119,9 @@ pub enum Delivery {
     Guarded {
         reason: String,
         todos: Vec<Todo>,
+        /// Over a rate limit after waiting `guard.max_wait`: deferred, try again after
+        /// this long (`None`: not to be retried — a duplicate, another instance's session).
+        retry_after_ms: Option<u64>,
     },
 }
 
@@ -137,12 +145,25 @@ pub struct Outbound<'a> {
     pub engine: &'a dyn Engine,
     pub guard: &'a dyn PromptGuard,
     pub instance: &'a str,
+    /// The session's lease this action already holds (a recovery takes it before its
+    /// abort; its continue is sent under it). `None`: the guard takes it.
+    pub lease: Option<u64>,
 }
 
 impl Outbound<'_> {
     /// Asks the guard about one prompt to `session`, comparing with the session's recent
-    /// user messages (a failed read is logged and the guard judges without them).
-    pub async fn admit(&self, session: &str, kind: PromptKind, text: &str, not_before_ms: Option<i64>) -> Verdict {
+    /// user messages (a failed read is logged and the guard judges without them). This
+    /// instance's own earlier decisions in that history are left out when the prompt is
+    /// a new decision of its own: the guard's memory knows them by decision, and a new
+    /// edge or round is no repeat of the previous one.
+    pub async fn admit(
+        &self,
+        session: &str,
+        kind: PromptKind,
+        text: &str,
+        decision: &str,
+        not_before_ms: Option<i64>,
+    ) -> Verdict {
         let n = self.guard.history_messages();
         let recent = if n == 0 {
             Some(Vec::new())
@@ -151,6 +172,7 @@ impl Outbound<'_> {
                 Ok(h) => Some(
                     h.into_iter()
                         .filter(|m| m.role == Role::User)
+                        .filter(|m| !(kind.is_automatic() && self.own_other_decision(m, decision)))
                         .filter_map(|m| {
                             let text: Vec<&str> = m
                                 .parts
@@ -175,10 +197,20 @@ impl Outbound<'_> {
             session: session.to_string(),
             kind,
             text: text.to_string(),
+            decision: decision.to_string(),
+            lease: self.lease,
             recent,
             not_before_ms,
         };
         self.guard.admit(&req).await
+    }
+
+    /// A message this instance sent for another automatic decision of its own.
+    fn own_other_decision(&self, m: &HistoryMessage, decision: &str) -> bool {
+        m.parts.iter().any(|p| {
+            matches!(p, HistoryPart::Text { shepherd: Some(tag), .. }
+                if tag.instance == self.instance && tag.kind != PromptKind::Custom.as_str() && tag.decision != decision)
+        })
     }
 }
 
@@ -245,29 +277,131 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
             render(template, &todos, &order.facts)
         }
     };
-    let verdict = out.admit(&order.session_id, order.kind, &text, order.not_before_ms).await;
-    let waited_ms = match verdict {
-        Verdict::Send { waited_ms } => waited_ms,
-        other => return Delivery::Guarded { reason: other.reason().unwrap_or_default(), todos },
+    let verdict = out.admit(&order.session_id, order.kind, &text, &order.decision, order.not_before_ms).await;
+    let (waited_ms, lease) = match verdict {
+        Verdict::Send { waited_ms, lease } => (waited_ms, lease),
+        other => {
+            let retry_after_ms = match other {
+                Verdict::RateLimited { retry_after_ms, .. } => Some(retry_after_ms),
+                _ => None,
+            };
+            return Delivery::Guarded { reason: other.reason().unwrap_or_default(), todos, retry_after_ms };
+        }
     };
+    // It waited its turn: the session may have moved on meanwhile.
+    if waited_ms > 0 && order.require_idle {
+        let directory = order.directory.clone().unwrap_or_default();
+        if let Ok(Some(Status::Busy | Status::Retry { .. })) = engine.status(&directory, &order.session_id).await {
+            out.guard.forget(out.server, &order.session_id, &text, order.not_before_ms).await;
+            return Delivery::Skipped { reason: "the session went busy while the prompt waited its turn", todos };
+        }
+    }
     let prompt = Prompt {
         text: text.clone(),
         tag: ShepherdTag {
             kind: order.kind.as_str().to_string(),
             instance: out.instance.to_string(),
             decision: order.decision.clone(),
+            lease,
         },
         turn,
         no_reply: order.kind == PromptKind::Note,
     };
-    match engine.prompt(&order.session_id, &prompt).await {
-        Ok(()) => {
-            crate::killpoint::reached(crate::killpoint::step::PROMPT_AFTER_SEND);
-            Delivery::Sent { text, todos, waited_ms, tool_call_as_text: found.map(|(f, _)| f) }
-        }
-        Err(error) => {
-            out.guard.forget(out.server, &order.session_id, &text, order.not_before_ms).await;
-            Delivery::Failed { error }
+    match send_admitted(out, &order.session_id, &prompt, order.not_before_ms).await {
+        Ok(()) => Delivery::Sent { text, todos, waited_ms, tool_call_as_text: found.map(|(f, _)| f) },
+        Err(Unsent::Fenced { holder }) => Delivery::Guarded {
+            reason: Verdict::NotOurs { holder }.reason().unwrap_or_default(),
+            todos,
+            retry_after_ms: None,
+        },
+        Err(Unsent::Failed(error)) => Delivery::Failed { error },
+    }
+}
+
+/// Why an admitted prompt was not (surely) sent.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Unsent {
+    /// The session's lease was not ours any more right before the send (another
+    /// instance holds it, or it lapsed): not sent.
+    #[error("another Shepherd instance ({holder}) acts for this session: the lease was lost before the send")]
+    Fenced { holder: String },
+    #[error("{0}")]
+    Failed(EngineError),
+}
+
+/// Runs `work` (an action's waiting: the abort's poll, a compaction) while renewing
+/// the session's lease `token` every [`PromptGuard::renew_every`]: `Err(holder)` —
+/// and `work` dropped — as soon as the lease is not ours any more.
+pub async fn holding_lease<F: std::future::Future>(
+    out: Outbound<'_>,
+    session: &str,
+    token: Option<u64>,
+    work: F,
+) -> Result<F::Output, String> {
+    let Some(every) = out.guard.renew_every().filter(|_| token.is_some()) else { return Ok(work.await) };
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            done = &mut work => return Ok(done),
+            () = tokio::time::sleep(every) => out.guard.fence(out.server, session, token).await?,
         }
     }
+}
+
+/// How many of the session's latest messages are searched for a prompt whose send was
+/// not confirmed (it is the newest user message when it arrived; the margin covers a
+/// turn's messages after it).
+const UNCONFIRMED_LOOKBACK: u32 = 20;
+
+/// Sends a prompt the guard admitted. When the send's answer was lost
+/// ([`EngineError::Unconfirmed`]: a timeout, a connection broken after sending) the
+/// session's messages decide: a message tagged with this instance and decision means
+/// it arrived (`Ok`). Otherwise the error stands, and the guard keeps the prompt while
+/// it may still arrive — only a prompt that surely did not arrive is forgotten, so a
+/// retry within `guard.window` cannot prompt twice.
+///
+/// Right before the send, the lease the prompt was admitted under must still be ours
+/// ([`PromptGuard::fence`]); a stale holder's prompt is not sent ([`Unsent::Fenced`]).
+pub async fn send_admitted(
+    out: Outbound<'_>,
+    session: &str,
+    prompt: &Prompt,
+    not_before_ms: Option<i64>,
+) -> Result<(), Unsent> {
+    if let Err(holder) = out.guard.fence(out.server, session, prompt.tag.lease).await {
+        out.guard.forget(out.server, session, &prompt.text, not_before_ms).await;
+        return Err(Unsent::Fenced { holder });
+    }
+    let error = match out.engine.prompt(session, prompt).await {
+        Ok(()) => {
+            crate::killpoint::reached(crate::killpoint::step::PROMPT_AFTER_SEND);
+            return Ok(());
+        }
+        Err(error) => error,
+    };
+    if !matches!(error, EngineError::Unconfirmed(_)) {
+        out.guard.forget(out.server, session, &prompt.text, not_before_ms).await;
+        return Err(Unsent::Failed(error));
+    }
+    match out.engine.history(session, UNCONFIRMED_LOOKBACK).await {
+        Ok(messages) if carries(&messages, &prompt.tag) => {
+            tracing::info!(server = %out.server, session, decision = %prompt.tag.decision, error = %error, "prompt unconfirmed by its send, found in the session's messages: delivered");
+            Ok(())
+        }
+        Ok(_) => {
+            tracing::warn!(server = %out.server, session, decision = %prompt.tag.decision, error = %error, lookback = UNCONFIRMED_LOOKBACK, "prompt unconfirmed and not (yet) in the session's messages: kept by the guard, not retried");
+            Err(Unsent::Failed(error))
+        }
+        Err(read) => {
+            tracing::warn!(server = %out.server, session, decision = %prompt.tag.decision, error = %error, read_error = %read, "prompt unconfirmed and the session's messages unreadable: kept by the guard, not retried");
+            Err(Unsent::Failed(error))
+        }
+    }
+}
+
+/// Does one of the messages carry a part tagged with this instance and decision?
+fn carries(messages: &[HistoryMessage], tag: &ShepherdTag) -> bool {
+    messages.iter().flat_map(|m| &m.parts).any(|p| {
+        matches!(p, HistoryPart::Text { shepherd: Some(t), .. } if t.instance == tag.instance && t.decision == tag.decision)
+    })
 }

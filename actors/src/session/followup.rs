@@ -69,6 +69,19 @@ pub enum Decision {
     Decline { kind: PromptKind, reason: String, round: u32 },
 }
 
+/// How the delivery of a follow-up ended, as far as the loop protection counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    Sent,
+    /// Not sent (skipped, a duplicate, failed): it counts for nothing.
+    NotSent,
+    /// Over a rate limit after waiting its turn: it counts for nothing and is
+    /// considered again at `retry_at` — deferred, never dropped.
+    Deferred {
+        retry_at: Instant,
+    },
+}
+
 /// Nudge and review state of one session.
 #[derive(Debug, Clone, Default)]
 pub struct FollowUp {
@@ -344,19 +357,35 @@ impl FollowUp {
         Some(Decision::Send { kind: PromptKind::Review, round })
     }
 
-    /// The delivery of a nudge or review ended; `sent` is false when it was skipped or
-    /// failed, in which case a review stays armed for the next idle edge.
-    pub fn on_delivered(&mut self, kind: PromptKind, sent: bool) {
+    /// The delivery of a nudge or review ended. Only a sent one counts: a nudge that
+    /// was not sent leaves the loop protection and the cooldown as they were before it
+    /// was decided, and a review that was not sent stays armed — for the next idle edge,
+    /// or, deferred by a rate limit, for `retry_at`.
+    pub fn on_delivered(&mut self, kind: PromptKind, outcome: Delivered) {
         if self.in_flight == Some(kind) {
             self.in_flight = None;
         }
+        let sent = outcome == Delivered::Sent;
         if kind == PromptKind::Nudge {
-            self.before_nudge = None;
+            let before = self.before_nudge.take();
+            if let (false, Some(before)) = (sent, before) {
+                self.nudges_without_progress = before.without_progress;
+                self.nudge_snapshot = before.snapshot;
+                self.last_nudge = before.last;
+                self.touch();
+            }
         }
         if !sent && kind == PromptKind::Review {
             self.review_rounds = self.review_rounds.saturating_sub(1);
             self.review_armed = true;
             self.touch();
+        }
+        if let Delivered::Deferred { retry_at } = outcome {
+            match kind {
+                PromptKind::Nudge => self.nudge_due = Some(retry_at),
+                PromptKind::Review => self.review_due = Some(retry_at),
+                _ => {}
+            }
         }
     }
 
@@ -374,5 +403,88 @@ impl FollowUp {
             self.touch();
         }
         self.nudge_due = Some(retry_at);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn todo(content: &str, status: TodoStatus) -> Todo {
+        Todo { content: content.into(), status, priority: None }
+    }
+
+    fn finished() -> LastReply {
+        LastReply { finish: Some("stop".into()), ..LastReply::default() }
+    }
+
+    fn facts<'a>(last_reply: &'a LastReply, todos: &'a [Todo]) -> Facts<'a> {
+        Facts { idle: true, pause: None, busy_with_other_work: false, waiting_on_person: false, last_reply, todos }
+    }
+
+    #[test]
+    fn a_nudge_deferred_by_a_rate_limit_counts_for_nothing_and_comes_back_at_its_retry_time() {
+        let (nudge, review) = (NudgeConfig::default(), ReviewConfig::default());
+        let t0 = Instant::now();
+        let todos = [todo("write the parser", TodoStatus::Pending)];
+        let reply = finished();
+        let mut f = FollowUp::default();
+        f.on_idle_edge(t0, &todos, false, &nudge, &review);
+        let mut at = t0 + nudge.idle_delay;
+        // Deferred more often than `max_without_progress`: never given up on, never
+        // held back by the cooldown of a nudge that was not sent.
+        for _ in 0..nudge.max_without_progress + 2 {
+            let decided = f.on_deadline(at, &facts(&reply, &todos), &nudge, &review);
+            assert_eq!(decided, vec![Decision::Send { kind: PromptKind::Nudge, round: 1 }]);
+            let retry_at = at + Duration::from_secs(7);
+            f.on_delivered(PromptKind::Nudge, Delivered::Deferred { retry_at });
+            assert_eq!(f.nudges_without_progress(), 0, "a deferred nudge is not counted");
+            assert_eq!(f.deadline(), Some(retry_at), "and it is considered again then");
+            at = retry_at;
+        }
+        let decided = f.on_deadline(at, &facts(&reply, &todos), &nudge, &review);
+        assert_eq!(decided, vec![Decision::Send { kind: PromptKind::Nudge, round: 1 }]);
+        f.on_delivered(PromptKind::Nudge, Delivered::Sent);
+        assert_eq!((f.nudges_without_progress(), f.deadline()), (1, None), "sent: counted, nothing pending");
+    }
+
+    #[test]
+    fn a_nudge_that_was_not_sent_leaves_the_loop_protection_as_it_was() {
+        let (nudge, review) = (NudgeConfig::default(), ReviewConfig::default());
+        let t0 = Instant::now();
+        let todos = [todo("write the parser", TodoStatus::Pending)];
+        let reply = finished();
+        let mut f = FollowUp::default();
+        f.on_idle_edge(t0, &todos, false, &nudge, &review);
+        let at = t0 + nudge.idle_delay;
+        assert_eq!(f.on_deadline(at, &facts(&reply, &todos), &nudge, &review).len(), 1);
+        f.on_delivered(PromptKind::Nudge, Delivered::NotSent);
+        assert_eq!((f.nudges_without_progress(), f.deadline()), (0, None), "not counted; the next edge decides");
+        // The next idle edge is not held back by the cooldown of a nudge never sent.
+        let next = at + Duration::from_secs(1);
+        f.on_idle_edge(next, &todos, false, &nudge, &review);
+        let decided = f.on_deadline(next + nudge.idle_delay, &facts(&reply, &todos), &nudge, &review);
+        assert_eq!(decided, vec![Decision::Send { kind: PromptKind::Nudge, round: 1 }]);
+    }
+
+    #[test]
+    fn a_review_deferred_by_a_rate_limit_stays_armed_and_comes_back_in_the_same_round() {
+        let (nudge, review) = (NudgeConfig::default(), ReviewConfig::default());
+        let t0 = Instant::now();
+        let open = [todo("write the parser", TodoStatus::InProgress)];
+        let done = [todo("write the parser", TodoStatus::Completed)];
+        let reply = finished();
+        let mut f = FollowUp::default();
+        f.on_todos(&open, &done, t0, true, &review);
+        let at = t0 + review.debounce;
+        let decided = f.on_deadline(at, &facts(&reply, &done), &nudge, &review);
+        assert_eq!(decided, vec![Decision::Send { kind: PromptKind::Review, round: 1 }]);
+        let retry_at = at + Duration::from_secs(30);
+        f.on_delivered(PromptKind::Review, Delivered::Deferred { retry_at });
+        assert_eq!((f.review_rounds(), f.deadline()), (0, Some(retry_at)));
+        let decided = f.on_deadline(retry_at, &facts(&reply, &done), &nudge, &review);
+        assert_eq!(decided, vec![Decision::Send { kind: PromptKind::Review, round: 1 }]);
     }
 }

@@ -26,7 +26,7 @@ use crate::event::{ShepherdSessionMark, ShepherdTag, Status, Todo};
 use crate::ledger::{Claim, Ledger, Snapshot};
 use crate::ports::{Engine, HistoryPart, Prompt, TurnSettings, Workspace};
 use crate::session::continuation::{self, ContinuationFacts};
-use crate::session::delivery::{Outbound, PromptKind};
+use crate::session::delivery::{send_admitted, Outbound, PromptKind};
 use crate::session::handoff::Phase;
 
 /// One step of a hand-off to run, decided by the core.
@@ -287,15 +287,12 @@ async fn intact_snapshot(order: &HandoffOrder, t: &Tools<'_>) -> Result<Snapshot
 
 /// Sends one of the hand-off's prompts through the guard.
 async fn send(t: &Tools<'_>, session: &str, prompt: &Prompt) -> Result<(), String> {
-    let verdict = t.out.admit(session, PromptKind::Handoff, &prompt.text, None).await;
+    let verdict = t.out.admit(session, PromptKind::Handoff, &prompt.text, &prompt.tag.decision, None).await;
     if let Some(reason) = verdict.reason() {
         return Err(reason);
     }
-    if let Err(e) = t.out.engine.prompt(session, prompt).await {
-        t.out.guard.forget(t.out.server, session, &prompt.text, None).await;
-        return Err(e.to_string());
-    }
-    Ok(())
+    let prompt = Prompt { tag: ShepherdTag { lease: verdict.lease(), ..prompt.tag.clone() }, ..prompt.clone() };
+    send_admitted(t.out, session, &prompt, None).await.map_err(|e| e.to_string())
 }
 
 /// Does the session already hold a part tagged with this decision?
@@ -312,7 +309,7 @@ fn turn_of(s: &Snapshot) -> TurnSettings {
 }
 
 fn tag(kind: &str, instance: &str, decision: &str) -> ShepherdTag {
-    ShepherdTag { kind: kind.to_string(), instance: instance.to_string(), decision: decision.to_string() }
+    ShepherdTag { kind: kind.to_string(), instance: instance.to_string(), decision: decision.to_string(), lease: None }
 }
 
 /// Aborts the turn and waits (bounded) until the session is idle.

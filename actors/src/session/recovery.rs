@@ -25,11 +25,12 @@ use std::sync::Arc;
 
 use crate::config::RecoveryConfig;
 use crate::event::Status;
+use crate::guard::Verdict;
 use crate::killpoint::{self, step};
 use crate::ledger::{Intent, IntentKind, IntentLog, IntentStep};
 use crate::ports::EngineError;
 use crate::session::core::{RecoveryOrder, RecoveryReport};
-use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder, ToolTextScan};
+use crate::session::delivery::{deliver, holding_lease, Delivery, Outbound, PromptKind, PromptOrder, ToolTextScan};
 use crate::session::prompt::{PromptFacts, TodoCounts};
 
 /// Runs one recovery. `stopping` is checked before the abort only.
@@ -59,10 +60,12 @@ pub async fn recover(
     if stopping.load(Ordering::SeqCst) {
         return RecoveryReport::Cancelled;
     }
-    // With instances sharing a store, only the lease holder aborts.
-    if let Err(holder) = out.guard.may_act(out.server, &order.session_id).await {
-        return RecoveryReport::NotOurs(holder);
-    }
+    // With instances sharing a store, only the lease holder aborts; it holds the lease
+    // (renewed) until its continue is sent, which goes out under the same lease.
+    let lease = match out.guard.may_act(out.server, &order.session_id).await {
+        Ok(lease) => lease,
+        Err(holder) => return RecoveryReport::NotOurs(holder),
+    };
     let mut intent = Intent {
         server: out.server.to_string(),
         session: order.session_id.clone(),
@@ -86,12 +89,45 @@ pub async fn recover(
     intent.step = IntentStep::Aborted;
     write_intent(intents, &intent).await;
     killpoint::reached(step::RECOVER_AFTER_ABORT);
+    let out = Outbound { lease, ..out };
+    let waits = after_abort(out, cfg, order, &directory);
+    let (idle_after_ms, compacted) = match holding_lease(out, &order.session_id, lease, waits).await {
+        Ok(done) => done,
+        Err(holder) => {
+            // Another instance holds the session now: the continue is its to send (it
+            // sees the aborted turn); this instance's intent ends here.
+            end_intent(intents, &intent).await;
+            let reason = Verdict::NotOurs { holder }.reason().unwrap_or_default();
+            return RecoveryReport::ContinueDeclined { idle_after_ms: None, reason };
+        }
+    };
+    if !order.continue_after {
+        end_intent(intents, &intent).await;
+        return RecoveryReport::AbortedOnly { idle_after_ms };
+    }
+    let continue_order = continue_order(cfg, order, Some(directory));
+    let delivery = deliver(out, &continue_order).await;
+    if !matches!(&delivery, Delivery::Failed { error } if may_have_arrived(error)) {
+        end_intent(intents, &intent).await;
+    }
+    continue_report(delivery, idle_after_ms, compacted)
+}
 
+/// What follows the abort before the continue, while the lease is held: the wait until
+/// idle (`idle_after_ms`), the pause after it and, when a continue follows, the hard
+/// gate's compaction (its outcome).
+async fn after_abort(
+    out: Outbound<'_>,
+    cfg: &RecoveryConfig,
+    order: &RecoveryOrder,
+    directory: &str,
+) -> (Option<u64>, Option<Result<(), String>>) {
+    let engine = out.engine;
     let started = tokio::time::Instant::now();
     let idle_after_ms = loop {
         tokio::time::sleep(cfg.abort_poll_interval).await;
         let waited = started.elapsed();
-        match engine.status(&directory, &order.session_id).await {
+        match engine.status(directory, &order.session_id).await {
             Ok(None) => break Some(waited.as_millis() as u64),
             Ok(_) | Err(_) if waited >= cfg.abort_poll_max => break None,
             _ => {}
@@ -99,8 +135,7 @@ pub async fn recover(
     };
     tokio::time::sleep(cfg.wait_after_abort).await;
     if !order.continue_after {
-        end_intent(intents, &intent).await;
-        return RecoveryReport::AbortedOnly { idle_after_ms };
+        return (idle_after_ms, None);
     }
 
     // The hard gate: past `handoff.hard`, compact before continuing (bounded), and
@@ -115,12 +150,11 @@ pub async fn recover(
         }
         None => None,
     };
+    (idle_after_ms, compacted)
+}
 
-    let continue_order = continue_order(cfg, order, Some(directory));
-    let delivery = deliver(out, &continue_order).await;
-    if !matches!(&delivery, Delivery::Failed { error } if may_have_arrived(error)) {
-        end_intent(intents, &intent).await;
-    }
+/// The recovery's report once its continue was delivered (or not).
+fn continue_report(delivery: Delivery, idle_after_ms: Option<u64>, compacted: Option<Result<(), String>>) -> RecoveryReport {
     match delivery {
         Delivery::Sent { todos, waited_ms, tool_call_as_text, .. } => RecoveryReport::Continued {
             idle_after_ms,
@@ -170,7 +204,7 @@ pub fn continue_order(cfg: &RecoveryConfig, order: &RecoveryOrder, directory: Op
 /// A request that failed this way may still have reached OpenCode (a timeout, a
 /// connection lost after sending): only the session can say whether it did.
 pub fn may_have_arrived(error: &EngineError) -> bool {
-    matches!(error, EngineError::Unreachable(_))
+    matches!(error, EngineError::Unreachable(_) | EngineError::Unconfirmed(_))
 }
 
 /// Ledgers an intent before the step it announces. A failed write is logged and the

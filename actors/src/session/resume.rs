@@ -69,9 +69,12 @@ pub async fn resume(out: Outbound<'_>, intents: &dyn IntentLog, order: &ResumeOr
 async fn look_and_finish(out: Outbound<'_>, intents: &dyn IntentLog, order: &ResumeOrder) -> ResumeReport {
     let intent = &order.intent;
     let engine = out.engine;
-    if let Err(holder) = out.guard.may_act(out.server, &intent.session).await {
-        return ResumeReport::NotOurs(holder);
-    }
+    let lease = match out.guard.may_act(out.server, &intent.session).await {
+        Ok(lease) => lease,
+        Err(holder) => return ResumeReport::NotOurs(holder),
+    };
+    // The prompt, if one is sent, goes out under this lease (fenced right before it).
+    let out = Outbound { lease, ..out };
     let history = match engine.history(&intent.session, order.messages).await {
         Ok(h) => h,
         Err(EngineError::NotFound(_)) => return ResumeReport::Gone,
@@ -172,7 +175,7 @@ mod tests {
                 text: "text".into(),
                 synthetic: tag.is_some(),
                 ignored: false,
-                shepherd: tag.map(|d| ShepherdTag { kind: "continue".into(), instance: "i1".into(), decision: d.into() }),
+                shepherd: tag.map(|d| ShepherdTag { kind: "continue".into(), instance: "i1".into(), decision: d.into(), lease: None }),
             }],
         }
     }
