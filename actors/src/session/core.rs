@@ -1524,7 +1524,12 @@ impl SessionCore {
                 self.activity(now);
                 let (outcome, reason) = match report {
                     RecoveryReport::NotBusy => {
+                        // The turn ended unseen: what it ran or waited on ended with it
+                        // (as at an idle event), or a stale request would hold the stall
+                        // clock off through the next turn.
                         self.busy = RunState::Idle;
+                        self.running_tools = HashMap::new();
+                        self.waiting_on_person = HashSet::new();
                         (Outcome::Declined, "the status endpoint says the session is no longer busy".to_string())
                     }
                     RecoveryReport::StatusUnavailable(e) => {
@@ -2253,6 +2258,17 @@ mod tests {
         assert_eq!(actions(&effects), vec![Action::Recover]);
         assert_eq!(b.core.attempts(), 0);
         assert!(!b.core.is_busy());
+    }
+
+    #[test]
+    fn a_recovery_that_found_the_session_idle_forgets_what_the_turn_waited_on() {
+        let mut b = Bench::new();
+        b.busy(0);
+        assert!(recovers(&b.tick(180)));
+        b.feed(180, r#"{"type":"permission.asked","properties":{"id":"per_1","sessionID":"ses_A"}}"#);
+        b.core.on_recovery_finished(&RecoveryReport::NotBusy, b.at(181));
+        b.busy(200);
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(380)), "the next turn has its stall clock");
     }
 
     #[test]
