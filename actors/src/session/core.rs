@@ -723,6 +723,7 @@ impl SessionCore {
     fn on_orphan_deadline(&mut self, now: Now) -> Vec<Effect> {
         let due = self.family.as_mut().map(|f| f.take_due(now.mono)).unwrap_or_default();
         let mut out = Vec::new();
+        let mut continues = false;
         for child in due {
             if self.busy != RunState::Idle {
                 continue; // the parent moved on by itself
@@ -736,6 +737,10 @@ impl SessionCore {
                 "background subagent {child} ended with an error and no notice reached this parent within orphan_wait: continuing the parent"
             );
             out.push(self.record(Action::Recover, Outcome::Done, &reason, Numbers::default(), now));
+            continues = true;
+        }
+        if continues {
+            // One continue however many children it lost at once: one decision, one prompt.
             out.push(Effect::Prompt(self.continue_when_idle("orphan", now)));
         }
         out
@@ -2557,6 +2562,20 @@ mod tests {
         assert!(actions(&effects).contains(&Action::Recover));
         child_event(&mut b, 18_000, "ses_C", CHILD_IDLE);
         assert!(prompts(&b.tick_ms(40_000)).is_empty(), "once per child");
+    }
+
+    #[test]
+    fn a_parent_that_lost_two_background_children_at_once_is_continued_once() {
+        let mut b = bench_with_rules(rules());
+        b.turn_ms(0, "msg_1", "Started two background tasks.", "stop");
+        for child in ["ses_C", "ses_D"] {
+            child_event(&mut b, 100, child, CHILD_BUSY);
+            child_event(&mut b, 2000, child, CHILD_ABORTED);
+            child_event(&mut b, 2000, child, CHILD_IDLE);
+        }
+        let effects = b.tick_ms(17_000);
+        assert_eq!(prompts(&effects), vec![PromptKind::Continue], "{effects:?}");
+        assert_eq!(actions(&effects), vec![Action::Recover, Action::Recover], "each child is journalled");
     }
 
     #[test]
