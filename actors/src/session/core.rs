@@ -547,7 +547,15 @@ impl SessionCore {
         }];
         let mut out = out;
         if let Some(held) = self.held_prompt.take() {
-            out.push(Effect::Prompt(*held)); // the hard gate's prompt, compacted or not
+            if let Some(p) = self.pause {
+                // Paused during the compaction: not sent, as if skipped at delivery.
+                self.followup.on_delivered(held.kind, false);
+                let reason = format!("automation is paused ({})", p.as_str());
+                let numbers = Numbers { round: Some(held.facts.attempts), ..Numbers::default() };
+                out.push(self.record(action_of(held.kind), Outcome::Declined, &reason, numbers, now));
+            } else {
+                out.push(Effect::Prompt(*held)); // the hard gate's prompt, compacted or not
+            }
         } else if self.busy == RunState::Idle {
             // Follow-ups held back while compacting get their turn now.
             self.followup.on_idle_edge(now.mono, &self.todos, false, &self.cfg.nudge, &self.cfg.review);
@@ -2777,6 +2785,27 @@ mod tests {
         };
         let after = b.core.on_compaction_finished(&order, Err("timed out".into()), b.at_ms(9_000));
         assert_eq!(prompts(&after), vec![PromptKind::Nudge], "never stranded");
+    }
+
+    #[test]
+    fn a_prompt_held_behind_a_compaction_is_not_sent_if_the_person_aborted_meanwhile() {
+        let mut b = bench_with_rules(compaction_rules());
+        b.todos_ms(0, &["pending"]);
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        assistant_with_tokens(&mut b, 10, "msg_1", 110_000, 0); // 55%: past opportunistic
+        b.idle_ms(20);
+        let effects = b.tick_ms(5_000);
+        let Some(Effect::Compact(order)) = effects.iter().find(|e| matches!(e, Effect::Compact(_))).cloned() else {
+            panic!("the nudge waits behind a compaction: {effects:?}")
+        };
+        b.feed_ms(
+            5_100,
+            r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#,
+        );
+        let after = b.core.on_compaction_finished(&order, Err("aborted".into()), b.at_ms(5_200));
+        assert!(prompts(&after).is_empty(), "{after:?}");
+        assert_eq!(declined(&after), vec!["automation is paused (user_abort)".to_string()]);
     }
 
     #[test]
