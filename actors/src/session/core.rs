@@ -667,7 +667,9 @@ impl SessionCore {
             self.stall_deadline(),
             self.followup.deadline(),
             self.family.as_ref().and_then(|f| f.deadline()),
-            self.rollover.deadline(),
+            // The drain past `hard` ends in an abort: it waits while a person is asked
+            // or automation is paused.
+            self.rollover.deadline().filter(|_| self.waiting_on_person.is_empty() && self.pause.is_none()),
         ]
         .into_iter()
         .flatten()
@@ -853,7 +855,8 @@ impl SessionCore {
                 if self.busy != RunState::Idle {
                     let ours = self.recovering.is_some();
                     self.busy = RunState::Idle;
-                    let mut step = if ours { None } else { self.rollover.on_idle() };
+                    // Paused: no hand-off starts (it waits for the person to write).
+                    let mut step = if ours || self.pause.is_some() { None } else { self.rollover.on_idle() };
                     let note = step.take_if(|s| matches!(s, Step::SoftNote { .. }));
                     if let Some(start) = step {
                         // The hand-off goes first: no compaction, nudge or review now.
@@ -866,7 +869,8 @@ impl SessionCore {
                         }
                         // A compaction starting now makes the soft note moot (and a note
                         // stored during it would make OpenCode run a turn to answer it).
-                        if let Some(note) = note.filter(|_| !self.compaction_in_flight) {
+                        // Nor is a note for a paused session.
+                        if let Some(note) = note.filter(|_| !self.compaction_in_flight && self.pause.is_none()) {
                             out.extend(self.on_rollover_step(note, now));
                         }
                         self.followup.on_idle_edge(now.mono, &self.todos, ours, &self.cfg.nudge, &self.cfg.review);
@@ -1040,6 +1044,9 @@ impl SessionCore {
         if self.recovering.is_some() {
             return;
         }
+        if self.rollover.interrupted().is_some_and(|(_, abort_first)| abort_first) {
+            return; // the hand-off under way aborted the turn itself
+        }
         if let Some((ended, aborted)) = &self.recovery_ended {
             let trailing = now.mono.duration_since(*ended) <= self.cfg.recovery.abort_poll_max;
             let same_message = message_id.is_some() && message_id == aborted.as_deref();
@@ -1124,8 +1131,10 @@ impl SessionCore {
         let mut out: Vec<Effect> = decisions.into_iter().flat_map(|d| self.decision_effects(d, now)).collect();
         out.extend(self.on_orphan_deadline(now));
         out.extend(self.on_stall_deadline(now));
-        if let Some(step) = self.rollover.on_deadline(self.busy != RunState::Idle, now.mono) {
-            out.extend(self.on_rollover_step(step, now));
+        if self.waiting_on_person.is_empty() && self.pause.is_none() {
+            if let Some(step) = self.rollover.on_deadline(self.busy != RunState::Idle, now.mono) {
+                out.extend(self.on_rollover_step(step, now));
+            }
         }
         out
     }
@@ -2977,6 +2986,79 @@ mod tests {
         let orders = handoffs(&b.tick_ms(at));
         assert_eq!(orders.len(), 1);
         assert!(orders[0].abort_first, "the turn is still running: it is aborted first");
+    }
+
+    #[test]
+    fn the_abort_of_a_hand_off_is_not_taken_for_the_persons() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(1_000, &tokens_json("msg_1", 180_000)); // 90%, mid-turn: drain, then abort
+        let at = 1_000 + ms(b.core.cfg.handoff.drain);
+        assert!(handoffs(&b.tick_ms(at))[0].abort_first);
+        let aborted =
+            r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#;
+        assert!(b.feed_ms(at + 10, aborted).is_empty());
+        assert_eq!(b.core.pause(), None);
+    }
+
+    #[test]
+    fn the_drain_past_hard_does_not_abort_while_a_person_is_asked() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(10, &tokens_json("msg_1", 180_000)); // 90% mid-turn: drain, then abort
+        b.feed_ms(20, r#"{"type":"permission.asked","properties":{"id":"per_1","sessionID":"ses_A"}}"#);
+        let at = 10 + ms(b.core.cfg.handoff.drain);
+        assert_eq!(b.core.deadline(), None, "nothing to do until the person answers");
+        assert!(handoffs(&b.tick_ms(at)).is_empty());
+        b.feed_ms(at + 5, r#"{"type":"permission.replied","properties":{"requestID":"per_1","sessionID":"ses_A"}}"#);
+        assert!(handoffs(&b.tick_ms(at + 5))[0].abort_first, "then the drain is over");
+    }
+
+    #[test]
+    fn a_paused_session_past_hard_is_neither_aborted_nor_handed_off_until_the_person_writes() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(10, &tokens_json("msg_1", 180_000)); // 90% mid-turn: drain, then abort
+        b.feed_ms(
+            20,
+            r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#,
+        );
+        assert_eq!(b.core.deadline(), None);
+        assert!(handoffs(&b.tick_ms(10 + ms(b.core.cfg.handoff.drain))).is_empty());
+        assert!(handoffs(&b.idle_ms(200_000)).is_empty(), "not at the end of the turn either");
+        b.feed_ms(201_000, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_U","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
+        b.feed_ms(201_000, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pu","messageID":"msg_U","sessionID":"ses_A","type":"text","text":"go on"}}}"#);
+        b.busy(202);
+        assert_eq!(
+            handoffs(&b.idle_ms(203_000)).len(),
+            1,
+            "the person wrote: the hand-off goes at the end of the turn"
+        );
+    }
+
+    #[test]
+    fn a_soft_note_due_at_the_end_of_the_turn_is_not_sent_once_the_session_is_paused_or_handed_off() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(10, &tokens_json("msg_1", 152_000)); // 76% mid-turn: the note waits for idle
+        b.feed_ms(
+            20,
+            r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#,
+        );
+        assert_eq!(b.core.pause(), Some(Pause::UserAbort));
+        assert!(prompts(&b.idle_ms(30)).is_empty(), "paused: no note");
+
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(10, &tokens_json("msg_1", 180_000)); // 90% mid-turn: a note due, and a drain
+        let at = 10 + ms(b.core.cfg.handoff.drain);
+        assert_eq!(handoffs(&b.tick_ms(at)).len(), 1, "the hand-off starts");
+        assert!(prompts(&b.idle_ms(at + 10)).is_empty(), "no note during the hand-off");
     }
 
     #[test]
