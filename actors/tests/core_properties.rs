@@ -351,6 +351,12 @@ impl World {
     }
 
     fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        // Every step takes a millisecond at least. Decision ids are `session-kind-ms`, so
+        // one session deciding the same kind twice within one millisecond would repeat
+        // one; that takes two turns or a compaction in between, which take far longer,
+        // but a world where they take no time at all finds exactly that (a soft note,
+        // a compaction, the same reading again: all at one instant).
+        self.ms += 1;
         match op {
             Op::Status(run) => {
                 self.run = *run;
@@ -525,7 +531,6 @@ impl World {
             return Ok(());
         }
         let procedure = self.outstanding.remove(pick % self.outstanding.len());
-        self.ms += 1; // a procedure takes at least a round trip
         let now = self.now();
         let o = outcome as usize;
         let effects = match procedure {
