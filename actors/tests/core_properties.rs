@@ -143,6 +143,13 @@ enum Op {
         child: u8,
         news: ChildNews,
     },
+    /// After a reconnect: the server restarted under this message (the reconciliation's
+    /// finding, fed to `on_interrupted`).
+    Interrupted {
+        msg: u8,
+    },
+    /// A todo list read by REST after a reconnect.
+    TodosRefreshed(Vec<TodoStatus>),
     /// The clock moves on; `on_deadline` runs whenever the deadline comes (as the
     /// actor's timer does).
     Advance {
@@ -464,12 +471,7 @@ impl World {
                 part_id: "prt_text".into(),
             }),
             Op::Todos(statuses) => {
-                let todos = statuses
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| Todo { content: format!("t{i}"), status: *s, priority: None })
-                    .collect();
-                self.observe(Event::TodoUpdated { session_id: SESSION.into(), todos })
+                self.observe(Event::TodoUpdated { session_id: SESSION.into(), todos: todos(statuses) })
             }
             Op::Ask { id, question } => {
                 let id = format!("req_{id}");
@@ -511,6 +513,14 @@ impl World {
                     },
                 };
                 let effects = self.core.on_child_event(&child, &event, self.now());
+                self.take(effects)
+            }
+            Op::Interrupted { msg } => {
+                let effects = self.core.on_interrupted(&msg_id(*msg), self.now());
+                self.take(effects)
+            }
+            Op::TodosRefreshed(statuses) => {
+                let effects = self.core.on_todos_refreshed(todos(statuses), self.now());
                 self.take(effects)
             }
             Op::Advance { ms } => self.advance(*ms),
@@ -617,6 +627,10 @@ impl World {
     }
 }
 
+fn todos(statuses: &[TodoStatus]) -> Vec<Todo> {
+    statuses.iter().enumerate().map(|(i, s)| Todo { content: format!("t{i}"), status: *s, priority: None }).collect()
+}
+
 fn msg_id(n: u8) -> String {
     format!("msg_{n}")
 }
@@ -706,7 +720,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Compacted),
         1 => msg.clone().prop_map(|msg| Op::Tagged { msg }),
         2 => msg.prop_map(|msg| Op::Delta { msg }),
-        2 => vec(todo_status, 0..4).prop_map(Op::Todos),
+        2 => vec(todo_status.clone(), 0..4).prop_map(Op::Todos),
+        1 => vec(todo_status, 0..4).prop_map(Op::TodosRefreshed),
+        1 => (0..4u8).prop_map(|msg| Op::Interrupted { msg }),
         2 => (0..2u8, any::<bool>()).prop_map(|(id, question)| Op::Ask { id, question }),
         2 => (0..2u8, any::<bool>()).prop_map(|(id, rejected)| Op::Answer { id, rejected }),
         1 => failure.prop_map(Op::SessionError),
