@@ -155,8 +155,11 @@ enum Op {
     Advance {
         ms: u64,
     },
-    /// Straight to the next deadline, if any, and `on_deadline` there.
-    ToDeadline,
+    /// Straight to the next deadline, if any, and `on_deadline` there — or `late` ms
+    /// after it: a timer under load fires late, when later deadlines may be due too.
+    ToDeadline {
+        late: u64,
+    },
     /// An outstanding procedure reports (`pick` chooses which, `outcome` how it ended).
     Report {
         pick: u8,
@@ -524,9 +527,9 @@ impl World {
                 self.take(effects)
             }
             Op::Advance { ms } => self.advance(*ms),
-            Op::ToDeadline => match self.core.deadline() {
+            Op::ToDeadline { late } => match self.core.deadline() {
                 Some(d) => {
-                    self.ms = self.ms.max(d.duration_since(self.t0).as_millis() as u64);
+                    self.ms = self.ms.max(d.duration_since(self.t0).as_millis() as u64 + late);
                     self.fire()
                 }
                 None => Ok(()),
@@ -728,7 +731,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => failure.prop_map(Op::SessionError),
         2 => (0..2u8, news).prop_map(|(child, news)| Op::Child { child, news }),
         4 => advance.prop_map(|ms| Op::Advance { ms }),
-        4 => Just(Op::ToDeadline),
+        4 => prop::sample::select(&[0u64, 0, 0, 10, 1_000][..]).prop_map(|late| Op::ToDeadline { late }),
         8 => (any::<u8>(), any::<u8>()).prop_map(|(pick, outcome)| Op::Report { pick, outcome }),
     ]
 }
