@@ -282,7 +282,7 @@ impl World {
                 || matches!(e, Effect::HandOff(o) if o.abort_first && o.step == Phase::Persisting);
             // Never over a person: no abort while a permission or question waits.
             prop_assert!(
-                !(aborts && !self.asked.is_empty()),
+                !aborts || self.asked.is_empty(),
                 "an abort while {:?} wait(s) on the person: {e:?}",
                 self.asked
             );
@@ -291,7 +291,7 @@ impl World {
             // loop in the same decision, with no continue after it.
             if let Some(p) = paused {
                 let exempt = matches!(e, Effect::Recover(o) if !o.continue_after && p == Pause::GaveUp);
-                prop_assert!(!(aborts && !exempt), "an abort to a session paused ({p:?}): {e:?}");
+                prop_assert!(!aborts || exempt, "an abort to a session paused ({p:?}): {e:?}");
                 prop_assert!(!matches!(e, Effect::Prompt(_)), "a prompt to a session paused ({p:?}): {e:?}");
                 // Nor does a hand-off start (in `compact` mode it prompts this session).
                 let starts = matches!(e, Effect::HandOff(o) if o.step == Phase::Persisting);
@@ -546,6 +546,7 @@ impl World {
         let procedure = self.outstanding.remove(pick % self.outstanding.len());
         let now = self.now();
         let o = outcome as usize;
+        let even = o & 1 == 0;
         let effects = match procedure {
             Procedure::Recover(order) => {
                 let idle_after_ms = Some(20);
@@ -559,7 +560,7 @@ impl World {
                 ];
                 if order.continue_after {
                     let compacted =
-                        order.compact_first.as_ref().map(|_| if o % 2 == 0 { Ok(()) } else { Err("timed out".into()) });
+                        order.compact_first.as_ref().map(|_| if even { Ok(()) } else { Err("timed out".into()) });
                     reports.extend([
                         RecoveryReport::Continued {
                             idle_after_ms,
@@ -593,7 +594,7 @@ impl World {
                 self.core.on_prompt_finished(&order, &delivery, now)
             }
             Procedure::Compact(order) => {
-                let result = if o % 2 == 0 { Ok(()) } else { Err("not finished after compaction.max_wait".into()) };
+                let result = if even { Ok(()) } else { Err("not finished after compaction.max_wait".into()) };
                 self.core.on_compaction_finished(&order, result, now)
             }
             Procedure::HandOff(order) => {
@@ -601,9 +602,9 @@ impl World {
                 let report = match (order.step, o % 3) {
                     (_, 2) => failed,
                     (Phase::Persisting, _) => {
-                        StepReport::Persisted { reused: o % 2 == 1, readable: None, chars: 900, model_account: true }
+                        StepReport::Persisted { reused: !even, readable: None, chars: 900, model_account: true }
                     }
-                    (Phase::HandingOver, _) => StepReport::HandedOver { target: "ses_new".into(), created: o % 2 == 0 },
+                    (Phase::HandingOver, _) => StepReport::HandedOver { target: "ses_new".into(), created: even },
                     (Phase::Resuming, _) => StepReport::Resumed { target: "ses_new".into() },
                     _ => failed,
                 };

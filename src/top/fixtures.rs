@@ -42,7 +42,7 @@ fn session(id: &str, title: Option<&str>, change: impl FnOnce(&mut SessionDetail
 /// Six live sessions, one in each of the states a person watches for, on two servers
 /// (one of them disconnected).
 pub fn fleet_doc() -> StatusDocument {
-    let live = vec![
+    let live = [
         session("ses_stuck", Some("Refactor the storage layer"), |d| {
             d.busy = true;
             d.stall_timeout_ms = Some(180_000);
