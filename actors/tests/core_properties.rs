@@ -81,6 +81,8 @@ enum ChildNews {
     Idle,
     Failed,
     Delta,
+    /// A background child ending in an error: `Failed`, then `Idle`, at one moment.
+    FailedThenIdle,
 }
 
 /// One step of the world.
@@ -500,24 +502,11 @@ impl World {
                 Some(error) => self.observe(Event::SessionError { session_id: Some(SESSION.into()), error }),
                 None => Ok(()),
             },
-            Op::Child { child, news } => {
-                let child = format!("ses_c{child}");
-                let event = match news {
-                    ChildNews::Busy => Event::SessionStatus { session_id: child.clone(), status: Status::Busy },
-                    ChildNews::Idle => Event::SessionStatus { session_id: child.clone(), status: Status::Idle },
-                    ChildNews::Failed => Event::SessionError {
-                        session_id: Some(child.clone()),
-                        error: error_info(Failure::Api).expect("an error"),
-                    },
-                    ChildNews::Delta => Event::PartDelta {
-                        session_id: child.clone(),
-                        message_id: "msg_child".into(),
-                        part_id: "prt_child".into(),
-                    },
-                };
-                let effects = self.core.on_child_event(&child, &event, self.now());
-                self.take(effects)
+            Op::Child { child, news: ChildNews::FailedThenIdle } => {
+                self.step_child(*child, ChildNews::Failed)?;
+                self.step_child(*child, ChildNews::Idle)
             }
+            Op::Child { child, news } => self.step_child(*child, *news),
             Op::Interrupted { msg } => {
                 let effects = self.core.on_interrupted(&msg_id(*msg), self.now());
                 self.take(effects)
@@ -536,6 +525,28 @@ impl World {
             },
             Op::Report { pick, outcome } => self.report(*pick as usize, *outcome),
         }
+    }
+
+    /// One event of a child session, as the supervisor forwards it to the parent.
+    fn step_child(&mut self, child: u8, news: ChildNews) -> Result<(), TestCaseError> {
+        let child = format!("ses_c{child}");
+        let event = match news {
+            ChildNews::Busy => Event::SessionStatus { session_id: child.clone(), status: Status::Busy },
+            ChildNews::Idle | ChildNews::FailedThenIdle => {
+                Event::SessionStatus { session_id: child.clone(), status: Status::Idle }
+            }
+            ChildNews::Failed => Event::SessionError {
+                session_id: Some(child.clone()),
+                error: error_info(Failure::Api).expect("an error"),
+            },
+            ChildNews::Delta => Event::PartDelta {
+                session_id: child.clone(),
+                message_id: "msg_child".into(),
+                part_id: "prt_child".into(),
+            },
+        };
+        let effects = self.core.on_child_event(&child, &event, self.now());
+        self.take(effects)
     }
 
     /// One outstanding procedure reports, with an outcome it can have.
@@ -706,8 +717,13 @@ fn op() -> impl Strategy<Value = Op> {
         Just(TodoStatus::Completed),
         Just(TodoStatus::Cancelled)
     ];
-    let news =
-        prop_oneof![Just(ChildNews::Busy), Just(ChildNews::Idle), Just(ChildNews::Failed), Just(ChildNews::Delta)];
+    let news = prop_oneof![
+        Just(ChildNews::Busy),
+        Just(ChildNews::Idle),
+        Just(ChildNews::Failed),
+        Just(ChildNews::Delta),
+        Just(ChildNews::FailedThenIdle)
+    ];
     let advance = prop::sample::select(&[1u64, 400, 500, 5_000, 15_000, 60_000, 180_000, 600_000][..]);
     prop_oneof![
         6 => run.prop_map(Op::Status),
