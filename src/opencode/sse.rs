@@ -90,14 +90,21 @@ impl SseDecoder {
         dropped
     }
 
-    /// Buffers part of a line, up to the frame limit; a longer line marks the frame
-    /// oversized and is skipped to its end.
+    /// Buffers part of a line, up to the longest line a kept frame can have; a longer
+    /// line is skipped to its end and, if it is a `data` line, drops its frame. The same
+    /// as a line whole in one chunk: the bound is on the data, never on where the
+    /// chunks end.
     fn keep_partial(&mut self, part: &[u8]) {
+        /// `data: ` before the value and a `\r` after it do not count toward the bound.
+        const MAX_LINE_BYTES: usize = MAX_FRAME_BYTES + b"data: \r".len();
         if self.skipping_line {
             return;
         }
-        if self.line.len() + part.len() > MAX_FRAME_BYTES {
-            self.oversized = true;
+        if self.line.len() + part.len() > MAX_LINE_BYTES {
+            let head: Vec<u8> = self.line.iter().chain(part).take(5).copied().collect();
+            if head == b"data:" {
+                self.oversized = true;
+            }
             self.skipping_line = true;
             self.line = Vec::new();
         } else {
@@ -234,6 +241,21 @@ mod tests {
         }
         let f = d.push(b"\n\ndata: ok\n\n");
         assert_eq!((f.data, f.dropped), (vec!["ok".to_string()], 1));
+    }
+
+    #[test]
+    fn a_frame_of_exactly_the_limit_is_kept_when_split_too() {
+        // The buffer for a split line once counted `data: ` against the data's bound:
+        // such a frame was kept whole in one chunk and dropped when split.
+        let mut stream = b"data: ".to_vec();
+        stream.resize(6 + MAX_FRAME_BYTES, b'x');
+        stream.extend_from_slice(b"\r\n\r\n");
+        let (head, tail) = stream.split_at(1 << 20);
+        let mut d = SseDecoder::new();
+        assert_eq!(d.push(head), Frames::default());
+        let f = d.push(tail);
+        assert_eq!((f.data.len(), f.dropped), (1, 0));
+        assert_eq!(f.data[0].len(), MAX_FRAME_BYTES);
     }
 
     #[test]

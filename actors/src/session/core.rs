@@ -638,7 +638,15 @@ impl SessionCore {
         }];
         let mut out = out;
         if let Some(held) = self.held_prompt.take() {
-            out.push(Effect::Prompt(*held)); // the hard gate's prompt, compacted or not
+            if let Some(p) = self.pause {
+                // Paused during the compaction: not sent, as if skipped at delivery.
+                self.followup.on_delivered(held.kind, Delivered::NotSent);
+                let reason = format!("automation is paused ({})", p.as_str());
+                let numbers = Numbers { round: Some(held.facts.attempts), ..Numbers::default() };
+                out.push(self.record(action_of(held.kind), Outcome::Declined, &reason, numbers, now));
+            } else {
+                out.push(Effect::Prompt(*held)); // the hard gate's prompt, compacted or not
+            }
         } else if self.busy == RunState::Idle {
             // Follow-ups held back while compacting get their turn now.
             self.followup.on_idle_edge(now.mono, &self.todos, false, &self.cfg.nudge, &self.cfg.review);
@@ -759,7 +767,9 @@ impl SessionCore {
             self.stall_deadline(),
             self.followup.deadline().filter(|_| watched),
             self.family.as_ref().and_then(|f| f.deadline()).filter(|_| watched),
-            self.rollover.deadline(),
+            // The drain past `hard` ends in an abort: it waits while a person is asked
+            // or automation is paused.
+            self.rollover.deadline().filter(|_| self.waiting_on_person.is_empty() && self.pause.is_none()),
             self.verify_at,
             self.outage.as_ref().and_then(|o| o.deadline()).filter(|_| watched),
         ]
@@ -826,6 +836,7 @@ impl SessionCore {
     fn on_orphan_deadline(&mut self, now: Now) -> Vec<Effect> {
         let due = self.family.as_mut().map(|f| f.take_due(now.mono)).unwrap_or_default();
         let mut out = Vec::new();
+        let mut continues = false;
         for child in due {
             if self.busy != RunState::Idle {
                 continue; // the parent moved on by itself
@@ -839,6 +850,10 @@ impl SessionCore {
                 "background subagent {child} ended with an error and no notice reached this parent within orphan_wait: continuing the parent"
             );
             out.push(self.record(Action::Recover, Outcome::Done, &reason, Numbers::default(), now));
+            continues = true;
+        }
+        if continues {
+            // One continue however many children it lost at once: one decision, one prompt.
             out.push(Effect::Prompt(self.continue_when_idle("orphan", now)));
         }
         out
@@ -962,7 +977,8 @@ impl SessionCore {
                     // OpenCode's own compaction ends with the turn (also when our abort
                     // ended it: its bound must not outlive it into the next turn).
                     self.compacting = None;
-                    let mut step = if ours { None } else { self.rollover.on_idle() };
+                    // Paused: no hand-off starts (it waits for the person to write).
+                    let mut step = if ours || self.pause.is_some() { None } else { self.rollover.on_idle() };
                     let note = step.take_if(|s| matches!(s, Step::SoftNote { .. }));
                     if let Some(start) = step {
                         // The hand-off goes first: no compaction, nudge or review now.
@@ -973,7 +989,8 @@ impl SessionCore {
                         }
                         // A compaction starting now makes the soft note moot (and a note
                         // stored during it would make OpenCode run a turn to answer it).
-                        if let Some(note) = note.filter(|_| !self.compaction_in_flight) {
+                        // Nor is a note for a paused session.
+                        if let Some(note) = note.filter(|_| !self.compaction_in_flight && self.pause.is_none()) {
                             out.extend(self.on_rollover_step(note, now));
                         }
                         self.followup.on_idle_edge(now.mono, &self.todos, ours, &self.cfg.nudge, &self.cfg.review);
@@ -1164,6 +1181,9 @@ impl SessionCore {
         if self.recovering.is_some() || self.verify_at.is_some() {
             return; // ours: under way, or an abort whose answer was lost
         }
+        if self.rollover.interrupted().is_some_and(|(_, abort_first)| abort_first) {
+            return; // the hand-off under way aborted the turn itself
+        }
         if let Some((ended, aborted)) = &self.recovery_ended {
             let trailing = now.mono.duration_since(*ended) <= self.cfg.recovery.abort_poll_max;
             let same_message = message_id.is_some() && message_id == aborted.as_deref();
@@ -1239,8 +1259,12 @@ impl SessionCore {
         if !self.blind {
             out.extend(self.on_watched_deadlines(now));
         }
-        if let Some(step) = self.rollover.on_deadline(self.busy != RunState::Idle, now.mono) {
-            out.extend(self.on_rollover_step(step, now));
+        // The drain past `hard` ends in an abort: it waits while a person is asked or
+        // automation is paused.
+        if self.waiting_on_person.is_empty() && self.pause.is_none() {
+            if let Some(step) = self.rollover.on_deadline(self.busy != RunState::Idle, now.mono) {
+                out.extend(self.on_rollover_step(step, now));
+            }
         }
         if self.verify_at.is_some_and(|at| at <= now.mono) {
             self.verify_at = None;
@@ -1725,7 +1749,12 @@ impl SessionCore {
                         (Outcome::Declined, "the status endpoint says the session is not busy, but the event stream is down: the reconciliation will tell".to_string())
                     }
                     RecoveryReport::NotBusy => {
+                        // The turn ended unseen: what it ran or waited on ended with it
+                        // (as at an idle event), or a stale request would hold the stall
+                        // clock off through the next turn.
                         self.busy = RunState::Idle;
+                        self.running_tools = HashMap::new();
+                        self.waiting_on_person = HashSet::new();
                         (Outcome::Declined, "the status endpoint says the session is no longer busy".to_string())
                     }
                     RecoveryReport::StatusUnavailable(e) => {
@@ -2662,6 +2691,17 @@ mod tests {
     }
 
     #[test]
+    fn a_recovery_that_found_the_session_idle_forgets_what_the_turn_waited_on() {
+        let mut b = Bench::new();
+        b.busy(0);
+        assert!(recovers(&b.tick(180)));
+        b.feed(180, r#"{"type":"permission.asked","properties":{"id":"per_1","sessionID":"ses_A"}}"#);
+        b.core.on_recovery_finished(&RecoveryReport::NotBusy, b.at(181));
+        b.busy(200);
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(380)), "the next turn has its stall clock");
+    }
+
+    #[test]
     fn todos_are_tracked_and_cancelled_counts_as_done() {
         let mut b = Bench::new();
         b.feed(0, r#"{"type":"todo.updated","properties":{"sessionID":"ses_A","todos":[{"content":"a","status":"cancelled","priority":"high"},{"content":"b","status":"in_progress","priority":"low"}]}}"#);
@@ -2979,6 +3019,20 @@ mod tests {
     }
 
     #[test]
+    fn a_parent_that_lost_two_background_children_at_once_is_continued_once() {
+        let mut b = bench_with_rules(rules());
+        b.turn_ms(0, "msg_1", "Started two background tasks.", "stop");
+        for child in ["ses_C", "ses_D"] {
+            child_event(&mut b, 100, child, CHILD_BUSY);
+            child_event(&mut b, 2000, child, CHILD_ABORTED);
+            child_event(&mut b, 2000, child, CHILD_IDLE);
+        }
+        let effects = b.tick_ms(17_000);
+        assert_eq!(prompts(&effects), vec![PromptKind::Continue], "{effects:?}");
+        assert_eq!(actions(&effects), vec![Action::Recover, Action::Recover], "each child is journalled");
+    }
+
+    #[test]
     fn a_task_notice_reaching_the_parent_means_it_is_not_orphaned() {
         let mut b = bench_with_rules(rules());
         b.turn_ms(0, "msg_1", "Started.", "stop");
@@ -3246,6 +3300,27 @@ mod tests {
     }
 
     #[test]
+    fn a_prompt_held_behind_a_compaction_is_not_sent_if_the_person_aborted_meanwhile() {
+        let mut b = bench_with_rules(compaction_rules());
+        b.todos_ms(0, &["pending"]);
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        assistant_with_tokens(&mut b, 10, "msg_1", 110_000, 0); // 55%: past opportunistic
+        b.idle_ms(20);
+        let effects = b.tick_ms(5_000);
+        let Some(Effect::Compact(order)) = effects.iter().find(|e| matches!(e, Effect::Compact(_))).cloned() else {
+            panic!("the nudge waits behind a compaction: {effects:?}")
+        };
+        b.feed_ms(
+            5_100,
+            r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#,
+        );
+        let after = b.core.on_compaction_finished(&order, Err("aborted".into()), b.at_ms(5_200));
+        assert!(prompts(&after).is_empty(), "{after:?}");
+        assert_eq!(declined(&after), vec!["automation is paused (user_abort)".to_string()]);
+    }
+
+    #[test]
     fn past_the_hard_threshold_a_stall_recovery_compacts_between_abort_and_continue() {
         let mut b = bench_with_rules(rules());
         b.busy(0);
@@ -3414,6 +3489,79 @@ mod tests {
         let orders = handoffs(&b.tick_ms(at));
         assert_eq!(orders.len(), 1);
         assert!(orders[0].abort_first, "the turn is still running: it is aborted first");
+    }
+
+    #[test]
+    fn the_abort_of_a_hand_off_is_not_taken_for_the_persons() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(1_000, &tokens_json("msg_1", 180_000)); // 90%, mid-turn: drain, then abort
+        let at = 1_000 + ms(b.core.cfg.handoff.drain);
+        assert!(handoffs(&b.tick_ms(at))[0].abort_first);
+        let aborted =
+            r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#;
+        assert!(b.feed_ms(at + 10, aborted).is_empty());
+        assert_eq!(b.core.pause(), None);
+    }
+
+    #[test]
+    fn the_drain_past_hard_does_not_abort_while_a_person_is_asked() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(10, &tokens_json("msg_1", 180_000)); // 90% mid-turn: drain, then abort
+        b.feed_ms(20, r#"{"type":"permission.asked","properties":{"id":"per_1","sessionID":"ses_A"}}"#);
+        let at = 10 + ms(b.core.cfg.handoff.drain);
+        assert_eq!(b.core.deadline(), None, "nothing to do until the person answers");
+        assert!(handoffs(&b.tick_ms(at)).is_empty());
+        b.feed_ms(at + 5, r#"{"type":"permission.replied","properties":{"requestID":"per_1","sessionID":"ses_A"}}"#);
+        assert!(handoffs(&b.tick_ms(at + 5))[0].abort_first, "then the drain is over");
+    }
+
+    #[test]
+    fn a_paused_session_past_hard_is_neither_aborted_nor_handed_off_until_the_person_writes() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(10, &tokens_json("msg_1", 180_000)); // 90% mid-turn: drain, then abort
+        b.feed_ms(
+            20,
+            r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#,
+        );
+        assert_eq!(b.core.deadline(), None);
+        assert!(handoffs(&b.tick_ms(10 + ms(b.core.cfg.handoff.drain))).is_empty());
+        assert!(handoffs(&b.idle_ms(200_000)).is_empty(), "not at the end of the turn either");
+        b.feed_ms(201_000, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_U","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
+        b.feed_ms(201_000, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pu","messageID":"msg_U","sessionID":"ses_A","type":"text","text":"go on"}}}"#);
+        b.busy(202);
+        assert_eq!(
+            handoffs(&b.idle_ms(203_000)).len(),
+            1,
+            "the person wrote: the hand-off goes at the end of the turn"
+        );
+    }
+
+    #[test]
+    fn a_soft_note_due_at_the_end_of_the_turn_is_not_sent_once_the_session_is_paused_or_handed_off() {
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(10, &tokens_json("msg_1", 152_000)); // 76% mid-turn: the note waits for idle
+        b.feed_ms(
+            20,
+            r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#,
+        );
+        assert_eq!(b.core.pause(), Some(Pause::UserAbort));
+        assert!(prompts(&b.idle_ms(30)).is_empty(), "paused: no note");
+
+        let mut b = bench_with_rules(rules());
+        b.busy(0);
+        b.core.set_window(Some(200_000));
+        b.feed_ms(10, &tokens_json("msg_1", 180_000)); // 90% mid-turn: a note due, and a drain
+        let at = 10 + ms(b.core.cfg.handoff.drain);
+        assert_eq!(handoffs(&b.tick_ms(at)).len(), 1, "the hand-off starts");
+        assert!(prompts(&b.idle_ms(at + 10)).is_empty(), "no note during the hand-off");
     }
 
     #[test]

@@ -268,6 +268,7 @@ impl Rollover {
     /// stored snapshot is resumed).
     pub fn begin(&mut self, id: String, mode: HandoffMode, phase: Phase, abort_first: bool, reason: &str, now_ms: i64) {
         self.phase = phase;
+        self.note_due = None; // the hand-off itself is under way: a note is moot
         let run = self.run_mut();
         run.mode = Some(mode);
         run.id = Some(id);

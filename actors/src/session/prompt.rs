@@ -88,26 +88,46 @@ fn status_word(s: TodoStatus) -> &'static str {
 }
 
 /// Replaces each `{name}` with its value, in one pass (values are never re-expanded).
+///
+/// Linear in the template's length whatever its braces: each byte is looked at once
+/// (a template is configuration, and `{`-heavy text such as JSON examples must not cost
+/// quadratic time). A `{` opens a candidate name that ends at the next `}`; another `{`
+/// before that `}` means the first one was a literal brace, and the scan goes on from
+/// the second (names never contain braces). Only a candidate that closes is looked up.
 pub fn fill(template: &str, vars: &[(&str, String)]) -> String {
     let mut out = String::with_capacity(template.len() + 64);
-    let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        out.push_str(&rest[..open]);
-        let after = &rest[open + 1..];
-        match after.find('}').map(|close| (&after[..close], close)) {
-            Some((name, close)) if vars.iter().any(|(n, _)| *n == name) => {
-                let (_, value) = vars.iter().find(|(n, _)| *n == name).expect("checked above");
-                out.push_str(value);
-                rest = &after[close + 1..];
+    fill_counted(template, vars, &mut out);
+    out
+}
+
+/// [`fill`] into `out`; returns the work done — bytes scanned (each once) plus name
+/// bytes compared in look-ups (a candidate's bytes once per variable at most) — so a
+/// test can check it is linear without timing anything.
+fn fill_counted(template: &str, vars: &[(&str, String)], out: &mut String) -> usize {
+    let bytes = template.as_bytes();
+    let mut examined = 0;
+    // `copied..` is not yet in `out`; `open` is the `{` of the candidate being read.
+    let (mut copied, mut open) = (0, None);
+    for (i, &b) in bytes.iter().enumerate() {
+        examined += 1;
+        match (b, open) {
+            (b'{', _) => open = Some(i),
+            (b'}', Some(start)) => {
+                // `{` and `}` are ASCII, so both ends are char boundaries.
+                let name = &template[start + 1..i];
+                examined += name.len() * vars.len();
+                if let Some((_, value)) = vars.iter().find(|(n, _)| *n == name) {
+                    out.push_str(&template[copied..start]);
+                    out.push_str(value);
+                    copied = i + 1;
+                }
+                open = None;
             }
-            _ => {
-                out.push('{');
-                rest = after;
-            }
+            _ => {}
         }
     }
-    out.push_str(rest);
-    out
+    out.push_str(&template[copied..]);
+    examined
 }
 
 #[cfg(test)]
@@ -152,5 +172,28 @@ mod tests {
     #[test]
     fn unknown_braces_are_left_alone() {
         assert_eq!(fill("{a} {json: 1} {b", &[("a", "x".into())]), "x {json: 1} {b");
+        assert_eq!(fill("{{a}} {x{a}", &[("a", "1".into())]), "{1} {x1");
+        assert_eq!(fill("{a}{a}}{", &[("a", "é".into())]), "éé}{");
+    }
+
+    /// The complaint was quadratic time on `{`-heavy text (each `{` searched the rest of
+    /// the template for its `}`): the scan now examines each byte once, counted here
+    /// rather than timed.
+    #[test]
+    fn filling_is_linear_in_the_template_whatever_the_braces() {
+        let vars = [("pending", "3".to_string()), ("total", "4".to_string())];
+        for n in [1_000, 10_000, 100_000] {
+            for template in [
+                "{".repeat(n),
+                "{x".repeat(n / 2),
+                "{pending}{".repeat(n / 10),
+                "}{".repeat(n / 2),
+                "{a}".repeat(n / 3),
+            ] {
+                let mut out = String::new();
+                let work = fill_counted(&template, &vars, &mut out);
+                assert!(work <= template.len() * (1 + vars.len()), "{n}: {work} for {} bytes", template.len());
+            }
+        }
     }
 }

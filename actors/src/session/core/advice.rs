@@ -87,6 +87,18 @@ impl SessionCore {
             }
             (About::Nudge, _) => {
                 let mut out = vec![self.record(Action::Advise, Outcome::Done, &reason, numbers, now)];
+                if let Some(p) = self.pause {
+                    // Paused while the advisor was asked: not sent, as if skipped at delivery.
+                    self.followup.on_delivered(PromptKind::Nudge, crate::session::followup::Delivered::NotSent);
+                    let numbers = Numbers {
+                        round: Some(request.round),
+                        open_todos: Some(self.open_todos()),
+                        ..Numbers::default()
+                    };
+                    let why = format!("automation is paused ({})", p.as_str());
+                    out.push(self.record(Action::Nudge, Outcome::Declined, &why, numbers, now));
+                    return out;
+                }
                 let send = Decision::Send { kind: PromptKind::Nudge, round: request.round };
                 out.extend(self.decision_effects_advised(send, now));
                 out
@@ -319,6 +331,28 @@ mod nudge_tests {
             "the retry is sent without asking again (and the skip did not count against the cooldown): {out:?}"
         );
         assert!(!out.iter().any(|e| matches!(e, Effect::Advise(_))), "{out:?}");
+    }
+
+    #[test]
+    fn a_nudge_is_not_sent_when_the_person_aborted_while_the_advisor_was_asked() {
+        let (mut core, t0) = core_with_todos();
+        let (req, now) = nudge_consultation(&mut core, t0);
+        let abort =
+            r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"MessageAbortedError"}}}"#;
+        core.observe(&decode(abort).expect("test event").event, now);
+        let out = core.on_advice(&req, &answer(AdviceAction::Continue, 0.9), now);
+        assert!(!out.iter().any(|e| matches!(e, Effect::Prompt(_) | Effect::Compact(_))), "{out:?}");
+        let declined = out
+            .iter()
+            .find_map(|e| match e {
+                Effect::Record(r) if r.action == Action::Nudge => Some(r),
+                _ => None,
+            })
+            .expect("the nudge's decline is journalled");
+        assert_eq!(
+            (declined.outcome, declined.reason.as_str()),
+            (Outcome::Declined, "automation is paused (user_abort)")
+        );
     }
 
     #[test]
