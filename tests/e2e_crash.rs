@@ -275,3 +275,63 @@ async fn killed_after_the_continuation_was_delivered() -> anyhow::Result<()> {
 async fn killed_after_the_resume_prompt_was_sent() -> anyhow::Result<()> {
     crash_during_a_hand_off_hands_off_once(step::HANDOFF_AFTER_RESUMING).await
 }
+
+/// Killed while its own compaction runs (the summary call hangs): restarted, Shepherd
+/// finds the session busy and silent, and recovers it once — the session is not left
+/// compacting forever, and gets exactly one continue.
+#[actix::test]
+async fn killed_in_the_middle_of_its_own_compaction() -> anyhow::Result<()> {
+    use shepherd::testbed::fake_model::Behaviour;
+    let dir = TempDir::new()?;
+    let (mut rig, cfg) = rig_and_config(&dir, |c| {
+        c.nudge.enabled = false;
+        c.review.enabled = false;
+        c.handoff.enabled = false;
+        c.recovery.continue_message = "[[fake:ok]] Please continue.".into();
+        c.recovery.continue_with_todos_message = "[[fake:ok]] Please continue with {pending} todos.".into();
+    })
+    .await?;
+    let file = dir.path().join("shepherd.toml");
+    let mut first = Shepherd::start(&file, None)?;
+    first.wait_log("reconciled", |v| v["message"].as_str().is_some_and(|m| m.starts_with("reconciled"))).await?;
+    let id = rig.client.create_session(Some("killed mid-compaction")).await?;
+    // The summary call Shepherd's compaction makes sends two chunks, then nothing.
+    rig.fake.set_helper_behaviour(Some(Behaviour::Stall(None)));
+    // 145k of 200k: past compaction.proactive (0.7) at the end of the turn.
+    rig.client.prompt_async(&id, "[[fake:todo:create]] [[fake:bigusage:145000]] read everything", None, None, false).await?;
+    let asked = rig.fake.wait_for_requests(PATIENCE, |log| log.iter().any(|r| r.marker() == "helper:stall")).await;
+    assert!(asked, "the summary was asked for: {:?}", rig.fake.requests().iter().map(|r| r.marker()).collect::<Vec<_>>());
+    rig.fake.set_helper_behaviour(None);
+    if let Some(pid) = first.child.id() {
+        // SAFETY: `kill` with a child's pid and a signal number has no memory effects.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
+    let _ = tokio::time::timeout(PATIENCE, first.child.wait()).await?;
+
+    let mut second = Shepherd::start(&file, None)?;
+    let result = async {
+        let cont = second
+            .wait_log("a continue sent", |v| is_action(v, &id, "continue") && v["outcome"] == "done")
+            .await?;
+        let finished = wait_until("the continued turn to finish", PATIENCE, || async {
+            let msgs = rig.client.messages(&id).await?;
+            let done = msgs.last().is_some_and(|m| m.role() == "assistant" && m.finish() == Some("stop"));
+            anyhow::Ok(done.then_some(msgs))
+        })
+        .await?;
+        assert_eq!(tagged(&finished, "continue").len(), 1, "exactly one continue");
+        tokio::time::sleep(cfg.recovery.stall_timeout + Duration::from_secs(1)).await;
+        assert_eq!(tagged(&rig.client.messages(&id).await?, "continue").len(), 1, "still one");
+        assert!(!rig.client.is_busy(&id).await?, "not left compacting");
+        anyhow::Ok(cont)
+    }
+    .await;
+    if result.is_err() {
+        for v in second.seen.iter().filter(|v| v["target"] == "shepherd::action" || v["level"] == "WARN") {
+            eprintln!("second shepherd: {v}");
+        }
+    }
+    second.stop().await;
+    rig.opencode.stop().await;
+    result.map(drop)
+}

@@ -144,7 +144,7 @@ fn every_change_of_the_durable_state_moves_the_generation() {
                         | Effect::Stop
                         | Effect::HandOff(_)
                         | Effect::Advise(_)
-                        | Effect::Resume(_)
+                        | Effect::Finish(_)
                         | Effect::FindIntents
                         | Effect::Breaker(_) => Vec::new(),
                     });

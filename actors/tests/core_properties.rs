@@ -308,7 +308,7 @@ impl World {
             Effect::Advise(r) => Some(Procedure::Advise(r)),
             // The ledger's intents (none in this world) and the provider breaker (its
             // permit only gates an idle session's resume) are not procedures with a report.
-            Effect::Record(_) | Effect::Stop | Effect::Resume(_) | Effect::FindIntents | Effect::Breaker(_) => None,
+            Effect::Record(_) | Effect::Stop | Effect::Finish(_) | Effect::FindIntents | Effect::Breaker(_) => None,
         }));
         self.check_never_stranded()
     }

@@ -24,7 +24,7 @@ use crate::session::core::{BreakerCall, CompactOrder, Effect, Now, RecoveryOrder
 use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
 use crate::session::handover::{run_step, HandoffOrder, Tools};
 use crate::session::recovery::{end_intent, may_have_arrived, recover, write_intent, InFlight};
-use crate::session::resume::{resume, ResumeOrder};
+use crate::session::unfinished::{finish, FinishOrder};
 
 /// What every session actor of one server shares (one `Arc` for all of them).
 pub struct SessionEnv {
@@ -189,7 +189,7 @@ impl SessionActor {
                 Effect::Compact(order) => self.start_compaction(order, ctx),
                 Effect::HandOff(order) => self.start_handoff_step(order, ctx),
                 Effect::Advise(request) => self.start_consultation(request, ctx),
-                Effect::Resume(order) => self.start_resume(order, ctx),
+                Effect::Finish(order) => self.start_finish(order, ctx),
                 Effect::FindIntents => self.find_open_intents(ctx),
                 Effect::Breaker(call) => self.call_breaker(call, ctx),
                 Effect::Stop => ctx.stop(),
@@ -333,20 +333,20 @@ impl SessionActor {
     }
 
     /// Finishes actions a crash left open (their intents), reading the session first.
-    fn start_resume(&mut self, order: ResumeOrder, ctx: &mut Context<Self>) {
+    fn start_finish(&mut self, order: FinishOrder, ctx: &mut Context<Self>) {
         let env = self.env.clone();
         let guard = env.in_flight.enter();
         let decision = order.intent.decision.clone();
         self.running.push(decision.clone());
         tracing::info!(server = %env.server, session = %order.intent.session, decision = %decision, kind = order.intent.kind.as_str(), step = order.intent.step.as_str(), "resuming an action left unfinished");
         let work = async move {
-            let report = resume(env.outbound(), env.ledger.as_ref(), &order).await;
+            let report = finish(env.outbound(), env.ledger.as_ref(), &order).await;
             drop(guard);
             (order, report)
         };
         ctx.spawn(work.into_actor(self).map(move |(order, report), act, ctx| {
             act.running.retain(|d| *d != decision);
-            let effects = act.core.on_resume_finished(&order, &report, act.env.now());
+            let effects = act.core.on_unfinished_done(&order, &report, act.env.now());
             act.apply(effects, ctx);
         }));
     }

@@ -52,7 +52,7 @@ use crate::session::loops::{ContinueHistory, SpinVerdict, ToolSpin};
 use crate::session::outage::{classify, ErrorClass, Outage};
 use crate::session::planning::Planning;
 use crate::session::prompt::PromptFacts;
-use crate::session::resume::{ResumeOrder, ResumeReport};
+use crate::session::unfinished::{FinishOrder, FinishReport};
 use crate::session::textual_tool_call::TextualToolCall;
 
 /// A moment, in both of the clocks the core compares with.
@@ -79,8 +79,8 @@ pub enum Effect {
     /// Ask the advisor; its answer goes to [`SessionCore::on_advice`].
     Advise(AdviceRequest),
     /// Finish an action a crash left open (its intent); the report goes to
-    /// [`SessionCore::on_resume_finished`].
-    Resume(ResumeOrder),
+    /// [`SessionCore::on_unfinished_done`].
+    Finish(FinishOrder),
     /// Read this session's open intents from the ledger and hand them to
     /// [`SessionCore::on_open_intents`] (a request that may have arrived is verified).
     FindIntents,
@@ -1868,7 +1868,7 @@ impl SessionCore {
                 self.recovering = Some(Recovering { aborted_message: None, escalation: None });
             }
             self.resuming.push(intent.decision.clone());
-            out.push(Effect::Resume(ResumeOrder { intent, prompt, messages: self.cfg.recovery.verify_messages }));
+            out.push(Effect::Finish(FinishOrder { intent, prompt, messages: self.cfg.recovery.verify_messages }));
         }
         out
     }
@@ -1899,7 +1899,7 @@ impl SessionCore {
 
     /// A resumed intent finished: one record saying what the session showed and what
     /// was done about it.
-    pub fn on_resume_finished(&mut self, order: &ResumeOrder, report: &ResumeReport, now: Now) -> Vec<Effect> {
+    pub fn on_unfinished_done(&mut self, order: &FinishOrder, report: &FinishReport, now: Now) -> Vec<Effect> {
         let intent = &order.intent;
         self.resuming.retain(|d| *d != intent.decision);
         if intent.kind == IntentKind::Recover {
@@ -1917,11 +1917,11 @@ impl SessionCore {
         let what = intent.kind.as_str();
         let step = intent.step.as_str();
         let (outcome, reason) = match report {
-            ResumeReport::Delivered => (
+            FinishReport::Delivered => (
                 Outcome::Done,
                 format!("unfinished {what} (step {step}): it is in the session already; not sent again"),
             ),
-            ResumeReport::Sent(delivery) => {
+            FinishReport::Sent(delivery) => {
                 let sent = matches!(delivery, Delivery::Sent { .. });
                 match intent.kind {
                     IntentKind::Recover | IntentKind::Continue if sent => self.continues.on_continue(now.mono),
@@ -1948,13 +1948,13 @@ impl SessionCore {
                     }
                 }
             }
-            ResumeReport::Moot(why) => (Outcome::Declined, format!("unfinished {what} (step {step}): moot, {why}")),
-            ResumeReport::Gone => (Outcome::Declined, format!("unfinished {what} (step {step}): moot, the session is gone")),
-            ResumeReport::NotOurs(holder) => (
+            FinishReport::Moot(why) => (Outcome::Declined, format!("unfinished {what} (step {step}): moot, {why}")),
+            FinishReport::Gone => (Outcome::Declined, format!("unfinished {what} (step {step}): moot, the session is gone")),
+            FinishReport::NotOurs(holder) => (
                 Outcome::Declined,
                 format!("unfinished {what} (step {step}): left to another Shepherd instance ({holder})"),
             ),
-            ResumeReport::Unreadable(e) => (
+            FinishReport::Unreadable(e) => (
                 Outcome::Failed,
                 format!("unfinished {what} (step {step}): could not read the session ({e}); kept for the next start or reconnect"),
             ),

@@ -8,7 +8,7 @@
 //! - [`question`]: does the agent's last reply ask the person something?
 //! - [`delivery`]: sending one prompt (fresh facts, render, tag, send).
 //! - [`recovery`]: the abort + continue procedure against the engine port.
-//! - [`resume`]: finishing an action a crash left open (the ledger's intent, checked
+//! - [`unfinished`]: finishing an action a crash left open (the ledger's intent, checked
 //!   against the session's own messages).
 //! - [`handoff`]: when to hand a filling session over to a fresh one (phases);
 //!   [`continuation`]: what the fresh session is given; [`handover`]: the steps.
@@ -32,7 +32,7 @@ pub mod planning;
 pub mod prompt;
 pub mod question;
 pub mod recovery;
-pub mod resume;
+pub mod unfinished;
 pub mod textual_tool_call;
 
 pub use actor::{Observe, SessionActor, SessionEnv};

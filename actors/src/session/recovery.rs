@@ -16,7 +16,7 @@
 //!
 //! Crash consistency: the [`Intent`] is ledgered before the abort and again once the
 //! abort was accepted, and removed when the continue's outcome is known. A crash in
-//! between leaves it for [`crate::session::resume`] to finish after the restart; so does
+//! between leaves it for [`crate::session::unfinished`] to finish after the restart; so does
 //! a request that failed in a way that may still have reached OpenCode (the intent is
 //! kept until the session itself shows what happened).
 

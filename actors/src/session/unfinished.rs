@@ -25,7 +25,7 @@ use crate::session::recovery::{end_intent, may_have_arrived, write_intent};
 
 /// An open intent to finish, with the prompt to send if it turns out to be missing.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ResumeOrder {
+pub struct FinishOrder {
     pub intent: Intent,
     /// Built by the core from what it knows now, under the intent's decision id; `None`:
     /// verify only (a person's prompt).
@@ -36,7 +36,7 @@ pub struct ResumeOrder {
 
 /// How the resumption ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ResumeReport {
+pub enum FinishReport {
     /// The session carries the prompt: it arrived before the crash.
     Delivered,
     /// The missing prompt was sent now (or the delivery says why not).
@@ -51,13 +51,13 @@ pub enum ResumeReport {
     Unreadable(EngineError),
 }
 
-/// Finishes one open intent. Never panics; every outcome is a [`ResumeReport`], and the
+/// Finishes one open intent. Never panics; every outcome is a [`FinishReport`], and the
 /// intent is closed unless the session could not be read or a send may have arrived.
-pub async fn resume(out: Outbound<'_>, intents: &dyn IntentLog, order: &ResumeOrder) -> ResumeReport {
+pub async fn finish(out: Outbound<'_>, intents: &dyn IntentLog, order: &FinishOrder) -> FinishReport {
     let report = look_and_finish(out, intents, order).await;
     let keep = match &report {
-        ResumeReport::Unreadable(_) => true,
-        ResumeReport::Sent(Delivery::Failed { error }) => may_have_arrived(error),
+        FinishReport::Unreadable(_) => true,
+        FinishReport::Sent(Delivery::Failed { error }) => may_have_arrived(error),
         _ => false,
     };
     if !keep {
@@ -66,48 +66,48 @@ pub async fn resume(out: Outbound<'_>, intents: &dyn IntentLog, order: &ResumeOr
     report
 }
 
-async fn look_and_finish(out: Outbound<'_>, intents: &dyn IntentLog, order: &ResumeOrder) -> ResumeReport {
+async fn look_and_finish(out: Outbound<'_>, intents: &dyn IntentLog, order: &FinishOrder) -> FinishReport {
     let intent = &order.intent;
     let engine = out.engine;
     let lease = match out.guard.may_act(out.server, &intent.session).await {
         Ok(lease) => lease,
-        Err(holder) => return ResumeReport::NotOurs(holder),
+        Err(holder) => return FinishReport::NotOurs(holder),
     };
     // The prompt, if one is sent, goes out under this lease (fenced right before it).
     let out = Outbound { lease, ..out };
     let history = match engine.history(&intent.session, order.messages).await {
         Ok(h) => h,
-        Err(EngineError::NotFound(_)) => return ResumeReport::Gone,
-        Err(e) => return ResumeReport::Unreadable(e),
+        Err(EngineError::NotFound(_)) => return FinishReport::Gone,
+        Err(e) => return FinishReport::Unreadable(e),
     };
     match what_happened(&history, intent) {
-        Seen::Delivered => return ResumeReport::Delivered,
-        Seen::MovedOn => return ResumeReport::Moot("the session did something of its own after the decision"),
+        Seen::Delivered => return FinishReport::Delivered,
+        Seen::MovedOn => return FinishReport::Moot("the session did something of its own after the decision"),
         Seen::Nothing { last_reply_aborted } => {
             if intent.kind == IntentKind::Recover && intent.step == IntentStep::Intended && !last_reply_aborted {
-                return ResumeReport::Moot("the abort never took effect (the last reply was not aborted)");
+                return FinishReport::Moot("the abort never took effect (the last reply was not aborted)");
             }
         }
     }
     let Some(prompt) = &order.prompt else {
-        return ResumeReport::Moot("a person's prompt that did not arrive is not sent again");
+        return FinishReport::Moot("a person's prompt that did not arrive is not sent again");
     };
     let directory = match &prompt.directory {
         Some(d) => d.clone(),
         None => match engine.session(&intent.session).await {
             Ok(info) => info.directory.unwrap_or_default(),
-            Err(EngineError::NotFound(_)) => return ResumeReport::Gone,
-            Err(e) => return ResumeReport::Unreadable(e),
+            Err(EngineError::NotFound(_)) => return FinishReport::Gone,
+            Err(e) => return FinishReport::Unreadable(e),
         },
     };
     match engine.status(&directory, &intent.session).await {
-        Ok(Some(Status::Busy | Status::Retry { .. })) => return ResumeReport::Moot("the session is busy again"),
+        Ok(Some(Status::Busy | Status::Retry { .. })) => return FinishReport::Moot("the session is busy again"),
         Ok(_) => {}
-        Err(e) => return ResumeReport::Unreadable(e),
+        Err(e) => return FinishReport::Unreadable(e),
     }
     let sending = Intent { step: IntentStep::Sending, ..intent.clone() };
     write_intent(intents, &sending).await;
-    ResumeReport::Sent(deliver(out, prompt).await)
+    FinishReport::Sent(deliver(out, prompt).await)
 }
 
 /// What the session's messages say about an intent.
