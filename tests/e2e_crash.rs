@@ -10,10 +10,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use shepherd::testbed::client::{wait_until, Message};
+use shepherd::testbed::client::wait_until;
 use shepherd_actors::config::{Config, ServerConfig};
 use shepherd_actors::killpoint::step;
-use support::{Rig, PATIENCE};
+use support::{fresh_sessions, tagged, Rig, PATIENCE};
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
@@ -86,16 +86,6 @@ fn is_action(v: &Value, session: &str, action: &str) -> bool {
     v["target"] == "shepherd::action" && v["session"] == session && v["action"] == action
 }
 
-/// The user messages of a session that carry Shepherd's tag of this kind.
-fn tagged(messages: &[Message], kind: &str) -> Vec<String> {
-    messages
-        .iter()
-        .filter(|m| m.role() == "user")
-        .filter(|m| m.parts.iter().any(|p| p.pointer("/metadata/shepherd/kind").and_then(Value::as_str) == Some(kind)))
-        .map(|m| m.id().to_string())
-        .collect()
-}
-
 /// The rig's OpenCode and fake model with its in-process daemon stopped, and a config
 /// file for `shepherd run` (fast timings, a SQLite ledger in `dir`), adjusted by `tweak`.
 async fn rig_and_config(dir: &TempDir, tweak: impl FnOnce(&mut Config)) -> anyhow::Result<(Rig, Config)> {
@@ -137,6 +127,31 @@ async fn kill_and_restart(
     Ok((id, Shepherd::start(&file, None)?))
 }
 
+/// The restarted Shepherd sends a continue (its record, returned), the turn it starts
+/// finishes, and the session holds exactly one continue — still one a stall timeout
+/// later, and idle: its work went on once.
+async fn one_continue_and_then_quiet(
+    rig: &Rig,
+    second: &mut Shepherd,
+    id: &str,
+    cfg: &Config,
+    crash: &str,
+) -> anyhow::Result<Value> {
+    let cont = second.wait_log("a continue sent", |v| is_action(v, id, "continue") && v["outcome"] == "done").await?;
+    let finished = wait_until("the continued turn to finish", PATIENCE, || async {
+        let msgs = rig.client.messages(id).await?;
+        let done = msgs.last().is_some_and(|m| m.role() == "assistant" && m.finish() == Some("stop"));
+        anyhow::Ok(done.then_some(msgs))
+    })
+    .await?;
+    assert_eq!(tagged(&finished, "continue").len(), 1, "exactly one continue after a crash ({crash})");
+    tokio::time::sleep(cfg.recovery.stall_timeout + Duration::from_secs(1)).await;
+    let later = rig.client.messages(id).await?;
+    assert_eq!(tagged(&later, "continue").len(), 1, "still one continue after a crash ({crash})");
+    assert!(!rig.client.is_busy(id).await?, "the session is idle, its work continued once ({crash})");
+    Ok(cont)
+}
+
 /// A stall, recovered by a Shepherd that dies at `kill_at` and is started again on the
 /// same ledger: the session gets exactly one continue and finishes its turn.
 async fn crash_during_a_recovery_loses_and_repeats_nothing(kill_at: &str) -> anyhow::Result<()> {
@@ -144,23 +159,7 @@ async fn crash_during_a_recovery_loses_and_repeats_nothing(kill_at: &str) -> any
     let (mut rig, cfg) = rig_and_config(&dir, |_| {}).await?;
     let (id, mut second) = kill_and_restart(&dir, &rig, kill_at, "[[fake:stall]] work on it").await?;
     let result = async {
-        let cont = second
-            .wait_log("a continue sent", |v| is_action(v, &id, "continue") && v["outcome"] == "done")
-            .await?;
-        // The turn the continue started finishes normally.
-        let finished = wait_until("the continued turn to finish", PATIENCE, || async {
-            let msgs = rig.client.messages(&id).await?;
-            let done = msgs.last().is_some_and(|m| m.role() == "assistant" && m.finish() == Some("stop"));
-            anyhow::Ok(done.then_some(msgs))
-        })
-        .await?;
-        assert_eq!(tagged(&finished, "continue").len(), 1, "exactly one continue after a crash at {kill_at}");
-        // Nothing more arrives: a second look a stall timeout later still sees one.
-        tokio::time::sleep(cfg.recovery.stall_timeout + Duration::from_secs(1)).await;
-        let later = rig.client.messages(&id).await?;
-        assert_eq!(tagged(&later, "continue").len(), 1, "still one continue after a crash at {kill_at}");
-        assert!(!rig.client.is_busy(&id).await?, "the session is idle, its work continued once");
-        anyhow::Ok(cont)
+        one_continue_and_then_quiet(&rig, &mut second, &id, &cfg, kill_at).await
     }
     .await;
     let moot = second.seen.iter().any(|v| {
@@ -199,18 +198,6 @@ async fn killed_between_the_abort_and_the_continue() -> anyhow::Result<()> {
 #[actix::test]
 async fn killed_after_the_continue_was_sent_but_before_it_was_ledgered() -> anyhow::Result<()> {
     crash_during_a_recovery_loses_and_repeats_nothing(step::PROMPT_AFTER_SEND).await
-}
-
-/// Sessions whose title carries a hand-off marker (`[hf_…]`).
-async fn fresh_sessions(rig: &Rig) -> anyhow::Result<Vec<Value>> {
-    let all = rig.client.get_json("/session?limit=100").await?;
-    Ok(all
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["title"].as_str().is_some_and(|t| t.contains("[hf_")))
-        .cloned()
-        .collect())
 }
 
 /// A filling session handed off by a Shepherd that dies at `kill_at` and is started
@@ -310,20 +297,7 @@ async fn killed_in_the_middle_of_its_own_compaction() -> anyhow::Result<()> {
 
     let mut second = Shepherd::start(&file, None)?;
     let result = async {
-        let cont = second
-            .wait_log("a continue sent", |v| is_action(v, &id, "continue") && v["outcome"] == "done")
-            .await?;
-        let finished = wait_until("the continued turn to finish", PATIENCE, || async {
-            let msgs = rig.client.messages(&id).await?;
-            let done = msgs.last().is_some_and(|m| m.role() == "assistant" && m.finish() == Some("stop"));
-            anyhow::Ok(done.then_some(msgs))
-        })
-        .await?;
-        assert_eq!(tagged(&finished, "continue").len(), 1, "exactly one continue");
-        tokio::time::sleep(cfg.recovery.stall_timeout + Duration::from_secs(1)).await;
-        assert_eq!(tagged(&rig.client.messages(&id).await?, "continue").len(), 1, "still one");
-        assert!(!rig.client.is_busy(&id).await?, "not left compacting");
-        anyhow::Ok(cont)
+        one_continue_and_then_quiet(&rig, &mut second, &id, &cfg, "mid-compaction").await
     }
     .await;
     if result.is_err() {

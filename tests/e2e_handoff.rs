@@ -7,10 +7,9 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
-use shepherd::testbed::client::Message;
 use shepherd_actors::config::{Config, HandoffMode, StoreBackend};
 use shepherd_actors::journal::Action;
-use support::{Rig, PATIENCE};
+use support::{fresh_sessions, tagged, Rig, PATIENCE};
 use tempfile::TempDir;
 
 /// Looks like a GitHub token: must never reach a continuation.
@@ -23,28 +22,6 @@ fn configure(c: &mut Config, state: &TempDir) {
     c.review.enabled = false;
     c.store.backend = StoreBackend::Sqlite;
     c.store.path = state.path().join("ledger.sqlite3").to_string_lossy().into_owned();
-}
-
-/// Sessions whose title carries a hand-off marker (`[hf_…]`).
-async fn fresh_sessions(rig: &Rig) -> anyhow::Result<Vec<Value>> {
-    let all = rig.client.get_json("/session?limit=100").await?;
-    Ok(all
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["title"].as_str().is_some_and(|t| t.contains("[hf_")))
-        .cloned()
-        .collect())
-}
-
-/// User messages of a session that carry Shepherd's tag of `kind`.
-fn tagged(messages: &[Message], kind: &str) -> Vec<String> {
-    messages
-        .iter()
-        .filter(|m| m.role() == "user")
-        .filter(|m| m.parts.iter().any(|p| p.pointer("/metadata/shepherd/kind").and_then(Value::as_str) == Some(kind)))
-        .map(Message::text)
-        .collect()
 }
 
 #[actix::test]

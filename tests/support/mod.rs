@@ -263,3 +263,27 @@ impl Rig {
         self.opencode.stop().await;
     }
 }
+
+/// The texts of a session's user messages that carry Shepherd's tag of `kind`.
+pub fn tagged(messages: &[shepherd::testbed::client::Message], kind: &str) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m.role() == "user")
+        .filter(|m| {
+            m.parts.iter().any(|p| p.pointer("/metadata/shepherd/kind").and_then(serde_json::Value::as_str) == Some(kind))
+        })
+        .map(shepherd::testbed::client::Message::text)
+        .collect()
+}
+
+/// Sessions whose title carries a hand-off marker (`[hf_…]`).
+pub async fn fresh_sessions(rig: &Rig) -> anyhow::Result<Vec<serde_json::Value>> {
+    let all = rig.client.get_json("/session?limit=100").await?;
+    Ok(all
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["title"].as_str().is_some_and(|t| t.contains("[hf_")))
+        .cloned()
+        .collect())
+}

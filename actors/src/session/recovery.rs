@@ -28,7 +28,7 @@ use crate::event::Status;
 use crate::guard::Verdict;
 use crate::killpoint::{self, step};
 use crate::ledger::{Intent, IntentKind, IntentLog, IntentStep};
-use crate::ports::EngineError;
+use crate::ports::{Engine, EngineError};
 use crate::session::core::{RecoveryOrder, RecoveryReport};
 use crate::session::delivery::{deliver, holding_lease, Delivery, Outbound, PromptKind, PromptOrder, ToolTextScan};
 use crate::session::prompt::{PromptFacts, TodoCounts};
@@ -43,14 +43,11 @@ pub async fn recover(
     wall_ms: i64,
 ) -> RecoveryReport {
     let engine = out.engine;
-    let directory = match &order.directory {
-        Some(d) => d.clone(),
-        None => match engine.session(&order.session_id).await {
-            Ok(info) => info.directory.unwrap_or_default(),
-            // The server does not know the session: nothing to recover.
-            Err(EngineError::NotFound(_)) => return RecoveryReport::NotBusy,
-            Err(e) => return RecoveryReport::StatusUnavailable(e),
-        },
+    let directory = match directory_of(engine, &order.session_id, order.directory.as_deref()).await {
+        Ok(d) => d,
+        // The server does not know the session: nothing to recover.
+        Err(EngineError::NotFound(_)) => return RecoveryReport::NotBusy,
+        Err(e) => return RecoveryReport::StatusUnavailable(e),
     };
     match engine.status(&directory, &order.session_id).await {
         Ok(Some(Status::Busy)) => {}
@@ -198,6 +195,15 @@ pub fn continue_order(cfg: &RecoveryConfig, order: &RecoveryOrder, directory: Op
         not_before_ms: Some(order.decided_ms),
         tool_text_scan: ToolTextScan::from_config(cfg),
         model: None,
+    }
+}
+
+/// The session's directory: the one the core knows, else the server's description of
+/// the session (whose status is read per directory).
+pub async fn directory_of(engine: &dyn Engine, session: &str, known: Option<&str>) -> Result<String, EngineError> {
+    match known {
+        Some(d) => Ok(d.to_string()),
+        None => Ok(engine.session(session).await?.directory.unwrap_or_default()),
     }
 }
 

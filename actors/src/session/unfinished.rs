@@ -21,7 +21,7 @@ use crate::event::{Role, Status};
 use crate::ledger::{Intent, IntentKind, IntentLog, IntentStep};
 use crate::ports::{EngineError, HistoryMessage, HistoryPart};
 use crate::session::delivery::{deliver, Delivery, Outbound, PromptOrder};
-use crate::session::recovery::{end_intent, may_have_arrived, write_intent};
+use crate::session::recovery::{directory_of, end_intent, may_have_arrived, write_intent};
 
 /// An open intent to finish, with the prompt to send if it turns out to be missing.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,13 +92,10 @@ async fn look_and_finish(out: Outbound<'_>, intents: &dyn IntentLog, order: &Fin
     let Some(prompt) = &order.prompt else {
         return FinishReport::Moot("a person's prompt that did not arrive is not sent again");
     };
-    let directory = match &prompt.directory {
-        Some(d) => d.clone(),
-        None => match engine.session(&intent.session).await {
-            Ok(info) => info.directory.unwrap_or_default(),
-            Err(EngineError::NotFound(_)) => return FinishReport::Gone,
-            Err(e) => return FinishReport::Unreadable(e),
-        },
+    let directory = match directory_of(engine, &intent.session, prompt.directory.as_deref()).await {
+        Ok(d) => d,
+        Err(EngineError::NotFound(_)) => return FinishReport::Gone,
+        Err(e) => return FinishReport::Unreadable(e),
     };
     match engine.status(&directory, &intent.session).await {
         Ok(Some(Status::Busy | Status::Retry { .. })) => return FinishReport::Moot("the session is busy again"),

@@ -665,73 +665,55 @@ impl Handler<StreamUp> for Supervisor {
             srv.windows_stale = true;
         }
         self.reconcile(&msg.server, true, ctx);
-        self.resume_handoffs(&msg.server, ctx);
-        self.resume_intents(&msg.server, ctx);
-        self.resume_outages(&msg.server, ctx);
+        self.wake_unfinished(&msg.server, ctx);
     }
 }
 
 impl Supervisor {
-    /// Sessions whose hand-off was under way when Shepherd stopped get their actor now
-    /// (it resumes the hand-off from the ledger), even if they stay quiet.
-    fn resume_handoffs(&mut self, server: &str, ctx: &mut Context<Self>) {
+    /// Sessions with work the ledger says is not finished get their actor now, even if
+    /// they stay quiet: a hand-off that was under way (the actor resumes it at its step),
+    /// a provider-outage resume scheduled (it keeps the step's time), an action left open
+    /// (an intent: a crash, or an answer lost on the way back). An actor finds all of it
+    /// as it starts; a live one is asked to look for open intents again.
+    fn wake_unfinished(&mut self, server: &str, ctx: &mut Context<Self>) {
         let ledger = Arc::clone(&self.ledger);
         let server = server.to_string();
-        let find = async move { (ledger.unfinished_handoffs(&server).await, server) };
-        ctx.spawn(find.into_actor(self).map(|(found, server), act, ctx| match found {
-            Ok(ids) => {
+        let find = async move {
+            let handoffs = ledger.unfinished_handoffs(&server).await;
+            let outages = ledger.scheduled_resumes(&server).await;
+            let intents = ledger.open_intents(&server, None).await;
+            (server, handoffs, outages, intents)
+        };
+        ctx.spawn(find.into_actor(self).map(|(server, handoffs, outages, intents), act, ctx| {
+            let intents = intents.map(|open| {
+                let mut ids: Vec<String> = open.into_iter().map(|i| i.session).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                ids
+            });
+            for (found, what) in [
+                (handoffs, "a hand-off was under way"),
+                (outages, "a provider-outage resume is scheduled"),
+                (intents, "an action was left unfinished"),
+            ] {
+                let ids = match found {
+                    Ok(ids) => ids,
+                    Err(e) => {
+                        tracing::warn!(server = %server, error = %e, what, "could not look for unfinished work");
+                        continue;
+                    }
+                };
                 for id in ids {
-                    tracing::info!(server = %server, session = %id, "resuming a hand-off that was under way");
-                    act.session(&server, &id, None, None, ctx);
-                }
-            }
-            Err(e) => tracing::warn!(server = %server, error = %e, "could not look for unfinished hand-offs"),
-        }));
-    }
-
-    /// Sessions with a provider-outage resume scheduled when Shepherd stopped get their
-    /// actor now (it keeps the step's time from the ledger), even if they stay quiet.
-    fn resume_outages(&mut self, server: &str, ctx: &mut Context<Self>) {
-        let ledger = Arc::clone(&self.ledger);
-        let server = server.to_string();
-        let find = async move { (ledger.scheduled_resumes(&server).await, server) };
-        ctx.spawn(find.into_actor(self).map(|(found, server), act, ctx| match found {
-            Ok(ids) => {
-                for id in ids {
-                    tracing::info!(server = %server, session = %id, "a provider-outage resume is scheduled");
-                    act.session(&server, &id, None, None, ctx);
-                }
-            }
-            Err(e) => tracing::warn!(server = %server, error = %e, "could not look for scheduled resumes"),
-        }));
-    }
-}
-
-impl Supervisor {
-    /// Sessions with an action left open (an intent in the ledger: a crash, or an answer
-    /// lost on the way back) get it finished: a session without an actor gets one (it
-    /// finds its intents as it starts), a live actor is asked to look again.
-    fn resume_intents(&mut self, server: &str, ctx: &mut Context<Self>) {
-        let ledger = Arc::clone(&self.ledger);
-        let server = server.to_string();
-        let find = async move { (ledger.open_intents(&server, None).await, server) };
-        ctx.spawn(find.into_actor(self).map(|(found, server), act, ctx| match found {
-            Ok(intents) => {
-                let mut sessions: Vec<String> = intents.into_iter().map(|i| i.session).collect();
-                sessions.sort_unstable();
-                sessions.dedup();
-                for id in sessions {
-                    let live = act.sessions.get(key(&(server.as_str(), id.as_str()))).filter(|slot| slot.addr.connected());
+                    let live = act.sessions.get(key(&(server.as_str(), id.as_str()))).filter(|s| s.addr.connected());
                     match live {
                         Some(slot) => slot.addr.do_send(ResumeIntents),
                         None => {
-                            tracing::info!(server = %server, session = %id, "an action on this session was left unfinished; resuming it");
+                            tracing::info!(server = %server, session = %id, what, "waking the session");
                             act.session(&server, &id, None, None, ctx);
                         }
                     }
                 }
             }
-            Err(e) => tracing::warn!(server = %server, error = %e, "could not look for unfinished actions"),
         }));
     }
 }
