@@ -30,6 +30,8 @@ struct FakeEngine {
     /// This many aborts / prompts take effect but their answer is lost (a timeout).
     lost_abort_answers: std::sync::atomic::AtomicUsize,
     lost_prompt_answers: std::sync::atomic::AtomicUsize,
+    /// This many prompts time out without arriving at all.
+    dropped_prompts: std::sync::atomic::AtomicUsize,
     /// Sessions aborted (their latest reply ends with `MessageAbortedError`).
     aborted: Mutex<Vec<String>>,
     /// How every session's last assistant message ended (`None`: no message).
@@ -104,6 +106,9 @@ impl Engine for FakeEngine {
         Ok(HashMap::from([("fake/fake-model".to_string(), 200_000)]))
     }
     async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
+        if take_fault(&self.dropped_prompts) {
+            return Err(EngineError::Unconfirmed("timed out (the prompt never arrived)".into()));
+        }
         self.log(format!("prompt {id}"));
         self.prompts.lock().unwrap().push((id.into(), p.clone()));
         if take_fault(&self.lost_prompt_answers) {
@@ -753,4 +758,30 @@ async fn after_a_stream_outage_a_still_busy_silent_session_is_recovered_a_full_s
     settle().await;
     assert!(w.engine.calls().contains(&"abort ses_A".to_string()));
     assert!(w.drain().contains(&(Action::Continue, Outcome::Done)));
+}
+
+#[actix::test]
+async fn a_continue_that_timed_out_and_never_arrived_is_sent_again_once_under_a_retry_id() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.engine.dropped_prompts.store(1, SeqCst);
+    w.busy("ses_A");
+    settle().await;
+    // Stalled at 180 s; aborted and continued within two seconds; read again abort_poll_max later.
+    tokio::time::sleep(Duration::from_secs(184)).await;
+    settle().await;
+    assert_eq!(w.engine.dropped_prompts.load(SeqCst), 0, "the first continue was sent (and lost)");
+    assert!(w.engine.prompts.lock().unwrap().is_empty(), "the first continue never arrived");
+    tokio::time::sleep(cfg().abort_poll_max + Duration::from_secs(1)).await;
+    settle().await;
+    let prompts = w.engine.prompts.lock().unwrap().clone();
+    assert_eq!(prompts.len(), 1, "sent again once: {prompts:?}");
+    assert!(prompts[0].1.tag.decision.ends_with("~retry"), "{:?}", prompts[0].1.tag);
+    let records: Vec<ActionRecord> = std::iter::from_fn(|| w.records.try_recv().ok()).collect();
+    let last = records.last().expect("records");
+    assert_eq!((last.action, last.outcome), (Action::Continue, Outcome::Done), "{records:?}");
+    assert!(last.reason.contains("had not reached the session"), "{}", last.reason);
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    settle().await;
+    assert_eq!(w.engine.prompts.lock().unwrap().len(), 1, "nothing more");
 }

@@ -54,19 +54,27 @@ pub enum FinishReport {
 /// Finishes one open intent. Never panics; every outcome is a [`FinishReport`], and the
 /// intent is closed unless the session could not be read or a send may have arrived.
 pub async fn finish(out: Outbound<'_>, intents: &dyn IntentLog, order: &FinishOrder) -> FinishReport {
-    let report = look_and_finish(out, intents, order).await;
+    let mut open = order.intent.clone();
+    let report = look_and_finish(out, intents, order, &mut open).await;
     let keep = match &report {
         FinishReport::Unreadable(_) => true,
         FinishReport::Sent(Delivery::Failed { error }) => may_have_arrived(error),
         _ => false,
     };
     if !keep {
-        end_intent(intents, &order.intent).await;
+        end_intent(intents, &open).await;
     }
     report
 }
 
-async fn look_and_finish(out: Outbound<'_>, intents: &dyn IntentLog, order: &FinishOrder) -> FinishReport {
+/// `open` is the intent that is open when it returns: the order's, or the retry's that
+/// replaced it.
+async fn look_and_finish(
+    out: Outbound<'_>,
+    intents: &dyn IntentLog,
+    order: &FinishOrder,
+    open: &mut Intent,
+) -> FinishReport {
     let intent = &order.intent;
     let engine = out.engine;
     let lease = match out.guard.may_act(out.server, &intent.session).await {
@@ -102,9 +110,22 @@ async fn look_and_finish(out: Outbound<'_>, intents: &dyn IntentLog, order: &Fin
         Ok(_) => {}
         Err(e) => return FinishReport::Unreadable(e),
     }
-    let sending = Intent { step: IntentStep::Sending, ..intent.clone() };
-    write_intent(intents, &sending).await;
-    FinishReport::Sent(deliver(out, prompt).await)
+    // Verified missing: sent again under a decision id of its own, so that no memory of
+    // the first attempt (this instance's guard, another instance's claim in Redis) takes
+    // it for a duplicate of itself. The retry's intent replaces the first before the
+    // send, so a crash now is resolved by looking for the retry's id.
+    let retry = Intent { decision: retry_decision(&intent.decision), step: IntentStep::Sending, ..intent.clone() };
+    write_intent(intents, &retry).await;
+    end_intent(intents, intent).await;
+    *open = retry;
+    let prompt = PromptOrder { decision: open.decision.clone(), ..prompt.clone() };
+    FinishReport::Sent(deliver(out, &prompt).await)
+}
+
+/// The decision id of a prompt sent again because the first one verifiably did not
+/// arrive.
+fn retry_decision(decision: &str) -> String {
+    format!("{decision}~retry")
 }
 
 /// What the session's messages say about an intent.
