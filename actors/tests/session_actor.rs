@@ -30,6 +30,8 @@ struct FakeEngine {
     /// This many aborts / prompts take effect but their answer is lost (a timeout).
     lost_abort_answers: std::sync::atomic::AtomicUsize,
     lost_prompt_answers: std::sync::atomic::AtomicUsize,
+    /// This many prompts are refused with a 503 (not carried out).
+    refused_prompts: std::sync::atomic::AtomicUsize,
     /// Sessions aborted (their latest reply ends with `MessageAbortedError`).
     aborted: Mutex<Vec<String>>,
     /// How every session's last assistant message ended (`None`: no message).
@@ -105,6 +107,9 @@ impl Engine for FakeEngine {
     }
     async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
         self.log(format!("prompt {id}"));
+        if take_fault(&self.refused_prompts) {
+            return Err(EngineError::Http { status: 503, body: "busy".into() });
+        }
         self.prompts.lock().unwrap().push((id.into(), p.clone()));
         if take_fault(&self.lost_prompt_answers) {
             return Err(EngineError::Unreachable("timed out (the prompt arrived)".into()));
@@ -557,6 +562,36 @@ async fn a_continue_whose_answer_was_lost_is_found_in_the_session_and_not_sent_a
     let last = records.last().expect("records");
     assert_eq!((last.action, last.outcome), (Action::Continue, Outcome::Done), "{records:?}");
     assert!(last.reason.contains("in the session already"), "{}", last.reason);
+}
+
+#[actix::test]
+async fn a_continue_refused_with_a_server_error_is_checked_in_the_session_and_sent_once() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.engine.refused_prompts.store(1, SeqCst);
+    w.busy("ses_A");
+    settle().await;
+    // Stalled at 180 s, aborted, the continue tried after `wait_after_abort`.
+    tokio::time::sleep(Duration::from_secs(180) + cfg().wait_after_abort + Duration::from_millis(500)).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"prompt ses_A".to_string()), "the continue was tried");
+    assert!(w.engine.prompts.lock().unwrap().is_empty(), "and refused (503)");
+    // A 5xx is not a "no": once the request had time to land, the session is read and
+    // the continue, missing there, sent once under the same decision.
+    tokio::time::sleep(cfg().abort_poll_max + Duration::from_secs(1)).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"history ses_A".to_string()), "the session was read");
+    let prompts = w.engine.prompts.lock().unwrap().clone();
+    assert_eq!(prompts.len(), 1, "one continue: {prompts:?}");
+    assert_eq!(prompts[0].1.tag.kind, "continue");
+    let records: Vec<ActionRecord> = std::iter::from_fn(|| w.records.try_recv().ok()).collect();
+    let last = records.last().expect("records");
+    assert_eq!((last.action, last.outcome), (Action::Continue, Outcome::Done), "{records:?}");
+    assert!(last.reason.contains("sent it once"), "{}", last.reason);
+    // Nothing more: a stall timeout later there is still one continue.
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    settle().await;
+    assert_eq!(w.engine.prompts.lock().unwrap().len(), 1);
 }
 
 /// A ledger whose first `failing` state writes fail (a full disk, a lock held too long).
