@@ -30,6 +30,8 @@ struct FakeEngine {
     /// This many aborts / prompts take effect but their answer is lost (a timeout).
     lost_abort_answers: std::sync::atomic::AtomicUsize,
     lost_prompt_answers: std::sync::atomic::AtomicUsize,
+    /// This many `last_turn` reads fail with a 503 first.
+    failing_last_turns: std::sync::atomic::AtomicUsize,
     /// This many prompts are refused with a 503 (not carried out).
     refused_prompts: std::sync::atomic::AtomicUsize,
     /// Sessions aborted (their latest reply ends with `MessageAbortedError`).
@@ -91,6 +93,9 @@ impl Engine for FakeEngine {
     }
     async fn last_turn(&self, id: &str) -> Result<Option<LastTurn>, EngineError> {
         self.log(format!("last_turn {id}"));
+        if take_fault(&self.failing_last_turns) {
+            return Err(EngineError::Http { status: 503, body: "restarting".into() });
+        }
         Ok(self.last_turn.lock().unwrap().clone())
     }
     async fn summarize(&self, id: &str, _: &ModelRef) -> Result<(), EngineError> {
@@ -763,6 +768,37 @@ async fn a_server_restart_just_before_the_stall_timer_fires_continues_the_cut_of
     let calls = w.engine.calls();
     assert!(!calls.iter().any(|c| c.starts_with("abort")), "{calls:?}");
     assert_eq!(calls.iter().filter(|c| *c == "prompt ses_A").count(), 1);
+}
+
+/// The same, with the first read of the cut-off turn answered 503 after the reconnect:
+/// the read is tried again, and the turn still continued once.
+#[actix::test]
+async fn a_cut_off_turn_whose_first_read_fails_after_the_reconnect_is_still_continued_once() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    w.supervisor.do_send(StreamDown { server: "srv".into() });
+    w.engine.busy.lock().unwrap().clear();
+    *w.engine.last_turn.lock().unwrap() =
+        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false });
+    w.engine.failing_last_turns.store(2, SeqCst);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    settle().await;
+
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    settle().await;
+    tokio::time::sleep(cfg().abort_poll_interval * 3).await;
+    settle().await;
+    assert_eq!(w.drain(), vec![(Action::Recover, Outcome::Done), (Action::Continue, Outcome::Done)]);
+    let calls = w.engine.calls();
+    assert_eq!(calls.iter().filter(|c| *c == "last_turn ses_A").count(), 3, "{calls:?}");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    settle().await;
+    assert_eq!(w.drain(), vec![], "continued once, nothing more");
+    assert_eq!(w.engine.calls().iter().filter(|c| *c == "prompt ses_A").count(), 1);
 }
 
 #[actix::test]
