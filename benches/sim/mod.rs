@@ -768,6 +768,10 @@ impl World {
         if matches!(step, Beat::UserMessage | Beat::UserPrompt(..) | Beat::AssistantCreated) {
             self.messages += 1;
         }
+        // The soak's turns go on for many minutes: the same `todowrite` input every turn
+        // is a spinning tool to Shepherd (`loops.spin_count`), not progress. Each call
+        // gets its own input there.
+        let vary_tool_input = self.books_kept();
         let World { sessions, dirs, project, .. } = self;
         let s = &mut sessions[idx];
         let dir = dirs[s.dir].as_str();
@@ -862,8 +866,9 @@ impl World {
                 } else {
                     ""
                 };
+                let pass = if vary_tool_input { format!(", pass {}", s.counter) } else { String::new() };
                 let props = format!(
-                    r#"{{"sessionID":"{sid}","part":{{"id":"{p}","messageID":"{m}","sessionID":"{sid}","type":"tool","tool":"todowrite","callID":"call_{c:06}","state":{{"status":"{status}","input":{{"todos":[{{"content":"Write the parser","status":"in_progress","priority":"high"}}]}}{output},"time":{{"start":{now_ms}}}}}}},"time":{now_ms}}}"#,
+                    r#"{{"sessionID":"{sid}","part":{{"id":"{p}","messageID":"{m}","sessionID":"{sid}","type":"tool","tool":"todowrite","callID":"call_{c:06}","state":{{"status":"{status}","input":{{"todos":[{{"content":"Write the parser{pass}","status":"in_progress","priority":"high"}}]}}{output},"time":{{"start":{now_ms}}}}}}},"time":{now_ms}}}"#,
                     sid = s.id,
                     p = s.part,
                     m = s.asst_msg,
