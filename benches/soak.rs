@@ -160,7 +160,11 @@ fn shepherd_config(url: &str, ledger: &str, status: &str) -> anyhow::Result<Conf
     r.planning_timeout = Duration::from_secs(5); // 5 min
     r.wait_after_abort = Duration::from_millis(300); // 1.5 s
     r.abort_poll_interval = Duration::from_millis(100); // 200 ms
-    r.abort_poll_max = Duration::from_secs(3); // 5 s
+    // 5 s. Below the stall timeout, as in production (5 s against 180 s): a request that
+    // may have arrived is verified (after this long) before the next stall could be
+    // detected. At 3 s = the stall timeout the two coincide, and a recovery verified late
+    // can send its continue beside the next recovery's (seen in a smoke run, reported).
+    r.abort_poll_max = Duration::from_secs(1);
     r.cooldown = Duration::from_secs(1); // 60 s
     r.max_backoff = Duration::from_secs(30); // 30 min
     r.max_session_age = Duration::from_secs(120); // 2 h
