@@ -32,6 +32,10 @@ struct FakeEngine {
     lost_prompt_answers: std::sync::atomic::AtomicUsize,
     /// This many prompts time out without arriving at all.
     dropped_prompts: std::sync::atomic::AtomicUsize,
+    /// This many `last_turn` reads fail with a 503 first.
+    failing_last_turns: std::sync::atomic::AtomicUsize,
+    /// This many prompts are refused with a 503 (not carried out).
+    refused_prompts: std::sync::atomic::AtomicUsize,
     /// Sessions aborted (their latest reply ends with `MessageAbortedError`).
     aborted: Mutex<Vec<String>>,
     /// How every session's last assistant message ended (`None`: no message).
@@ -91,6 +95,9 @@ impl Engine for FakeEngine {
     }
     async fn last_turn(&self, id: &str) -> Result<Option<LastTurn>, EngineError> {
         self.log(format!("last_turn {id}"));
+        if take_fault(&self.failing_last_turns) {
+            return Err(EngineError::Http { status: 503, body: "restarting".into() });
+        }
         Ok(self.last_turn.lock().unwrap().clone())
     }
     async fn summarize(&self, id: &str, _: &ModelRef) -> Result<(), EngineError> {
@@ -110,6 +117,9 @@ impl Engine for FakeEngine {
             return Err(EngineError::Unconfirmed("timed out (the prompt never arrived)".into()));
         }
         self.log(format!("prompt {id}"));
+        if take_fault(&self.refused_prompts) {
+            return Err(EngineError::Http { status: 503, body: "busy".into() });
+        }
         self.prompts.lock().unwrap().push((id.into(), p.clone()));
         if take_fault(&self.lost_prompt_answers) {
             return Err(EngineError::Unreachable("timed out (the prompt arrived)".into()));
@@ -564,6 +574,36 @@ async fn a_continue_whose_answer_was_lost_is_found_in_the_session_and_not_sent_a
     assert!(last.reason.contains("in the session already"), "{}", last.reason);
 }
 
+#[actix::test]
+async fn a_continue_refused_with_a_server_error_is_checked_in_the_session_and_sent_once() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.engine.refused_prompts.store(1, SeqCst);
+    w.busy("ses_A");
+    settle().await;
+    // Stalled at 180 s, aborted, the continue tried after `wait_after_abort`.
+    tokio::time::sleep(Duration::from_secs(180) + cfg().wait_after_abort + Duration::from_millis(500)).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"prompt ses_A".to_string()), "the continue was tried");
+    assert!(w.engine.prompts.lock().unwrap().is_empty(), "and refused (503)");
+    // A 5xx is not a "no": once the request had time to land, the session is read and
+    // the continue, missing there, sent once under the same decision.
+    tokio::time::sleep(cfg().abort_poll_max + Duration::from_secs(1)).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"history ses_A".to_string()), "the session was read");
+    let prompts = w.engine.prompts.lock().unwrap().clone();
+    assert_eq!(prompts.len(), 1, "one continue: {prompts:?}");
+    assert_eq!(prompts[0].1.tag.kind, "continue");
+    let records: Vec<ActionRecord> = std::iter::from_fn(|| w.records.try_recv().ok()).collect();
+    let last = records.last().expect("records");
+    assert_eq!((last.action, last.outcome), (Action::Continue, Outcome::Done), "{records:?}");
+    assert!(last.reason.contains("sent it once"), "{}", last.reason);
+    // Nothing more: a stall timeout later there is still one continue.
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    settle().await;
+    assert_eq!(w.engine.prompts.lock().unwrap().len(), 1);
+}
+
 /// A ledger whose first `failing` state writes fail (a full disk, a lock held too long).
 struct FlakyLedger {
     inner: MemoryLedger,
@@ -733,6 +773,37 @@ async fn a_server_restart_just_before_the_stall_timer_fires_continues_the_cut_of
     let calls = w.engine.calls();
     assert!(!calls.iter().any(|c| c.starts_with("abort")), "{calls:?}");
     assert_eq!(calls.iter().filter(|c| *c == "prompt ses_A").count(), 1);
+}
+
+/// The same, with the first read of the cut-off turn answered 503 after the reconnect:
+/// the read is tried again, and the turn still continued once.
+#[actix::test]
+async fn a_cut_off_turn_whose_first_read_fails_after_the_reconnect_is_still_continued_once() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    w.supervisor.do_send(StreamDown { server: "srv".into() });
+    w.engine.busy.lock().unwrap().clear();
+    *w.engine.last_turn.lock().unwrap() =
+        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false });
+    w.engine.failing_last_turns.store(2, SeqCst);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    settle().await;
+
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    settle().await;
+    tokio::time::sleep(cfg().abort_poll_interval * 3).await;
+    settle().await;
+    assert_eq!(w.drain(), vec![(Action::Recover, Outcome::Done), (Action::Continue, Outcome::Done)]);
+    let calls = w.engine.calls();
+    assert_eq!(calls.iter().filter(|c| *c == "last_turn ses_A").count(), 3, "{calls:?}");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    settle().await;
+    assert_eq!(w.drain(), vec![], "continued once, nothing more");
+    assert_eq!(w.engine.calls().iter().filter(|c| *c == "prompt ses_A").count(), 1);
 }
 
 #[actix::test]

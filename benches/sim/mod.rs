@@ -25,6 +25,21 @@
 //! One generator thread renders events; the HTTP side runs on one actix-web worker.
 //! The simulator is meant to run in a child process of its own, so that its memory and
 //! CPU are not counted as Shepherd's.
+//!
+//! For the soak (`benches/soak.rs`) it also keeps each session's recent messages
+//! (`GET /session/{id}/message` answers them, Shepherd's tag in the prompt's parts
+//! included, so a restarted Shepherd can see what it had sent), injects faults
+//! (`POST /_sim/faults`: a share of REST answers 5xx before anything is done, a share
+//! answered late after the work is done, some later than Shepherd's `request_timeout`;
+//! `POST /_sim/drop`: every event stream cut; `POST /_sim/restart`: a server restart,
+//! below), runs a workload of its own (`POST /_sim/soak`: idle sessions start turns at
+//! random, a share of them stall) and keeps the books (`GET /_sim/soak`): every *episode*
+//! (a stall, or a turn a restart cut off) and the continues Shepherd sent for it.
+//!
+//! A server restart, as OpenCode 1.18.34 behaves (`opencode-server-api.md`, "Server
+//! restart while busy"): every stream ends, nothing answers (503) while it is down,
+//! and afterwards no session is busy; a turn under way is cut off without a terminal
+//! event, its assistant message left without `time.completed`, `finish` or `error`.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -120,8 +135,9 @@ pub struct SimReport {
 #[derive(Debug, Clone, PartialEq)]
 enum Beat {
     UserMessage,
-    /// The user message of a `prompt_async`, with the parts as posted.
-    UserPrompt(Vec<Value>),
+    /// The user message of a `prompt_async` (its id, already in the history), with the
+    /// parts as posted.
+    UserPrompt(String, Vec<Value>),
     Busy,
     AssistantCreated,
     StepStart,
@@ -167,6 +183,148 @@ struct SimSession {
     stalled_wall_us: i64,
     aborted: bool,
     prompts: u32,
+    /// The latest messages, oldest first (`GET /session/{id}/message`).
+    history: VecDeque<HistMsg>,
+    /// The soak's open episode (a stall, or a turn a restart cut off) and the last one.
+    episode: Option<usize>,
+    last_episode: Option<usize>,
+    /// The soak's next turn starts then (set when the session is found free).
+    soak_next: Option<Instant>,
+    last_was_stall: bool,
+}
+
+/// Messages of a session the simulator remembers.
+const HISTORY: usize = 12;
+
+/// One message of a session's history.
+#[derive(Debug, Clone)]
+struct HistMsg {
+    id: String,
+    user: bool,
+    created_ms: i64,
+    /// The parts as posted (user prompts), with their ids.
+    parts: Vec<Value>,
+    completed_ms: Option<i64>,
+    finish: Option<&'static str>,
+    aborted: bool,
+}
+
+/// Faults the simulator injects, in thousandths of REST requests (`/_sim/*` excepted).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Faults {
+    /// Answered 500/502/503 before anything is done.
+    pub error_permille: u32,
+    /// Answered `slow_ms` late, after the work is done.
+    pub slow_permille: u32,
+    pub slow_ms: u64,
+    /// Answered `very_slow_ms` late (beyond Shepherd's `request_timeout`), after the work.
+    pub very_slow_permille: u32,
+    pub very_slow_ms: u64,
+}
+
+/// Faults injected so far.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FaultCounts {
+    pub errors: u64,
+    pub slow: u64,
+    pub very_slow: u64,
+    pub stream_drops: u64,
+    pub streams_cut: u64,
+    pub restarts: u64,
+    /// Requests refused (503) while the server was down.
+    pub refused_down: u64,
+    /// Turns a restart cut off.
+    pub turns_cut: u64,
+    /// Of those, turns whose reply had finished (only the idle status was to come).
+    pub cut_after_finish: u64,
+}
+
+/// The soak's workload. Posted to `/_sim/soak`; `running: false` stops new turns.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SoakSpec {
+    pub running: bool,
+    /// A free session starts its next turn after a pause uniform in 0..2× this.
+    pub gap_ms: u64,
+    /// Thousandths of turns that stall (never two in a row for one session).
+    pub stall_permille: u32,
+    /// Pause between two steps of a turn.
+    pub step_ms: u64,
+    pub deltas: u32,
+}
+
+/// Why a session needed Shepherd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EpisodeKind {
+    /// Busy, then silence.
+    Stall,
+    /// A turn a server restart cut off mid-reply (the session was not already stalled):
+    /// its last assistant message has no `time.completed`, `finish` or `error`.
+    Interrupted,
+    /// A turn a restart cut off between two steps: the prompt stored but no reply
+    /// begun, or a step finished with `tool-calls` and the next not begun. Nothing in
+    /// the session's last assistant message says so; booked apart.
+    CutBetweenSteps,
+}
+
+#[derive(Debug, Clone)]
+struct Episode {
+    session: usize,
+    kind: EpisodeKind,
+    began: Instant,
+    began_wall_ms: i64,
+    aborts: u32,
+    /// Decision ids of the continues received, in order.
+    continues: Vec<String>,
+    /// Shepherd was down (between a kill and the next start) when it began.
+    shepherd_down: bool,
+}
+
+/// An episode as `/_sim/soak` reports it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct EpisodeReport {
+    pub session: String,
+    pub kind: String,
+    pub began_wall_ms: i64,
+    pub aborts: u32,
+    pub continues: Vec<String>,
+    pub busy_now: bool,
+    pub messages: Vec<String>,
+    pub shepherd_down: bool,
+}
+
+/// What `GET /_sim/soak?grace_ms=` answers: the books.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SoakReport {
+    pub turns: u64,
+    pub stall_episodes: u64,
+    pub interrupted_episodes: u64,
+    pub between_steps_episodes: u64,
+    pub between_steps_continued: u64,
+    /// Episodes begun within the grace period (not judged).
+    pub in_grace: u64,
+    pub continued: u64,
+    /// Continues received (Shepherd-tagged prompts of kind `continue`).
+    pub continues: u64,
+    pub lost: u64,
+    pub lost_interrupted: u64,
+    pub duplicated: u64,
+    /// Decision ids delivered more than once.
+    pub duplicate_decisions: u64,
+    /// Aborts of a busy session that was not stalled.
+    pub false_aborts: u64,
+    /// Aborts of an idle session without an open episode (harmless, counted).
+    pub idle_aborts: u64,
+    pub aborts: u64,
+    pub prompts_by_kind: HashMap<String, u64>,
+    pub untagged_prompts: u64,
+    pub faults: FaultCounts,
+    pub frames_sent: u64,
+    pub frames_dropped: u64,
+    /// Up to 20 of each, for the investigation.
+    pub lost_detail: Vec<EpisodeReport>,
+    pub duplicated_detail: Vec<EpisodeReport>,
+    pub duplicate_decision_ids: Vec<String>,
+    pub false_abort_detail: Vec<String>,
 }
 
 struct World {
@@ -188,6 +346,22 @@ struct World {
     messages: u64,
     requests: HashMap<String, u64>,
     next_heartbeat: Instant,
+    faults: Faults,
+    counts: FaultCounts,
+    /// A restarted server answers nothing until then.
+    down_until: Option<Instant>,
+    soak: SoakSpec,
+    soak_turns: u64,
+    /// Shepherd is down (the soak says so), for the books.
+    shepherd_down: bool,
+    episodes: Vec<Episode>,
+    decisions: HashMap<String, u32>,
+    false_aborts: Vec<String>,
+    idle_aborts: u64,
+    aborts: u64,
+    prompts_by_kind: HashMap<String, u64>,
+    untagged_prompts: u64,
+    rng: u64,
 }
 
 /// A chunk of SSE bytes and the stalling sessions whose last frame it carries.
@@ -265,6 +439,11 @@ impl World {
                 stalled_wall_us: 0,
                 aborted: false,
                 prompts: 0,
+                history: VecDeque::new(),
+                episode: None,
+                last_episode: None,
+                soak_next: None,
+                last_was_stall: false,
             });
         }
         World {
@@ -286,7 +465,245 @@ impl World {
             messages: 0,
             requests: HashMap::new(),
             next_heartbeat: Instant::now() + HEARTBEAT,
+            faults: Faults::default(),
+            counts: FaultCounts::default(),
+            down_until: None,
+            soak: SoakSpec::default(),
+            soak_turns: 0,
+            shepherd_down: false,
+            episodes: Vec::new(),
+            decisions: HashMap::new(),
+            false_aborts: Vec::new(),
+            idle_aborts: 0,
+            aborts: 0,
+            prompts_by_kind: HashMap::new(),
+            untagged_prompts: 0,
+            rng: 0x2545_F491_4F6C_DD1D ^ base_ms as u64,
         }
+    }
+
+    /// A uniform number in 0..n (xorshift; no dependency for a bench).
+    fn random(&mut self, n: u64) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng % n.max(1)
+    }
+
+    /// A soak was started: episodes are booked (until the end, after its workload stops).
+    fn books_kept(&self) -> bool {
+        self.soak.gap_ms > 0
+    }
+
+    fn is_down(&self) -> bool {
+        self.down_until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// A stalling session's last frame has left: its silence (and the episode) begins.
+    fn stall_began(&mut self, idx: usize, now: Instant, wall_us: i64) {
+        self.sessions[idx].stalled_at = Some(now);
+        self.sessions[idx].stalled_wall_us = wall_us;
+        if self.books_kept() {
+            self.open_episode(idx, EpisodeKind::Stall, now);
+        }
+    }
+
+    fn open_episode(&mut self, idx: usize, kind: EpisodeKind, now: Instant) {
+        if self.sessions[idx].episode.is_some() {
+            return;
+        }
+        let e = self.episodes.len();
+        self.episodes.push(Episode {
+            session: idx,
+            kind,
+            began: now,
+            began_wall_ms: epoch_ms(),
+            aborts: 0,
+            continues: Vec::new(),
+            shepherd_down: self.shepherd_down,
+        });
+        self.sessions[idx].episode = Some(e);
+        self.sessions[idx].last_episode = Some(e);
+    }
+
+    /// Every stream ends (the generator drops them with their senders).
+    fn cut_streams(&mut self) {
+        self.counts.streams_cut += self.subscribers.len() as u64;
+        self.subscribers.clear();
+    }
+
+    /// A server restart: streams cut, down for `down`, every busy turn cut off.
+    fn restart(&mut self, down: Duration) {
+        let now = Instant::now();
+        self.counts.restarts += 1;
+        self.cut_streams();
+        self.down_until = Some(now + down);
+        for idx in 0..self.sessions.len() {
+            let s = &mut self.sessions[idx];
+            if !s.busy && s.plan.is_empty() {
+                continue;
+            }
+            let was_busy = s.busy;
+            s.busy = false;
+            s.plan.clear();
+            s.epoch = s.epoch.wrapping_add(1);
+            s.part.clear();
+            if s.kind == Kind::Working {
+                s.kind = Kind::Idle;
+            }
+            if was_busy {
+                self.counts.turns_cut += 1;
+                let last = self.sessions[idx].history.back();
+                let kind = match last {
+                    Some(m) if !m.user && m.completed_ms.is_none() => Some(EpisodeKind::Interrupted),
+                    Some(m) if m.user || m.finish == Some("tool-calls") => Some(EpisodeKind::CutBetweenSteps),
+                    // The reply had finished (`stop`), only the idle status was to come.
+                    _ => None,
+                };
+                if let (Some(kind), true) = (kind, self.books_kept()) {
+                    self.open_episode(idx, kind, now);
+                } else if kind.is_none() {
+                    self.counts.cut_after_finish += 1;
+                }
+            }
+        }
+    }
+
+    fn push_history(&mut self, idx: usize, msg: HistMsg) {
+        let h = &mut self.sessions[idx].history;
+        if h.len() == HISTORY {
+            h.pop_front();
+        }
+        h.push_back(msg);
+    }
+
+    /// The workload: free sessions start their next turn when due.
+    fn soak_tick(&mut self, now: Instant) -> bool {
+        if !self.soak.running || self.is_down() {
+            return false;
+        }
+        let mut started = false;
+        for idx in 0..self.sessions.len() {
+            let s = &self.sessions[idx];
+            if s.busy || !s.plan.is_empty() || s.episode.is_some() {
+                continue;
+            }
+            let Some(at) = s.soak_next else {
+                let gap = Duration::from_millis(self.random(2 * self.soak.gap_ms.max(1)));
+                self.sessions[idx].soak_next = Some(now + gap);
+                continue;
+            };
+            if at > now {
+                continue;
+            }
+            let stall = !self.sessions[idx].last_was_stall && self.random(1000) < self.soak.stall_permille as u64;
+            let step = Duration::from_millis(self.soak.step_ms);
+            self.soak_turns += 1;
+            let s = &mut self.sessions[idx];
+            s.soak_next = None;
+            s.last_was_stall = stall;
+            if stall {
+                s.stalled_at = None;
+                s.aborted = false;
+                self.replan(idx, stall_plan(self.soak.deltas.min(3)), step, Kind::Stalling, now);
+            } else {
+                self.replan(idx, work_turn(self.soak.deltas, true), step, Kind::Working, now);
+            }
+            started = true;
+        }
+        started
+    }
+
+    fn episode_report(&self, e: &Episode) -> EpisodeReport {
+        let s = &self.sessions[e.session];
+        EpisodeReport {
+            session: s.id.clone(),
+            kind: format!("{:?}", e.kind),
+            began_wall_ms: e.began_wall_ms,
+            aborts: e.aborts,
+            continues: e.continues.clone(),
+            busy_now: s.busy,
+            messages: s
+                .history
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{} {} {}{}{}",
+                        if m.user { "user" } else { "assistant" },
+                        m.created_ms,
+                        m.finish.unwrap_or(if m.completed_ms.is_some() { "completed" } else { "open" }),
+                        if m.aborted { " aborted" } else { "" },
+                        m.parts
+                            .iter()
+                            .filter_map(|p| p.pointer("/metadata/shepherd/decision").and_then(|d| d.as_str()))
+                            .map(|d| format!(" tag={d}"))
+                            .collect::<String>()
+                    )
+                })
+                .collect(),
+            shepherd_down: e.shepherd_down,
+        }
+    }
+
+    fn soak_report(&self, grace: Duration) -> SoakReport {
+        let now = Instant::now();
+        let mut r = SoakReport {
+            turns: self.soak_turns,
+            false_aborts: self.false_aborts.len() as u64,
+            false_abort_detail: self.false_aborts.iter().take(20).cloned().collect(),
+            idle_aborts: self.idle_aborts,
+            aborts: self.aborts,
+            prompts_by_kind: self.prompts_by_kind.clone(),
+            untagged_prompts: self.untagged_prompts,
+            faults: self.counts.clone(),
+            frames_sent: self.frames_sent,
+            frames_dropped: self.frames_dropped,
+            ..SoakReport::default()
+        };
+        for e in &self.episodes {
+            match e.kind {
+                EpisodeKind::Stall => r.stall_episodes += 1,
+                EpisodeKind::Interrupted => r.interrupted_episodes += 1,
+                EpisodeKind::CutBetweenSteps => {
+                    r.between_steps_episodes += 1;
+                    r.between_steps_continued += !e.continues.is_empty() as u64;
+                }
+            }
+            r.continues += e.continues.len() as u64;
+            if !e.continues.is_empty() {
+                r.continued += 1;
+            }
+            if e.continues.len() > 1 {
+                r.duplicated += 1;
+                if r.duplicated_detail.len() < 20 {
+                    r.duplicated_detail.push(self.episode_report(e));
+                }
+            }
+            if e.continues.is_empty() && e.kind != EpisodeKind::CutBetweenSteps {
+                if now.duration_since(e.began) < grace {
+                    r.in_grace += 1;
+                } else if e.kind == EpisodeKind::Stall {
+                    r.lost += 1;
+                    if r.lost_detail.len() < 20 {
+                        r.lost_detail.push(self.episode_report(e));
+                    }
+                } else {
+                    r.lost_interrupted += 1;
+                    if r.lost_detail.len() < 20 {
+                        r.lost_detail.push(self.episode_report(e));
+                    }
+                }
+            }
+        }
+        for (d, n) in &self.decisions {
+            if *n > 1 {
+                r.duplicate_decisions += 1;
+                if r.duplicate_decision_ids.len() < 20 {
+                    r.duplicate_decision_ids.push(format!("{d} ×{n}"));
+                }
+            }
+        }
+        r
     }
 
     fn count(&mut self, what: &str) {
@@ -348,19 +765,26 @@ impl World {
     fn render(&mut self, idx: usize, step: &Beat, out: &mut String, marks: &mut Vec<usize>) -> u64 {
         let now_ms = epoch_ms();
         let evt = self.next_evt();
-        if matches!(step, Beat::UserMessage | Beat::UserPrompt(_) | Beat::AssistantCreated) {
+        if matches!(step, Beat::UserMessage | Beat::UserPrompt(..) | Beat::AssistantCreated) {
             self.messages += 1;
         }
+        // The soak's turns go on for many minutes: the same `todowrite` input every turn
+        // is a spinning tool to Shepherd (`loops.spin_count`), not progress. Each call
+        // gets its own input there.
+        let vary_tool_input = self.books_kept();
         let World { sessions, dirs, project, .. } = self;
         let s = &mut sessions[idx];
         let dir = dirs[s.dir].as_str();
         let sid = s.id.clone();
         let mut f = Frames { out, dir, project, sid: &sid, evt, n: 0 };
         match step {
-            Beat::UserMessage | Beat::UserPrompt(_) => {
+            Beat::UserMessage | Beat::UserPrompt(..) => {
                 s.busy = true;
                 s.counter += 1;
-                s.user_msg = make_id("msg_", now_ms, (idx as u64) << 20 | s.counter as u64);
+                s.user_msg = match step {
+                    Beat::UserPrompt(id, _) => id.clone(),
+                    _ => make_id("msg_", now_ms, (idx as u64) << 20 | s.counter as u64),
+                };
                 let info = format!(
                     r#"{{"sessionID":"{sid}","info":{{"id":"{m}","role":"user","sessionID":"{sid}","time":{{"created":{now_ms}}},"agent":"{agent}","model":{{"providerID":"fake","modelID":"fake-model"}}}}}}"#,
                     sid = s.id,
@@ -370,7 +794,7 @@ impl World {
                 s.seq += 1;
                 f.event_with_sync("message.updated", &info, s.seq);
                 let parts: Vec<Value> = match step {
-                    Beat::UserPrompt(parts) => parts.clone(),
+                    Beat::UserPrompt(_, parts) => parts.clone(),
                     _ => vec![json!({"type": "text", "text": "Please work through the todo list."})],
                 };
                 for part in parts {
@@ -442,8 +866,9 @@ impl World {
                 } else {
                     ""
                 };
+                let pass = if vary_tool_input { format!(", pass {}", s.counter) } else { String::new() };
                 let props = format!(
-                    r#"{{"sessionID":"{sid}","part":{{"id":"{p}","messageID":"{m}","sessionID":"{sid}","type":"tool","tool":"todowrite","callID":"call_{c:06}","state":{{"status":"{status}","input":{{"todos":[{{"content":"Write the parser","status":"in_progress","priority":"high"}}]}}{output},"time":{{"start":{now_ms}}}}}}},"time":{now_ms}}}"#,
+                    r#"{{"sessionID":"{sid}","part":{{"id":"{p}","messageID":"{m}","sessionID":"{sid}","type":"tool","tool":"todowrite","callID":"call_{c:06}","state":{{"status":"{status}","input":{{"todos":[{{"content":"Write the parser{pass}","status":"in_progress","priority":"high"}}]}}{output},"time":{{"start":{now_ms}}}}}}},"time":{now_ms}}}"#,
                     sid = s.id,
                     p = s.part,
                     m = s.asst_msg,
@@ -499,7 +924,50 @@ impl World {
                 idle_frames(&mut f, s, dir, now_ms);
             }
         }
-        f.n
+        let n = f.n;
+        self.remember(idx, step, now_ms);
+        n
+    }
+
+    /// What a step leaves in the session's history.
+    fn remember(&mut self, idx: usize, step: &Beat, now_ms: i64) {
+        let msg = |id: &str, user: bool, parts: Vec<Value>| HistMsg {
+            id: id.to_string(),
+            user,
+            created_ms: now_ms,
+            parts,
+            completed_ms: None,
+            finish: None,
+            aborted: false,
+        };
+        match step {
+            Beat::UserMessage => {
+                let s = &self.sessions[idx];
+                let part = json!({"type": "text", "text": "Please work through the todo list.",
+                                  "id": format!("prt_u{}", s.counter)});
+                let m = msg(&s.user_msg, true, vec![part]);
+                self.push_history(idx, m);
+            }
+            Beat::AssistantCreated => {
+                let m = msg(&self.sessions[idx].asst_msg, false, Vec::new());
+                self.push_history(idx, m);
+            }
+            Beat::AssistantFinished(finish) => {
+                if let Some(m) = self.sessions[idx].history.iter_mut().rev().find(|m| !m.user) {
+                    m.completed_ms = Some(now_ms);
+                    m.finish = Some(finish);
+                }
+            }
+            Beat::Aborted => {
+                if let Some(m) = self.sessions[idx].history.iter_mut().rev().find(|m| !m.user) {
+                    if m.completed_ms.is_none() {
+                        m.completed_ms = Some(now_ms);
+                        m.aborted = true;
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     fn heartbeat(&mut self, out: &mut String) -> u64 {
@@ -650,8 +1118,8 @@ fn stall_plan(deltas: u32) -> Vec<Beat> {
     p
 }
 
-fn continue_turn(parts: Vec<Value>) -> Vec<Beat> {
-    let mut p = vec![Beat::UserPrompt(parts), Beat::Busy, Beat::AssistantCreated, Beat::StepStart, Beat::TextOpen];
+fn continue_turn(id: String, parts: Vec<Value>) -> Vec<Beat> {
+    let mut p = vec![Beat::UserPrompt(id, parts), Beat::Busy, Beat::AssistantCreated, Beat::StepStart, Beat::TextOpen];
     p.extend(std::iter::repeat_n(Beat::Delta, CONTINUE_DELTAS as usize));
     p.extend([Beat::TextClose, Beat::StepFinish("stop"), Beat::AssistantFinished("stop"), Beat::Idle]);
     p
@@ -661,7 +1129,7 @@ fn continue_turn(parts: Vec<Value>) -> Vec<Beat> {
 fn plan_frames(plan: &[Beat]) -> u64 {
     plan.iter()
         .map(|s| match s {
-            Beat::UserMessage | Beat::UserPrompt(_) => 4,
+            Beat::UserMessage | Beat::UserPrompt(..) => 4,
             Beat::Busy | Beat::Delta | Beat::Todo => 1,
             Beat::Idle => 6,
             Beat::Stall => 0,
@@ -740,8 +1208,7 @@ fn generate(shared: Arc<Shared>) {
             let mut w = shared.lock();
             let (now, wall) = (Instant::now(), epoch_us());
             for idx in batch.stall_marks {
-                w.sessions[idx].stalled_at = Some(now);
-                w.sessions[idx].stalled_wall_us = wall;
+                w.stall_began(idx, now, wall);
             }
         }
     }
@@ -770,8 +1237,10 @@ async fn global_event(data: Data) -> HttpResponse {
             if !batch.stall_marks.is_empty() {
                 let (now, wall) = (Instant::now(), epoch_us());
                 for &idx in &batch.stall_marks {
-                    w.sessions[idx].stalled_at = Some(now);
-                    w.sessions[idx].stalled_wall_us = wall;
+                    // Several streams carry the same batch: the first one stamps it.
+                    if w.sessions[idx].stalled_at.is_none() {
+                        w.stall_began(idx, now, wall);
+                    }
                 }
             }
         }
@@ -840,6 +1309,21 @@ async fn abort(data: Data, path: web::Path<String>) -> HttpResponse {
         let mut w = data.lock();
         w.count("POST /session/{id}/abort");
         if let Some(idx) = w.index.get(path.as_str()).copied() {
+            w.aborts += 1;
+            // A stall whose last frames were queued on a stream that was then cut never
+            // "left": it is a stall all the same.
+            let s = &w.sessions[idx];
+            if w.books_kept() && s.kind == Kind::Stalling && s.busy && s.plan.is_empty() && s.episode.is_none() {
+                w.stall_began(idx, arrived, arrived_wall);
+            }
+            match w.sessions[idx].episode {
+                Some(e) => w.episodes[e].aborts += 1,
+                None if w.sessions[idx].busy => {
+                    let what = format!("{} at {} ms", w.sessions[idx].id, arrived_wall / 1000);
+                    w.false_aborts.push(what);
+                }
+                None => w.idle_aborts += 1,
+            }
             let stall_timeout = w.stall_timeout;
             let s = &mut w.sessions[idx];
             let mut latency = None;
@@ -878,11 +1362,17 @@ async fn todos(data: Data, path: web::Path<String>) -> HttpResponse {
     HttpResponse::Ok().content_type("application/json").body(todos_json(w.sessions[idx].todo_done))
 }
 
-async fn messages(data: Data, path: web::Path<String>) -> HttpResponse {
+async fn messages(data: Data, path: web::Path<String>, q: web::Query<LimitQuery>) -> HttpResponse {
     let mut w = data.lock();
     w.count("GET /session/{id}/message");
     let Some(idx) = w.index.get(path.as_str()).copied() else { return not_found(&path) };
     let s = &w.sessions[idx];
+    if !s.history.is_empty() {
+        let dir = &w.dirs[s.dir];
+        let skip = s.history.len().saturating_sub(q.limit.unwrap_or(usize::MAX));
+        let items: Vec<Value> = s.history.iter().skip(skip).map(|m| history_json(s, dir, m)).collect();
+        return HttpResponse::Ok().json(items);
+    }
     let now_ms = epoch_ms();
     let user = json!({
         "info": {"id": s.user_msg, "role": "user", "sessionID": s.id, "time": {"created": now_ms},
@@ -893,6 +1383,54 @@ async fn messages(data: Data, path: web::Path<String>) -> HttpResponse {
         .map(|v: Value| v["info"].clone())
         .unwrap_or(Value::Null);
     HttpResponse::Ok().json(json!([user, {"info": asst, "parts": []}]))
+}
+
+/// One remembered message in `GET /session/{id}/message`'s shape.
+fn history_json(s: &SimSession, dir: &str, m: &HistMsg) -> Value {
+    let model = json!({"providerID": "fake", "modelID": "fake-model"});
+    if m.user {
+        let parts: Vec<Value> = m
+            .parts
+            .iter()
+            .map(|p| {
+                let mut p = p.clone();
+                if let Some(o) = p.as_object_mut() {
+                    o.insert("messageID".into(), json!(m.id));
+                    o.insert("sessionID".into(), json!(s.id));
+                }
+                p
+            })
+            .collect();
+        return json!({
+            "info": {"id": m.id, "role": "user", "sessionID": s.id, "time": {"created": m.created_ms},
+                     "agent": s.agent, "model": model},
+            "parts": parts,
+        });
+    }
+    let mut time = json!({"created": m.created_ms});
+    if let Some(c) = m.completed_ms {
+        time["completed"] = json!(c);
+    }
+    let mut info = json!({
+        "id": m.id, "role": "assistant", "mode": "build", "agent": s.agent,
+        "path": {"cwd": dir, "root": dir}, "cost": 0,
+        "tokens": {"total": 1105, "input": 1000, "output": 105, "reasoning": 0, "cache": {"write": 0, "read": 0}},
+        "modelID": "fake-model", "providerID": "fake", "sessionID": s.id, "time": time,
+    });
+    if let Some(f) = m.finish {
+        info["finish"] = json!(f);
+    }
+    if m.aborted {
+        info["error"] = json!({"name": "MessageAbortedError", "data": {"message": "Aborted"}});
+    }
+    let parts = if m.completed_ms.is_some() {
+        vec![
+            json!({"id": format!("prt_t{}", m.id), "messageID": m.id, "sessionID": s.id, "type": "text", "text": DELTA_TEXT}),
+        ]
+    } else {
+        Vec::new()
+    };
+    json!({"info": info, "parts": parts})
 }
 
 #[derive(Deserialize)]
@@ -908,6 +1446,56 @@ async fn prompt_async(data: Data, path: web::Path<String>, body: web::Json<Promp
     w.count("POST /session/{id}/prompt_async");
     let Some(idx) = w.index.get(path.as_str()).copied() else { return not_found(&path) };
     let body = body.into_inner();
+    let now_ms = epoch_ms();
+    // The books: which decision, for which episode.
+    let tag = body.parts.iter().find_map(|p| p.pointer("/metadata/shepherd")).cloned();
+    match &tag {
+        Some(tag) => {
+            let kind = tag["kind"].as_str().unwrap_or("?").to_string();
+            *w.prompts_by_kind.entry(kind.clone()).or_default() += 1;
+            if let Some(d) = tag["decision"].as_str() {
+                *w.decisions.entry(d.to_string()).or_default() += 1;
+                if kind == "continue" {
+                    // The open episode's continue, or (none open) a second one for the last.
+                    let e = w.sessions[idx].episode.take().or(w.sessions[idx].last_episode);
+                    if let Some(e) = e {
+                        w.episodes[e].continues.push(d.to_string());
+                    }
+                }
+            }
+        }
+        None => w.untagged_prompts += 1,
+    }
+    // OpenCode stores the user message at once, whatever it is doing.
+    let msg_id = {
+        let s = &mut w.sessions[idx];
+        s.counter += 1;
+        make_id("msg_", now_ms, (idx as u64) << 20 | s.counter as u64)
+    };
+    let parts: Vec<Value> = body
+        .parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut p = p.clone();
+            if let Some(o) = p.as_object_mut() {
+                o.insert("id".into(), json!(format!("prt_{msg_id}_{i}")));
+            }
+            p
+        })
+        .collect();
+    w.push_history(
+        idx,
+        HistMsg {
+            id: msg_id.clone(),
+            user: true,
+            created_ms: now_ms,
+            parts: parts.clone(),
+            completed_ms: None,
+            finish: None,
+            aborted: false,
+        },
+    );
     let s = &mut w.sessions[idx];
     s.prompts += 1;
     if let Some(agent) = body.agent {
@@ -916,7 +1504,7 @@ async fn prompt_async(data: Data, path: web::Path<String>, body: web::Json<Promp
     let busy = s.busy;
     s.busy = true;
     let kind = s.kind;
-    let plan = continue_turn(body.parts);
+    let plan = continue_turn(msg_id, body.parts);
     if busy && !s.plan.is_empty() {
         s.plan.extend(plan); // queued behind the turn under way, as OpenCode does
     } else {
@@ -939,6 +1527,116 @@ async fn providers(data: Data) -> HttpResponse {
 async fn summarize(data: Data) -> HttpResponse {
     data.lock().count("POST /session/{id}/summarize");
     HttpResponse::Ok().content_type("application/json").body("true")
+}
+
+/// Decides a REST request's fault (the server down, a 5xx, a late answer), answers the
+/// refusals itself and delays the late answers after the work is done.
+async fn inject_faults(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<actix_web::dev::ServiceResponse<actix_web::body::BoxBody>, actix_web::Error> {
+    let path = req.path();
+    if path.starts_with("/_sim") {
+        return next.call(req).await.map(|r| r.map_into_boxed_body());
+    }
+    let stream = path == "/global/event";
+    let (refuse, delay) = match req.app_data::<Data>() {
+        None => (None, Duration::ZERO),
+        Some(data) => {
+            let mut w = data.lock();
+            if w.is_down() {
+                w.counts.refused_down += 1;
+                (Some(503), Duration::ZERO)
+            } else {
+                let f = w.faults.clone();
+                let roll = w.random(1000) as u32;
+                if roll < f.error_permille {
+                    w.counts.errors += 1;
+                    (Some([500, 502, 503][w.random(3) as usize]), Duration::ZERO)
+                } else if stream {
+                    (None, Duration::ZERO)
+                } else if roll < f.error_permille + f.slow_permille {
+                    w.counts.slow += 1;
+                    (None, Duration::from_millis(f.slow_ms))
+                } else if roll < f.error_permille + f.slow_permille + f.very_slow_permille {
+                    w.counts.very_slow += 1;
+                    (None, Duration::from_millis(f.very_slow_ms))
+                } else {
+                    (None, Duration::ZERO)
+                }
+            }
+        }
+    };
+    if let Some(code) = refuse {
+        let status =
+            actix_web::http::StatusCode::from_u16(code).unwrap_or(actix_web::http::StatusCode::SERVICE_UNAVAILABLE);
+        let resp =
+            HttpResponse::build(status).json(json!({"name": "UnknownError", "data": {"message": "injected fault"}}));
+        return Ok(req.into_response(resp).map_into_boxed_body());
+    }
+    let res = next.call(req).await?;
+    if !delay.is_zero() {
+        actix_web::rt::time::sleep(delay).await;
+    }
+    Ok(res.map_into_boxed_body())
+}
+
+async fn set_faults(data: Data, faults: web::Json<Faults>) -> HttpResponse {
+    data.lock().faults = faults.into_inner();
+    HttpResponse::NoContent().finish()
+}
+
+async fn drop_streams(data: Data) -> HttpResponse {
+    let mut w = data.lock();
+    w.counts.stream_drops += 1;
+    w.cut_streams();
+    HttpResponse::NoContent().finish()
+}
+
+#[derive(Deserialize)]
+struct RestartBody {
+    down_ms: u64,
+}
+
+async fn restart(data: Data, body: web::Json<RestartBody>) -> HttpResponse {
+    data.lock().restart(Duration::from_millis(body.down_ms));
+    HttpResponse::NoContent().finish()
+}
+
+async fn set_soak(data: Data, spec: web::Json<SoakSpec>) -> HttpResponse {
+    data.lock().soak = spec.into_inner();
+    HttpResponse::NoContent().finish()
+}
+
+#[derive(Deserialize)]
+struct ShepherdBody {
+    down: bool,
+}
+
+async fn shepherd_state(data: Data, body: web::Json<ShepherdBody>) -> HttpResponse {
+    data.lock().shepherd_down = body.down;
+    HttpResponse::NoContent().finish()
+}
+
+#[derive(Deserialize)]
+struct GraceQuery {
+    grace_ms: Option<u64>,
+}
+
+async fn soak_report(data: Data, q: web::Query<GraceQuery>) -> HttpResponse {
+    let r = data.lock().soak_report(Duration::from_millis(q.grace_ms.unwrap_or(0)));
+    HttpResponse::Ok().json(r)
+}
+
+/// The soak's workload clock: free sessions start turns when due.
+fn drive(shared: Arc<Shared>) {
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let started = shared.lock().soak_tick(Instant::now());
+        if started {
+            shared.wake.notify_one();
+        }
+    }
 }
 
 async fn run(data: Data, spec: web::Json<RunSpec>) -> HttpResponse {
@@ -982,11 +1680,14 @@ pub fn serve(cfg: SimConfig) -> std::io::Result<()> {
     let shared = web::Data::new(Shared { world: Mutex::new(World::new(&cfg)), wake: Condvar::new() });
     let gen = shared.clone().into_inner();
     std::thread::Builder::new().name("sim-generator".into()).spawn(move || generate(gen))?;
+    let driver = shared.clone().into_inner();
+    std::thread::Builder::new().name("sim-workload".into()).spawn(move || drive(driver))?;
     println!("SIM_LISTENING {addr}");
     actix_web::rt::System::new().block_on(async move {
         HttpServer::new(move || {
             App::new()
                 .app_data(shared.clone())
+                .wrap(actix_web::middleware::from_fn(inject_faults))
                 .route("/global/event", web::get().to(global_event))
                 .route("/session/status", web::get().to(session_status))
                 .route("/experimental/session", web::get().to(list_sessions))
@@ -999,6 +1700,12 @@ pub fn serve(cfg: SimConfig) -> std::io::Result<()> {
                 .route("/session/{id}/summarize", web::post().to(summarize))
                 .route("/_sim/run", web::post().to(run))
                 .route("/_sim/report", web::get().to(report))
+                .route("/_sim/faults", web::post().to(set_faults))
+                .route("/_sim/drop", web::post().to(drop_streams))
+                .route("/_sim/restart", web::post().to(restart))
+                .route("/_sim/soak", web::post().to(set_soak))
+                .route("/_sim/soak", web::get().to(soak_report))
+                .route("/_sim/shepherd", web::post().to(shepherd_state))
         })
         .on_connect(|conn, _| {
             CONNECTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

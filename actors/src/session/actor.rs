@@ -824,8 +824,9 @@ impl Handler<CheckInterrupted> for SessionActor {
         }
         let engine = Arc::clone(&self.env.engine);
         let id = self.core.id().to_string();
+        let poll = (self.cfg.recovery.abort_poll_interval, self.cfg.recovery.abort_poll_max);
         // `wait`: the idle status that follows must not be applied before this check.
-        ctx.wait(async move { engine.last_turn(&id).await }.into_actor(self).map(|turn, act, ctx| match turn {
+        ctx.wait(async move { read_last_turn(&*engine, &id, poll).await }.into_actor(self).map(|turn, act, ctx| match turn {
             Ok(Some(turn)) if turn.interrupted() => {
                 let effects = act.core.on_interrupted(&turn.message_id, act.env.now());
                 act.apply(effects, ctx);
@@ -833,6 +834,27 @@ impl Handler<CheckInterrupted> for SessionActor {
             Ok(_) => {}
             Err(e) => tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "could not read the last turn after a reconnect"),
         }));
+    }
+}
+
+/// The session's last turn, the read tried again every `poll.0` for up to `poll.1` while
+/// it fails (a 5xx, a timeout): once the idle status that follows is applied nothing looks
+/// again, so one failed read would cost a cut-off turn its continue. A read is safe to
+/// repeat; the session actor waits meanwhile.
+async fn read_last_turn(
+    engine: &dyn Engine,
+    id: &str,
+    (every, max): (std::time::Duration, std::time::Duration),
+) -> Result<Option<crate::ports::LastTurn>, crate::ports::EngineError> {
+    let give_up = tokio::time::Instant::now() + max;
+    loop {
+        match engine.last_turn(id).await {
+            Err(e) if !matches!(e, crate::ports::EngineError::NotFound(_)) && tokio::time::Instant::now() < give_up => {
+                tracing::debug!(session = %id, error = %e, "could not read the last turn after a reconnect; trying again");
+                tokio::time::sleep(every).await;
+            }
+            done => return done,
+        }
     }
 }
 

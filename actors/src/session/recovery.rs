@@ -208,9 +208,17 @@ pub async fn directory_of(engine: &dyn Engine, session: &str, known: Option<&str
 }
 
 /// A request that failed this way may still have reached OpenCode (a timeout, a
-/// connection lost after sending): only the session can say whether it did.
+/// connection lost after sending, a server error: OpenCode may have stored the message
+/// before failing, a proxy may have passed it on): only the session can say whether it
+/// did. Its intent stays open and the session is read later, so the action is neither
+/// dropped (a 503 is not a "no") nor sent twice.
 pub fn may_have_arrived(error: &EngineError) -> bool {
-    matches!(error, EngineError::Unreachable(_) | EngineError::Unconfirmed(_))
+    match error {
+        EngineError::Unreachable(_) | EngineError::Unconfirmed(_) => true,
+        // 501 is an engine that does not do this at all (`ports::unsupported`).
+        EngineError::Http { status, .. } => *status >= 500 && *status != 501,
+        EngineError::NotFound(_) | EngineError::Decode(_) => false,
+    }
 }
 
 /// Ledgers an intent before the step it announces. A failed write is logged and the
