@@ -34,6 +34,8 @@ struct FakeEngine {
     dropped_prompts: std::sync::atomic::AtomicUsize,
     /// This many `last_turn` reads fail with a 503 first.
     failing_last_turns: std::sync::atomic::AtomicUsize,
+    /// This many `last_turn` reads time out first, after longer than `abort_poll_max`.
+    timed_out_last_turns: std::sync::atomic::AtomicUsize,
     /// This many prompts are refused with a 503 (not carried out).
     refused_prompts: std::sync::atomic::AtomicUsize,
     /// Sessions aborted (their latest reply ends with `MessageAbortedError`).
@@ -97,6 +99,10 @@ impl Engine for FakeEngine {
         self.log(format!("last_turn {id}"));
         if take_fault(&self.failing_last_turns) {
             return Err(EngineError::Http { status: 503, body: "restarting".into() });
+        }
+        if take_fault(&self.timed_out_last_turns) {
+            tokio::time::sleep(cfg().abort_poll_max * 2).await;
+            return Err(EngineError::Unconfirmed("timed out".into()));
         }
         Ok(self.last_turn.lock().unwrap().clone())
     }
@@ -800,6 +806,35 @@ async fn a_cut_off_turn_whose_first_read_fails_after_the_reconnect_is_still_cont
     assert_eq!(w.drain(), vec![(Action::Recover, Outcome::Done), (Action::Continue, Outcome::Done)]);
     let calls = w.engine.calls();
     assert_eq!(calls.iter().filter(|c| *c == "last_turn ses_A").count(), 3, "{calls:?}");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    settle().await;
+    assert_eq!(w.drain(), vec![], "continued once, nothing more");
+    assert_eq!(w.engine.calls().iter().filter(|c| *c == "prompt ses_A").count(), 1);
+}
+
+/// The same with the first read timing out, later than `abort_poll_max`: still tried again.
+#[actix::test]
+async fn a_cut_off_turn_whose_first_read_times_out_after_the_reconnect_is_still_continued_once() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    w.supervisor.do_send(StreamDown { server: "srv".into() });
+    w.engine.busy.lock().unwrap().clear();
+    *w.engine.last_turn.lock().unwrap() =
+        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false });
+    w.engine.timed_out_last_turns.store(1, SeqCst);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    settle().await;
+
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    settle().await;
+    tokio::time::sleep(cfg().abort_poll_max * 2 + cfg().abort_poll_interval * 2).await;
+    settle().await;
+    assert_eq!(w.drain(), vec![(Action::Recover, Outcome::Done), (Action::Continue, Outcome::Done)]);
+    assert_eq!(w.engine.calls().iter().filter(|c| *c == "last_turn ses_A").count(), 2);
     tokio::time::sleep(Duration::from_secs(600)).await;
     settle().await;
     assert_eq!(w.drain(), vec![], "continued once, nothing more");

@@ -837,19 +837,24 @@ impl Handler<CheckInterrupted> for SessionActor {
     }
 }
 
-/// The session's last turn, the read tried again every `poll.0` for up to `poll.1` while
-/// it fails (a 5xx, a timeout): once the idle status that follows is applied nothing looks
-/// again, so one failed read would cost a cut-off turn its continue. A read is safe to
-/// repeat; the session actor waits meanwhile.
+/// The session's last turn, the read tried again every `poll.0` for up to `poll.1` after
+/// the first failure (a 5xx, a timeout: a timed-out read alone can outlast `poll.1`):
+/// once the idle status that follows is applied nothing looks again, so one failed read
+/// would cost a cut-off turn its continue. A read is safe to repeat; the session actor
+/// waits meanwhile.
 async fn read_last_turn(
     engine: &dyn Engine,
     id: &str,
     (every, max): (std::time::Duration, std::time::Duration),
 ) -> Result<Option<crate::ports::LastTurn>, crate::ports::EngineError> {
-    let give_up = tokio::time::Instant::now() + max;
+    let mut give_up = None;
     loop {
         match engine.last_turn(id).await {
-            Err(e) if !matches!(e, crate::ports::EngineError::NotFound(_)) && tokio::time::Instant::now() < give_up => {
+            Err(e) if !matches!(e, crate::ports::EngineError::NotFound(_)) => {
+                let now = tokio::time::Instant::now();
+                if now >= *give_up.get_or_insert(now + max) {
+                    return Err(e);
+                }
                 tracing::debug!(session = %id, error = %e, "could not read the last turn after a reconnect; trying again");
                 tokio::time::sleep(every).await;
             }
