@@ -160,6 +160,7 @@ fn shepherd_config(url: &str, ledger: &str, status: &str) -> anyhow::Result<Conf
     r.planning_timeout = Duration::from_secs(5); // 5 min
     r.wait_after_abort = Duration::from_millis(300); // 1.5 s
     r.abort_poll_interval = Duration::from_millis(100); // 200 ms
+
     // 5 s. Below the stall timeout, as in production (5 s against 180 s): a request that
     // may have arrived is verified (after this long) before the next stall could be
     // detected. At 3 s = the stall timeout the two coincide, and a recovery verified late
