@@ -61,6 +61,9 @@ const VERY_SLOW: Duration = Duration::from_millis(2_500);
 const WARM_UP: Duration = Duration::from_secs(10);
 /// RSS samples are this far apart.
 const RSS_EVERY: Duration = Duration::from_secs(60);
+/// A restarted Shepherd tracks the sessions as they next show up (one turn each, a
+/// few minutes at the soak's pace): its memory is judged from then on.
+const RSS_WARM_UP: Duration = Duration::from_secs(170);
 /// A server restart is put off while Shepherd started less than this long ago (and a
 /// kill while the server restarted less than this long ago): the two at once leave turns
 /// no one could know were cut off, which is not what is measured here.
@@ -160,6 +163,7 @@ fn shepherd_config(url: &str, ledger: &str, status: &str) -> anyhow::Result<Conf
     r.planning_timeout = Duration::from_secs(5); // 5 min
     r.wait_after_abort = Duration::from_millis(300); // 1.5 s
     r.abort_poll_interval = Duration::from_millis(100); // 200 ms
+
     // 5 s. Below the stall timeout, as in production (5 s against 180 s): a request that
     // may have arrived is verified (after this long) before the next stall could be
     // detected. At 3 s = the stall timeout the two coincide, and a recovery verified late
@@ -413,7 +417,7 @@ fn print_results(
     errors: usize,
     log: &str,
 ) {
-    // Memory: the last incarnation, after a minute of warm-up.
+    // Memory: the last incarnation, after its warm-up (`RSS_WARM_UP`).
     let last = rss.last().map_or(0, |s| s.incarnation);
     let steady: Vec<&RssSample> =
         rss.iter().filter(|s| s.incarnation == last).skip_while(|s| s.at < rss_start(rss, last)).collect();
@@ -502,9 +506,9 @@ fn print_results(
     }
 }
 
-/// Where the last incarnation's steady state starts: a minute after it started.
+/// Where the last incarnation's steady state starts: `RSS_WARM_UP` after its first sample.
 fn rss_start(rss: &[RssSample], incarnation: u32) -> Duration {
-    rss.iter().find(|s| s.incarnation == incarnation).map_or(Duration::ZERO, |s| s.at + Duration::from_secs(50))
+    rss.iter().find(|s| s.incarnation == incarnation).map_or(Duration::ZERO, |s| s.at + RSS_WARM_UP)
 }
 
 fn fmt_n(n: u64) -> String {
