@@ -202,8 +202,8 @@ impl SessionActor {
     /// Writes the durable state when it changed since the last write: the core counts
     /// its changes, so most events (deltas, part updates) cost one comparison here. The
     /// state counts as saved only once the write succeeded; a failed write is retried
-    /// after `store.retry_interval`-like back-off ([`SAVE_RETRY`]) with the state as it is
-    /// then, so a restart never acts again on an edge whose handling was not written.
+    /// [`SAVE_RETRY`] later with the state as it is then, so a restart never acts again
+    /// on an edge whose handling was not written.
     fn persist(&mut self, ctx: &mut Context<Self>) {
         let generation = self.core.durable_generation();
         let written_or_writing = self.saved_generation == Some(generation) || self.saving_generation == Some(generation);
