@@ -42,6 +42,17 @@ struct FakeEngine {
     aborted: Mutex<Vec<String>>,
     /// How every session's last assistant message ended (`None`: no message).
     last_turn: Mutex<Option<LastTurn>>,
+    /// The next status reads are slow, one entry each.
+    slow_statuses: Mutex<std::collections::VecDeque<SlowRead>>,
+}
+
+/// A slow `GET /session/status`.
+#[derive(Clone, Copy)]
+enum SlowRead {
+    /// Answered this long after it was asked, from the server as it is then.
+    ReadAfter(Duration),
+    /// Answered from the server as it was when asked, this long later.
+    AnsweredAfter(Duration),
 }
 
 /// Takes one from a counter of planned faults; true if there was one.
@@ -62,7 +73,19 @@ impl FakeEngine {
 impl Engine for FakeEngine {
     async fn statuses(&self, directory: &str) -> Result<HashMap<String, Status>, EngineError> {
         self.log(format!("status {directory}"));
-        Ok(self.busy.lock().unwrap().clone())
+        let slow = self.slow_statuses.lock().unwrap().pop_front();
+        match slow {
+            None => Ok(self.busy.lock().unwrap().clone()),
+            Some(SlowRead::ReadAfter(delay)) => {
+                tokio::time::sleep(delay).await;
+                Ok(self.busy.lock().unwrap().clone())
+            }
+            Some(SlowRead::AnsweredAfter(delay)) => {
+                let answer = self.busy.lock().unwrap().clone();
+                tokio::time::sleep(delay).await;
+                Ok(answer)
+            }
+        }
     }
     async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
         Ok(vec![])
@@ -783,6 +806,68 @@ async fn a_server_restart_just_before_the_stall_timer_fires_continues_the_cut_of
 
 /// The same, with the first read of the cut-off turn answered 503 after the reconnect:
 /// the read is tried again, and the turn still continued once.
+/// A periodic reading of the statuses is under way when OpenCode restarts; it is answered
+/// by the restarted server (which lists nothing) while the stream is still down. Applied,
+/// it would call the session idle without looking at its cut-off turn, and the
+/// reconnect's own check would then find nothing busy to look at.
+#[actix::test]
+async fn a_periodic_reading_that_lands_while_the_stream_is_down_does_not_hide_the_cut_off_turn() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.busy("ses_A");
+    settle().await;
+    w.engine.slow_statuses.lock().unwrap().push_back(SlowRead::ReadAfter(Duration::from_secs(10)));
+    let discovery = SupervisorConfig::default().discovery_interval;
+    tokio::time::sleep(discovery + Duration::from_secs(1)).await; // the reading is under way
+    settle().await;
+
+    w.supervisor.do_send(StreamDown { server: "srv".into() });
+    w.engine.busy.lock().unwrap().clear();
+    *w.engine.last_turn.lock().unwrap() =
+        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false });
+    tokio::time::sleep(Duration::from_secs(20)).await; // it lands, the stream still down
+    settle().await;
+    assert_eq!(w.drain(), vec![]);
+
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    settle().await;
+    assert_eq!(w.drain(), vec![(Action::Recover, Outcome::Done), (Action::Continue, Outcome::Done)]);
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    settle().await;
+    assert_eq!(w.drain(), vec![], "continued once, nothing more");
+    let calls = w.engine.calls();
+    assert!(!calls.iter().any(|c| c.starts_with("abort")), "{calls:?}");
+    assert_eq!(calls.iter().filter(|c| *c == "prompt ses_A").count(), 1);
+}
+
+/// A periodic reading of the statuses is answered late, from before a turn that the
+/// stream announced meanwhile: the stream's word is newer. Applied, the reading would
+/// call the working session idle, and its stall would never be seen.
+#[actix::test]
+async fn a_status_reading_older_than_the_stream_s_news_does_not_call_a_working_session_idle() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.send(r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}}"#);
+    settle().await;
+    w.engine.slow_statuses.lock().unwrap().push_back(SlowRead::AnsweredAfter(Duration::from_secs(10)));
+    let discovery = SupervisorConfig::default().discovery_interval;
+    tokio::time::sleep(discovery + Duration::from_secs(1)).await; // asked while ses_A was idle
+    settle().await;
+
+    w.busy("ses_A"); // a turn starts, then the model goes silent
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(20)).await; // the old answer lands
+    settle().await;
+    assert!(!w.engine.calls().iter().any(|c| c.starts_with("abort")));
+
+    tokio::time::sleep(cfg().stall_timeout).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"abort ses_A".to_string()), "the stall is seen");
+    assert!(w.drain().contains(&(Action::Continue, Outcome::Done)));
+}
+
 #[actix::test]
 async fn a_cut_off_turn_whose_first_read_fails_after_the_reconnect_is_still_continued_once() {
     tokio::time::pause();

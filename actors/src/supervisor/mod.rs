@@ -48,6 +48,10 @@ struct Server {
     /// [`Sighted`] once a reconciliation after the reconnect has read every directory's
     /// statuses. Sessions created meanwhile start blind.
     blind: bool,
+    /// Counts the stream's connects and disconnects. A reconciliation is stamped with
+    /// the epoch it started in; one that lands in another (the stream went down or came
+    /// back meanwhile) describes a server that is gone and is dropped unapplied.
+    epoch: u64,
     /// The models' context windows are to be (re)read: after every connect (they may
     /// change with the server's config) until one read succeeds.
     windows_stale: bool,
@@ -77,6 +81,9 @@ pub struct Supervisor {
     advisor: crate::advisor::actor::AdvisorSlot,
     /// The discovery and cleanup intervals, re-armed when a reload changes them.
     intervals: Vec<SpawnHandle>,
+    /// Counts the events routed to sessions; a session's slot keeps the count of its
+    /// last one, so a REST answer older than what the stream said since is not applied.
+    routed: u64,
 }
 
 /// How many session actors [`Supervisor::details`] asks at a time (about half a
@@ -138,6 +145,8 @@ struct SessionSlot {
     last_seen: tokio::time::Instant,
     /// Being evicted: events wait here until the actor's state is in the ledger.
     evicting: Option<Vec<Event>>,
+    /// [`Supervisor::routed`] when this session's last event was routed to it.
+    last_event: u64,
 }
 
 impl Supervisor {
@@ -165,6 +174,7 @@ impl Supervisor {
             guard: Arc::new(NoGuard),
             advisor: Default::default(),
             intervals: Vec::new(),
+            routed: 0,
         }
     }
 
@@ -283,7 +293,7 @@ impl Supervisor {
         }
         let directory = info.and_then(|i| i.directory.clone()).or(directory.map(str::to_string));
         let last_seen = self.clock.now();
-        let slot = SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None };
+        let slot = SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None, last_event: 0 };
         self.sessions.insert((server.to_string(), id.to_string()), slot);
         Some(addr)
     }
@@ -334,6 +344,7 @@ impl Supervisor {
         let limit = srv.list_limit;
         let mut directories = srv.directories.clone();
         let read_windows = srv.windows_stale;
+        let (epoch, routed) = (srv.epoch, self.routed);
         let server = server.to_string();
         let work = async move {
             let windows = if read_windows { Some(engine.model_windows().await) } else { None };
@@ -346,12 +357,21 @@ impl Supervisor {
                 let result = engine.statuses(&dir).await;
                 statuses.push((dir, result));
             }
-            Reconciled { server, listed, statuses, windows, after_connect }
+            Reconciled { server, listed, statuses, windows, after_connect, epoch, routed }
         };
         ctx.spawn(work.into_actor(self).map(|r, act, ctx| act.apply_reconciliation(r, ctx)));
     }
 
     fn apply_reconciliation(&mut self, r: Reconciled, ctx: &mut Context<Self>) {
+        let Some(srv) = self.servers.get(&r.server) else { return };
+        if r.epoch != srv.epoch || (srv.blind && !r.after_connect) {
+            // The stream went down or came back while this was read: the server it
+            // describes is gone, and the reconnect reconciles afresh. A periodic read
+            // while blind would mark idle, without checking for a cut-off turn, sessions
+            // that the reconnect's own reconciliation checks.
+            tracing::debug!(server = %r.server, after_connect = r.after_connect, "reconcile: dropped a reading from before the stream's last change");
+            return;
+        }
         let mut failed = r.listed.is_err();
         match (r.windows, self.servers.get_mut(&r.server)) {
             (Some(Ok(windows)), Some(srv)) => {
@@ -390,6 +410,9 @@ impl Supervisor {
             checked_dirs.insert(dir.clone());
             for (id, status) in map {
                 busy_ids.insert(id.clone());
+                if self.heard_since(&r.server, &id, r.routed) {
+                    continue;
+                }
                 if let Some(addr) = self.session(&r.server, &id, infos.get(&id), Some(&dir), ctx) {
                     addr.do_send(Observe(Event::SessionStatus { session_id: id, status }));
                 }
@@ -398,7 +421,9 @@ impl Supervisor {
         // Tracked sessions of a checked directory that the status endpoint left out
         // are idle now (their idle event may have been lost while disconnected).
         for ((server, id), slot) in &self.sessions {
-            if *server != r.server || busy_ids.contains(id) {
+            if *server != r.server || busy_ids.contains(id) || slot.last_event > r.routed {
+                // Busy, or the stream spoke of it after the statuses were asked for:
+                // its word is newer than this reading.
                 continue;
             }
             let dir = slot.directory.clone().or_else(|| infos.get(id).and_then(|i| i.directory.clone()));
@@ -425,9 +450,14 @@ impl Supervisor {
                 // Try again soon (what was read is applied; the rest is not lost).
                 let delay = srv.retry_next;
                 srv.retry_next = (srv.retry_next * 2).min(srv.retry_max);
-                let (server, after_connect) = (r.server.clone(), r.after_connect);
+                let (server, after_connect, epoch) = (r.server.clone(), r.after_connect, r.epoch);
                 tracing::info!(server = %server, retry_in_ms = delay.as_millis() as u64, "reconcile incomplete; retrying");
-                ctx.run_later(delay, move |act, ctx| act.reconcile(&server, after_connect, ctx));
+                ctx.run_later(delay, move |act, ctx| {
+                    // A reconnect meanwhile started its own reconciliation.
+                    if act.servers.get(&server).is_some_and(|s| s.epoch == epoch) {
+                        act.reconcile(&server, after_connect, ctx);
+                    }
+                });
                 return;
             }
             srv.retry_next = srv.retry_initial;
@@ -501,7 +531,9 @@ impl Supervisor {
         }
         let cleanup = ctx.run_interval(self.fleet.cleanup_interval, |act, ctx| act.clean_up(ctx));
         let discovery = ctx.run_interval(self.fleet.discovery_interval, |act, ctx| {
-            let connected: Vec<_> = act.servers.iter().filter(|(_, s)| s.connected).map(|(n, _)| n.clone()).collect();
+            // A blind server's reconnect reconciliation (and its retries) reads it.
+            let connected: Vec<_> =
+                act.servers.iter().filter(|(_, s)| s.connected && !s.blind).map(|(n, _)| n.clone()).collect();
             for server in connected {
                 act.reconcile(&server, false, ctx);
             }
@@ -520,6 +552,10 @@ struct Reconciled {
     windows: Option<Result<HashMap<String, u64>, EngineError>>,
     listed: Result<Vec<SessionInfo>, EngineError>,
     statuses: Vec<DirectoryStatuses>,
+    /// The server's [`Server::epoch`] when the reading started.
+    epoch: u64,
+    /// [`Supervisor::routed`] when the reading started.
+    routed: u64,
 }
 
 /// Starts supervising a server.
@@ -565,6 +601,7 @@ impl Handler<AttachServer> for Supervisor {
                 connected: false,
                 reconciled: false,
                 blind: false,
+                epoch: 0,
                 windows_stale: true,
                 events: BTreeMap::new(),
             },
@@ -633,14 +670,19 @@ impl Handler<Ingest> for Supervisor {
             }
         }
         let now = self.clock.now();
+        self.routed += 1;
         if let Some(slot) = self.sessions.get_mut(key(&(server, id))) {
             slot.last_seen = now;
+            slot.last_event = self.routed;
             if let Some(waiting) = slot.evicting.as_mut() {
                 waiting.push(event);
                 return;
             }
         }
         if let Some(addr) = self.session(server, id, info.as_ref(), directory.as_deref(), ctx) {
+            if let Some(slot) = self.sessions.get_mut(key(&(server, id))) {
+                slot.last_event = self.routed;
+            }
             addr.do_send(Observe(event));
         }
     }
@@ -660,6 +702,7 @@ impl Handler<StreamUp> for Supervisor {
         if let Some(srv) = self.servers.get_mut(&msg.server) {
             srv.connected = true;
             srv.reconciled = false;
+            srv.epoch += 1;
             // Model windows may change with the server's config: re-read on every
             // connect, as part of the reconciliation (retried with it).
             srv.windows_stale = true;
@@ -732,6 +775,7 @@ impl Handler<StreamDown> for Supervisor {
         let Some(srv) = self.servers.get_mut(&msg.server) else { return };
         srv.connected = false;
         srv.reconciled = false;
+        srv.epoch += 1;
         if srv.blind {
             return; // a failed reconnect: the sessions know already
         }
@@ -750,6 +794,11 @@ impl Handler<StreamDown> for Supervisor {
 }
 
 impl Supervisor {
+    /// Whether the stream spoke of this session after a reading stamped `routed` began.
+    fn heard_since(&self, server: &str, id: &str, routed: u64) -> bool {
+        self.sessions.get(key(&(server, id))).is_some_and(|s| s.last_event > routed)
+    }
+
     /// After an outage: the server's sessions count silence from now.
     fn regain_sight(&mut self, server: &str) {
         let Some(srv) = self.servers.get_mut(server) else { return };
