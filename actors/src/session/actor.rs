@@ -359,13 +359,16 @@ impl SessionActor {
         let find = async move { ledger.open_intents(&server, Some(&id)).await };
         ctx.spawn(find.into_actor(self).map(|found, act, ctx| match found {
             Ok(intents) => {
+                // Even none: the core learns the search is over (its stall clock waits).
                 let open: Vec<Intent> = intents.into_iter().filter(|i| !act.running.contains(&i.decision)).collect();
-                if !open.is_empty() {
-                    let effects = act.core.on_open_intents(open, act.env.now());
-                    act.apply(effects, ctx);
-                }
+                let effects = act.core.on_open_intents(open, act.env.now());
+                act.apply(effects, ctx);
             }
-            Err(e) => tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "ledger: could not read this session's open intents"),
+            Err(e) => {
+                tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "ledger: could not read this session's open intents; looking again later");
+                act.core.on_intents_unreadable(act.env.now());
+                act.rearm(ctx);
+            }
         }));
     }
 }

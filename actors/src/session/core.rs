@@ -207,6 +207,25 @@ struct Recovering {
 /// is per session, so it is most of a long-lived session's footprint (fleet bench).
 const ROLE_MEMORY: usize = 32;
 
+/// Where the verification of a request whose answer was lost stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verify {
+    Nothing,
+    /// The session is looked at then (the request had time to land).
+    At(Instant),
+    /// The open intents are being read from the ledger.
+    Finding,
+}
+
+impl Verify {
+    fn at(self) -> Option<Instant> {
+        match self {
+            Verify::At(at) => Some(at),
+            _ => None,
+        }
+    }
+}
+
 /// The state of one session and the rules that move it.
 #[derive(Debug)]
 pub struct SessionCore {
@@ -289,8 +308,8 @@ pub struct SessionCore {
     /// Decisions of open intents being resumed (after a restart or reconnect).
     resuming: Vec<String>,
     /// A request failed in a way that may still have reached OpenCode (its intent stays
-    /// open): look at the session at this moment, once it had time to land.
-    verify_at: Option<Instant>,
+    /// open): the session is looked at once the request had time to land.
+    verify: Verify,
     /// Provider errors and the resume back-off (boxed: most sessions never have one);
     /// see `core/resume.rs`.
     outage: Option<Box<Outage>>,
@@ -346,7 +365,7 @@ impl SessionCore {
             model_generation: 0,
             advice: AdviceGate::default(),
             resuming: Vec::new(),
-            verify_at: None,
+            verify: Verify::Nothing,
             outage: None,
             subagent: false,
         }
@@ -770,7 +789,7 @@ impl SessionCore {
             // The drain past `hard` ends in an abort: it waits while a person is asked
             // or automation is paused.
             self.rollover.deadline().filter(|_| self.waiting_on_person.is_empty() && self.pause.is_none()),
-            self.verify_at,
+            self.verify.at(),
             self.outage.as_ref().and_then(|o| o.deadline()).filter(|_| watched),
         ]
         .into_iter()
@@ -878,6 +897,9 @@ impl SessionCore {
         if self.advice.pending() == Some(About::Abort) {
             return None; // the advisor is being asked
         }
+        if !self.resuming.is_empty() {
+            return None; // an action left open is being finished: its outcome comes first
+        }
         let stall_at = match self.compacting {
             // OpenCode's own compaction: bounded by `compaction.max_wait` from when it was
             // first seen; the summary's stream does not extend it (a summary is one model
@@ -886,6 +908,14 @@ impl SessionCore {
             None => self.silent_since() + self.stall_timeout(),
         };
         let stall_at = self.advice.postponed(stall_at);
+        // An action whose answer was lost is verified first: a new recovery before that
+        // (`abort_poll_max` ≥ the stall timeout) and the verification could each send a
+        // continue for the same stall.
+        let stall_at = match self.verify {
+            Verify::Nothing => stall_at,
+            Verify::At(at) => at.max(stall_at),
+            Verify::Finding => return None,
+        };
         Some(self.backoff_until.map_or(stall_at, |b| b.max(stall_at)))
     }
 
@@ -1178,7 +1208,7 @@ impl SessionCore {
     /// A `MessageAbortedError`: ours if a recovery is under way, or it names the
     /// message our abort interrupted, or it trails a recovery that just ended.
     fn on_abort_seen(&mut self, message_id: Option<&str>, now: Now, out: &mut Vec<Effect>) {
-        if self.recovering.is_some() || self.verify_at.is_some() {
+        if self.recovering.is_some() || self.verify != Verify::Nothing {
             return; // ours: under way, or an abort whose answer was lost
         }
         if self.rollover.interrupted().is_some_and(|(_, abort_first)| abort_first) {
@@ -1256,6 +1286,11 @@ impl SessionCore {
     /// is stalled and what to do about it.
     pub fn on_deadline(&mut self, now: Now) -> Vec<Effect> {
         let mut out = Vec::new();
+        // First: while the ledger is read, the stall clock waits (see `stall_deadline`).
+        if self.verify.at().is_some_and(|at| at <= now.mono) {
+            self.verify = Verify::Finding;
+            out.push(Effect::FindIntents);
+        }
         if !self.blind {
             out.extend(self.on_watched_deadlines(now));
         }
@@ -1265,10 +1300,6 @@ impl SessionCore {
             if let Some(step) = self.rollover.on_deadline(self.busy != RunState::Idle, now.mono) {
                 out.extend(self.on_rollover_step(step, now));
             }
-        }
-        if self.verify_at.is_some_and(|at| at <= now.mono) {
-            self.verify_at = None;
-            out.push(Effect::FindIntents);
         }
         out
     }
@@ -1298,7 +1329,7 @@ impl SessionCore {
     /// (`recovery.abort_poll_max`), so it is neither lost nor sent twice.
     fn verify_later(&mut self, error: &EngineError, now: Now) {
         if crate::session::recovery::may_have_arrived(error) {
-            self.verify_at = Some(now.mono + self.cfg.recovery.abort_poll_max);
+            self.verify = Verify::At(now.mono + self.cfg.recovery.abort_poll_max);
         }
     }
 
@@ -1853,11 +1884,22 @@ impl SessionCore {
 
     // ── Intents left open by a crash ──────────────────────────────────────────
 
+    /// The ledger could not say which intents are open: look again later (the stall
+    /// clock keeps waiting for the verification meanwhile).
+    pub fn on_intents_unreadable(&mut self, now: Now) {
+        if self.verify == Verify::Finding {
+            self.verify = Verify::At(now.mono + self.cfg.recovery.abort_poll_max);
+        }
+    }
+
     /// Open intents of this session found in the ledger (at start, after a reconnect):
     /// each is resumed once — the session is read and only what is missing is done.
     /// While a recovery's intent is resumed the session counts as recovering: the
     /// abort's own events are ours, and no second recovery starts.
     pub fn on_open_intents(&mut self, intents: Vec<Intent>, now: Now) -> Vec<Effect> {
+        if self.verify == Verify::Finding {
+            self.verify = Verify::Nothing; // what is open is handed over below
+        }
         let mut out = Vec::new();
         for intent in intents {
             if intent.session != self.id || self.resuming.contains(&intent.decision) {
@@ -2405,6 +2447,31 @@ mod tests {
         let effects = b.tick(180);
         assert!(recovers(&effects));
         assert_eq!(actions(&effects), vec![Action::StallDetected]);
+    }
+
+    /// With `abort_poll_max` longer than the stall timeout, an abort whose answer was
+    /// lost is verified before the session can be called stalled again: the verification
+    /// and a second recovery would each send a continue for one stall.
+    #[test]
+    fn no_second_recovery_starts_while_a_lost_abort_is_being_verified() {
+        let mut b = Bench::with(RecoveryConfig {
+            stall_timeout: Duration::from_secs(60),
+            abort_poll_max: Duration::from_secs(90),
+            ..RecoveryConfig::default()
+        });
+        b.busy(0);
+        assert!(recovers(&b.tick(60)));
+        let lost = RecoveryReport::AbortFailed(EngineError::Unreachable("timed out".into()));
+        b.core.on_recovery_finished(&lost, b.at(61));
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(151)), "the verification comes first");
+        assert!(!recovers(&b.tick(121)), "no recovery before the verification");
+        let effects = b.tick(151);
+        assert!(effects.iter().any(|e| matches!(e, Effect::FindIntents)));
+        assert!(!recovers(&effects));
+        assert_eq!(b.core.deadline(), None, "nothing until the ledger answers");
+        // The intent was closed meanwhile (another path finished it): the stall clock runs again.
+        assert!(b.core.on_open_intents(vec![], b.at(152)).is_empty());
+        assert!(recovers(&b.tick(152)), "still stalled, recovered once the verification is over");
     }
 
     #[test]
