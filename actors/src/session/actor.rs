@@ -17,7 +17,7 @@ use crate::control::{HandoffView, SessionDetail};
 use crate::event::{Event, ModelRef, SessionInfo};
 use crate::guard::PromptGuard;
 use crate::journal::{Journal, LastAction};
-use crate::ledger::{DurableState, Intent, IntentKind, IntentStep, Ledger};
+use crate::ledger::{DurableState, Intent, IntentKind, IntentStep, Ledger, LedgerError};
 use crate::ports::{Clock, Engine, Workspace};
 use crate::session::breaker::{Permit, ProviderBreaker};
 use crate::session::core::{BreakerCall, CompactOrder, Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
@@ -357,19 +357,25 @@ impl SessionActor {
         let ledger = Arc::clone(&self.env.ledger);
         let (server, id) = (self.env.server.clone(), self.core.id().to_string());
         let find = async move { ledger.open_intents(&server, Some(&id)).await };
-        ctx.spawn(find.into_actor(self).map(|found, act, ctx| match found {
+        ctx.spawn(find.into_actor(self).map(|found, act, ctx| act.open_intents_found(found, ctx)));
+    }
+
+    /// Hands the open intents read from the ledger to the core — even none: the core
+    /// learns the search is over (its stall clock waits for it). Those of procedures
+    /// running here now are not open.
+    fn open_intents_found(&mut self, found: Result<Vec<Intent>, LedgerError>, ctx: &mut Context<Self>) {
+        match found {
             Ok(intents) => {
-                // Even none: the core learns the search is over (its stall clock waits).
-                let open: Vec<Intent> = intents.into_iter().filter(|i| !act.running.contains(&i.decision)).collect();
-                let effects = act.core.on_open_intents(open, act.env.now());
-                act.apply(effects, ctx);
+                let open: Vec<Intent> = intents.into_iter().filter(|i| !self.running.contains(&i.decision)).collect();
+                let effects = self.core.on_open_intents(open, self.env.now());
+                self.apply(effects, ctx);
             }
             Err(e) => {
-                tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "ledger: could not read this session's open intents; looking again later");
-                act.core.on_intents_unreadable(act.env.now());
-                act.rearm(ctx);
+                tracing::warn!(server = %self.env.server, session = %self.core.id(), error = %e, "ledger: could not read this session's open intents");
+                self.core.on_intents_unreadable(self.env.now());
+                self.rearm(ctx);
             }
-        }));
+        }
     }
 }
 
@@ -554,14 +560,7 @@ impl Actor for SessionActor {
                 ),
             }
             // Actions a crash left open: finished once the state is back.
-            match intents {
-                Ok(open) if !open.is_empty() => {
-                    let effects = act.core.on_open_intents(open, act.env.now());
-                    act.apply(effects, ctx);
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "ledger: could not read this session's open intents"),
-            }
+            act.open_intents_found(intents, ctx);
         }));
     }
 
