@@ -17,6 +17,7 @@ pub mod opencode;
 pub mod reload;
 pub mod status;
 pub mod store;
+pub mod systemd;
 pub mod testbed;
 pub mod toast;
 pub mod top;

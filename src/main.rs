@@ -1,10 +1,11 @@
-//! The `shepherd` command line: `run`, `demo`, `config check`, `fake-model`, and the
-//! control API's clients `sessions`, `prompt`, `handoff`, `top` and `config reload`.
+//! The `shepherd` command line: `run`, `demo`, `config check`, `fake-model`, the
+//! control API's clients `sessions`, `prompt`, `handoff`, `top` and `config reload`, and
+//! the system's own `completions` and `man`.
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use shepherd::config::{load, render_effective, ConfigSources};
 use shepherd::control::table::render_sessions;
 use shepherd::control::ControlClient;
@@ -48,6 +49,14 @@ enum Command {
     /// A live view of the fleet from the running daemon (q quits; a plain refreshing
     /// table when stdout is not a terminal).
     Top(TopArgs),
+    /// Print a completion script for a shell, e.g.
+    /// `shepherd completions bash > ~/.local/share/bash-completion/completions/shepherd`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `shepherd man | man -l -`.
+    Man,
 }
 
 #[derive(Args, Clone)]
@@ -280,6 +289,14 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
         Command::Handoff(args) => client_runtime()?.block_on(handoff(args)),
         Command::Status(args) => status(args),
         Command::Top(args) => top(args),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "shepherd", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(())
+        }
     }
 }
 
@@ -436,6 +453,11 @@ async fn reload(args: ReloadArgs) -> anyhow::Result<()> {
 async fn run(cfg: shepherd_actors::config::Config, loader: shepherd::reload::ConfigLoader) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let daemon = Daemon::start_reloadable(&cfg, loader)?;
+    // Started by systemd: it hears when Shepherd is ready, reloading, alive and stopping.
+    let manager = shepherd::systemd::ServiceManager::from_env();
+    if let Some(manager) = manager {
+        actix::spawn(manager.attend(daemon.supervisor().clone()));
+    }
     let mut hangup = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
     let reload = daemon.reload_handle().clone();
     let stop = wait_for_signal();
@@ -444,10 +466,18 @@ async fn run(cfg: shepherd_actors::config::Config, loader: shepherd::reload::Con
         tokio::select! {
             _ = &mut stop => break,
             // The reload task logs the outcome (what changed, or why it was rejected).
-            Some(()) = hangup.recv() => { let _ = reload.reload("SIGHUP").await; }
+            Some(()) = hangup.recv() => {
+                manager.inspect(|m| m.reloading());
+                let outcome = match reload.reload("SIGHUP").await {
+                    Ok(_) => "supervising (configuration reloaded)",
+                    Err(_) => "supervising (reload rejected; the previous configuration runs)",
+                };
+                manager.inspect(|m| m.reloaded(outcome));
+            }
         }
     }
     tracing::info!("signal received: shutting down");
+    manager.inspect(|m| m.stopping());
     daemon.shutdown().await;
     Ok(())
 }

@@ -6,81 +6,15 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
 use shepherd::testbed::client::wait_until;
 use shepherd_actors::config::{Config, ServerConfig};
 use shepherd_actors::killpoint::step;
+use support::process::ShepherdProcess;
 use support::{fresh_sessions, tagged, Rig, PATIENCE};
 use tempfile::TempDir;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::sync::mpsc;
-
-/// A `shepherd run` process and its JSON log lines.
-struct Shepherd {
-    child: tokio::process::Child,
-    log: mpsc::UnboundedReceiver<Value>,
-    /// Every line read so far.
-    seen: Vec<Value>,
-}
-
-impl Shepherd {
-    fn start(config: &std::path::Path, kill_at: Option<&str>) -> anyhow::Result<Shepherd> {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_shepherd"));
-        cmd.current_dir(config.parent().expect("in a folder"))
-            .args(["run", "--config"])
-            .arg(config)
-            .args(["--log-format", "json"])
-            .env("RUST_LOG", "info")
-            .env_remove("SHEPHERD_KILL_AT")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        if let Some(step) = kill_at {
-            cmd.env("SHEPHERD_KILL_AT", step);
-        }
-        let mut child = cmd.spawn()?;
-        let stderr = child.stderr.take().expect("piped");
-        let (tx, log) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    let _ = tx.send(v);
-                }
-            }
-        });
-        Ok(Shepherd { child, log, seen: Vec::new() })
-    }
-
-    /// The next log line that matches, within [`PATIENCE`].
-    async fn wait_log(&mut self, what: &str, matches: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            match tokio::time::timeout_at(deadline, self.log.recv()).await {
-                Ok(Some(v)) => {
-                    self.seen.push(v.clone());
-                    if matches(&v) {
-                        return Ok(v);
-                    }
-                }
-                Ok(None) => anyhow::bail!("the log ended before: {what}"),
-                Err(_) => anyhow::bail!("no log line within {PATIENCE:?}: {what}"),
-            }
-        }
-    }
-
-    async fn stop(mut self) {
-        if let Some(pid) = self.child.id() {
-            // SAFETY: `kill` with a child's pid and a signal number has no memory effects.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-        }
-        let _ = tokio::time::timeout(PATIENCE, self.child.wait()).await;
-    }
-}
 
 fn is_action(v: &Value, session: &str, action: &str) -> bool {
     v["target"] == "shepherd::action" && v["session"] == session && v["action"] == action
@@ -115,16 +49,16 @@ async fn kill_and_restart(
     rig: &Rig,
     kill_at: &str,
     start: &str,
-) -> anyhow::Result<(String, Shepherd)> {
+) -> anyhow::Result<(String, ShepherdProcess)> {
     let file = dir.path().join("shepherd.toml");
-    let mut first = Shepherd::start(&file, Some(kill_at))?;
+    let mut first = ShepherdProcess::run(&file, Some(kill_at))?;
     first.wait_log("reconciled", |v| v["message"].as_str().is_some_and(|m| m.starts_with("reconciled"))).await?;
     let id = rig.client.create_session(Some(&format!("crash at {kill_at}"))).await?;
     rig.client.prompt_async(&id, start, None, None, false).await?;
     let died = tokio::time::timeout(PATIENCE * 2, first.child.wait()).await??;
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(died.signal(), Some(libc::SIGKILL), "Shepherd killed itself at {kill_at}: {died:?}");
-    Ok((id, Shepherd::start(&file, None)?))
+    Ok((id, ShepherdProcess::run(&file, None)?))
 }
 
 /// The restarted Shepherd sends a continue (its record, returned), the turn it starts
@@ -132,7 +66,7 @@ async fn kill_and_restart(
 /// later, and idle: its work went on once.
 async fn one_continue_and_then_quiet(
     rig: &Rig,
-    second: &mut Shepherd,
+    second: &mut ShepherdProcess,
     id: &str,
     cfg: &Config,
     crash: &str,
@@ -279,7 +213,7 @@ async fn killed_in_the_middle_of_its_own_compaction() -> anyhow::Result<()> {
     })
     .await?;
     let file = dir.path().join("shepherd.toml");
-    let mut first = Shepherd::start(&file, None)?;
+    let mut first = ShepherdProcess::run(&file, None)?;
     first.wait_log("reconciled", |v| v["message"].as_str().is_some_and(|m| m.starts_with("reconciled"))).await?;
     let id = rig.client.create_session(Some("killed mid-compaction")).await?;
     // The summary call Shepherd's compaction makes sends two chunks, then nothing.
@@ -289,13 +223,10 @@ async fn killed_in_the_middle_of_its_own_compaction() -> anyhow::Result<()> {
     let asked = rig.fake.wait_for_requests(PATIENCE, |log| log.iter().any(|r| r.marker() == "helper:stall")).await;
     assert!(asked, "the summary was asked for: {:?}", rig.fake.requests().iter().map(|r| r.marker()).collect::<Vec<_>>());
     rig.fake.set_helper_behaviour(None);
-    if let Some(pid) = first.child.id() {
-        // SAFETY: `kill` with a child's pid and a signal number has no memory effects.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-    }
+    first.signal(libc::SIGKILL);
     let _ = tokio::time::timeout(PATIENCE, first.child.wait()).await?;
 
-    let mut second = Shepherd::start(&file, None)?;
+    let mut second = ShepherdProcess::run(&file, None)?;
     let result = async {
         one_continue_and_then_quiet(&rig, &mut second, &id, &cfg, "mid-compaction").await
     }

@@ -1,0 +1,188 @@
+//! Shepherd as the system runs it: `shepherd run` started the way the systemd unit in
+//! `contrib/systemd/` starts it (its own command lines, a real `NOTIFY_SOCKET`, the
+//! watchdog's variables) against a real OpenCode; the shell completions and the manual
+//! page as a user installs them.
+
+mod support;
+
+use std::ffi::OsStr;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use shepherd_actors::config::{Config, ServerConfig};
+use support::process::ShepherdProcess;
+use support::{Rig, PATIENCE};
+
+/// The unit file users copy.
+const UNIT: &str = include_str!("../contrib/systemd/shepherd.service");
+
+/// The arguments of the unit's `KEY=` command line, with the unit's `%h` paths of the
+/// binary and the config file replaced by this test's.
+fn unit_command(key: &str, config: &Path) -> Vec<String> {
+    let line = UNIT
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("the unit has {key}="));
+    let mut words = line.split_whitespace();
+    assert_eq!(words.next(), Some("%h/.cargo/bin/shepherd"), "{key} runs the installed shepherd");
+    words.map(|w| w.replace("%h/.config/shepherd/shepherd.toml", &config.display().to_string())).collect()
+}
+
+/// The service manager's end of `NOTIFY_SOCKET`: every datagram, as text.
+struct NotifySocket {
+    socket: tokio::net::UnixDatagram,
+    path: PathBuf,
+    heard: Vec<String>,
+}
+
+impl NotifySocket {
+    fn bind(dir: &Path) -> anyhow::Result<Self> {
+        let path = dir.join("notify.sock");
+        let socket = tokio::net::UnixDatagram::from_std({
+            let s = UnixDatagram::bind(&path)?;
+            s.set_nonblocking(true)?;
+            s
+        })?;
+        Ok(Self { socket, path, heard: Vec::new() })
+    }
+
+    /// The next message holding `line` (a whole line, e.g. `READY=1`), within `within`.
+    async fn expect(&mut self, line: &str, within: Duration) -> anyhow::Result<String> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let n = match tokio::time::timeout_at(deadline, self.socket.recv(&mut buf)).await {
+                Ok(n) => n?,
+                Err(_) => anyhow::bail!("no {line} within {within:?}; heard {:?}", self.heard),
+            };
+            let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+            self.heard.push(message.clone());
+            if message.lines().any(|l| l == line) {
+                return Ok(message);
+            }
+        }
+    }
+}
+
+/// Started as the unit starts it, Shepherd tells systemd it is ready only once the
+/// server is connected and reconciled, pings the watchdog, brackets a `SIGHUP` reload
+/// with `RELOADING=1` (and the monotonic time systemd 253+ requires) and `READY=1`, and
+/// says `STOPPING=1` when it is asked to stop — then exits cleanly.
+#[actix::test]
+async fn started_by_the_unit_shepherd_tells_systemd_ready_alive_reloading_and_stopping() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut rig = Rig::start_config(|_| {}).await?;
+    if let Some(daemon) = rig.daemon.take() {
+        daemon.shutdown().await;
+    }
+    let mut cfg = Config { servers: vec![ServerConfig::new("local", rig.opencode.url())], ..Default::default() };
+    cfg.control.enabled = false;
+    cfg.status.enabled = false;
+    cfg.store.path = dir.path().join("ledger.sqlite3").display().to_string();
+    let file = dir.path().join("shepherd.toml");
+    Rig::write_config(&file, &cfg)?;
+
+    // ExecStartPre: the configuration check passes on a good file.
+    let pre = unit_command("ExecStartPre", &file);
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd")).args(&pre).output()?;
+    assert!(checked.status.success(), "{pre:?}: {}", String::from_utf8_lossy(&checked.stderr));
+
+    let mut systemd = NotifySocket::bind(dir.path())?;
+    let args = unit_command("ExecStart", &file);
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let env = [("NOTIFY_SOCKET", systemd.path.as_os_str()), ("WATCHDOG_USEC", OsStr::new("2000000"))];
+    let mut shepherd = ShepherdProcess::spawn(dir.path(), &args, &env)?;
+
+    systemd.expect("READY=1", PATIENCE).await?;
+    // WatchdogSec=2s: pings every second while the supervisor answers.
+    for _ in 0..2 {
+        systemd.expect("WATCHDOG=1", Duration::from_secs(3)).await?;
+    }
+
+    shepherd.signal(libc::SIGHUP);
+    let reloading = systemd.expect("RELOADING=1", PATIENCE).await?;
+    assert!(reloading.lines().any(|l| l.starts_with("MONOTONIC_USEC=")), "{reloading:?}");
+    systemd.expect("READY=1", PATIENCE).await?;
+
+    shepherd.signal(libc::SIGTERM);
+    systemd.expect("STOPPING=1", PATIENCE).await?;
+    let exit = tokio::time::timeout(PATIENCE, shepherd.child.wait()).await??;
+    assert!(exit.success(), "{exit:?}");
+    rig.opencode.stop().await;
+    Ok(())
+}
+
+/// While the server does not answer, systemd hears what Shepherd waits for, and no
+/// `READY=1`: the unit stays "activating" with a reason, not "active" and blind.
+#[actix::test]
+async fn shepherd_is_not_ready_while_its_server_does_not_answer_and_says_why() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let mut cfg = Config { servers: vec![ServerConfig::new("local", format!("http://{closed}"))], ..Default::default() };
+    cfg.control.enabled = false;
+    cfg.status.enabled = false;
+    cfg.store.path = dir.path().join("ledger.sqlite3").display().to_string();
+    let file = dir.path().join("shepherd.toml");
+    Rig::write_config(&file, &cfg)?;
+    let mut systemd = NotifySocket::bind(dir.path())?;
+    let args = unit_command("ExecStart", &file);
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let shepherd = ShepherdProcess::spawn(dir.path(), &args, &[("NOTIFY_SOCKET", systemd.path.as_os_str())])?;
+
+    let status = systemd.expect("STATUS=waiting for local: stream not connected", PATIENCE).await?;
+    assert!(!status.lines().any(|l| l == "READY=1"));
+    let early = systemd.expect("READY=1", Duration::from_secs(3)).await;
+    assert!(early.is_err(), "ready without its server: {:?}", systemd.heard);
+    let exit = shepherd.stop().await.expect("exits on SIGTERM");
+    assert!(exit.success(), "{exit:?}");
+    systemd.expect("STOPPING=1", Duration::from_secs(1)).await?; // queued before the exit
+    Ok(())
+}
+
+/// Not started by systemd: no socket, nothing sent, and `run` works as before.
+#[test]
+fn the_service_manager_is_absent_without_a_notify_socket() {
+    // The test harness is not run by systemd (a CI runner that is would set it: skip).
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        assert!(shepherd::systemd::ServiceManager::from_env().is_none());
+    }
+}
+
+/// The bash completion script is one bash accepts, and it completes the subcommands.
+#[test]
+fn the_bash_completion_script_is_accepted_by_bash_and_knows_the_subcommands() -> anyhow::Result<()> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd")).args(["completions", "bash"]).output()?;
+    assert!(out.status.success());
+    let dir = tempfile::tempdir()?;
+    let script = dir.path().join("shepherd.bash");
+    std::fs::write(&script, &out.stdout)?;
+    let syntax = std::process::Command::new("bash").arg("-n").arg(&script).output()?;
+    assert!(syntax.status.success(), "bash -n: {}", String::from_utf8_lossy(&syntax.stderr));
+    // What bash offers after `shepherd ` once the script is sourced.
+    let probe = format!(
+        "source {}; COMP_WORDS=(shepherd ''); COMP_CWORD=1; COMP_LINE='shepherd '; COMP_POINT=9; _shepherd shepherd '' shepherd; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        script.display()
+    );
+    let offered = std::process::Command::new("bash").arg("-c").arg(probe).output()?;
+    let offered = String::from_utf8_lossy(&offered.stdout);
+    for sub in ["run", "config", "top", "completions", "man"] {
+        assert!(offered.lines().any(|l| l == sub), "{sub} offered: {offered}");
+    }
+    Ok(())
+}
+
+/// The manual page is roff with the program's name, its subcommands and options.
+#[test]
+fn the_manual_page_names_the_program_and_its_subcommands() -> anyhow::Result<()> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd")).arg("man").output()?;
+    assert!(out.status.success());
+    let page = String::from_utf8(out.stdout)?;
+    assert!(page.starts_with(".ie") || page.contains(".TH shepherd"), "{}", &page[..page.len().min(200)]);
+    assert!(page.contains(".TH shepherd"));
+    for sub in ["run", "config", "top", "completions"] {
+        assert!(page.contains(sub), "the page mentions {sub}");
+    }
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! A `shepherd` process of the built binary, as a user or a service manager starts it,
+//! with its JSON log lines read as they come.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Stdio;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
+
+use super::PATIENCE;
+
+/// A running `shepherd` and its JSON log lines (stderr).
+pub struct ShepherdProcess {
+    pub child: tokio::process::Child,
+    log: mpsc::UnboundedReceiver<Value>,
+    /// Every line read so far.
+    pub seen: Vec<Value>,
+}
+
+impl ShepherdProcess {
+    /// `shepherd run --config FILE --log-format json` in the file's folder, with
+    /// `SHEPHERD_KILL_AT` set to `kill_at` (or unset).
+    pub fn run(config: &Path, kill_at: Option<&str>) -> anyhow::Result<ShepherdProcess> {
+        let args = [OsStr::new("run"), OsStr::new("--config"), config.as_os_str(), OsStr::new("--log-format"), OsStr::new("json")];
+        let env: Vec<(&str, &OsStr)> = kill_at.map(|step| ("SHEPHERD_KILL_AT", OsStr::new(step))).into_iter().collect();
+        Self::spawn(config.parent().expect("in a folder"), &args, &env)
+    }
+
+    /// `shepherd ARGS…` in `dir`, with `env` added (and `SHEPHERD_KILL_AT`,
+    /// `NOTIFY_SOCKET` and the watchdog's variables removed unless given).
+    pub fn spawn(dir: &Path, args: &[&OsStr], env: &[(&str, &OsStr)]) -> anyhow::Result<ShepherdProcess> {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_shepherd"));
+        cmd.current_dir(dir)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for inherited in ["SHEPHERD_KILL_AT", "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
+            cmd.env_remove(inherited);
+        }
+        cmd.envs(env.iter().copied());
+        let mut child = cmd.spawn()?;
+        let stderr = child.stderr.take().expect("piped");
+        let (tx, log) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send(v);
+                }
+            }
+        });
+        Ok(ShepherdProcess { child, log, seen: Vec::new() })
+    }
+
+    /// The next log line that matches, within [`PATIENCE`].
+    pub async fn wait_log(&mut self, what: &str, matches: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            match tokio::time::timeout_at(deadline, self.log.recv()).await {
+                Ok(Some(v)) => {
+                    self.seen.push(v.clone());
+                    if matches(&v) {
+                        return Ok(v);
+                    }
+                }
+                Ok(None) => anyhow::bail!("the log ended before: {what}"),
+                Err(_) => anyhow::bail!("no log line within {PATIENCE:?}: {what}"),
+            }
+        }
+    }
+
+    /// Sends `signal` (`libc::SIGTERM`, `libc::SIGHUP`, …).
+    pub fn signal(&self, signal: libc::c_int) {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: `kill` with a child's pid and a signal number has no memory effects.
+            unsafe { libc::kill(pid as libc::pid_t, signal) };
+        }
+    }
+
+    /// `SIGTERM`, then waits (at most [`PATIENCE`]) for the exit.
+    pub async fn stop(mut self) -> Option<std::process::ExitStatus> {
+        self.signal(libc::SIGTERM);
+        tokio::time::timeout(PATIENCE, self.child.wait()).await.ok().and_then(Result::ok)
+    }
+}
