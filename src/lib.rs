@@ -8,6 +8,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod demo;
+pub mod doctor;
 pub mod guard;
 pub mod http_thread;
 pub mod logging;

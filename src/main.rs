@@ -1,6 +1,6 @@
 //! The `shepherd` command line: `run`, `demo`, `config check`, `fake-model`, the
 //! control API's clients `sessions`, `prompt`, `handoff`, `top` and `config reload`, and
-//! the system's own `completions` and `man`.
+//! the system's own `doctor`, `completions` and `man`.
 
 use std::path::PathBuf;
 
@@ -57,6 +57,10 @@ enum Command {
     },
     /// Print the manual page (roff), e.g. `shepherd man | man -l -`.
     Man,
+    /// Look at everything `run` depends on (each server: reachable, password, version,
+    /// event stream; the state directory; Redis; the advisor; the control API's address)
+    /// and print one line per finding with its fix. Exits non-zero on a problem.
+    Doctor(ConfigArgs),
 }
 
 #[derive(Args, Clone)]
@@ -291,6 +295,15 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
         Command::Top(args) => top(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "shepherd", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Doctor(args) => {
+            let cfg = args.load()?;
+            let findings = client_runtime()?.block_on(shepherd::doctor::examine(&cfg));
+            print!("{}", shepherd::doctor::render(&findings));
+            if shepherd::doctor::failed(&findings) {
+                std::process::exit(1);
+            }
             Ok(())
         }
         Command::Man => {

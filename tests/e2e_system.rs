@@ -186,3 +186,59 @@ fn the_manual_page_names_the_program_and_its_subcommands() -> anyhow::Result<()>
     }
     Ok(())
 }
+
+/// `shepherd doctor` over the same configuration `run` reads, its output and exit code.
+fn doctor(dir: &Path, cfg: &Config, env: &[(&str, &str)]) -> anyhow::Result<(bool, String)> {
+    let file = dir.join("shepherd.toml");
+    Rig::write_config(&file, cfg)?;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(["doctor", "--config"])
+        .arg(&file)
+        .envs(env.iter().copied())
+        .output()?;
+    Ok((out.status.success(), String::from_utf8(out.stdout)?))
+}
+
+/// On a real OpenCode with a password: `doctor` names the wrong password and its fix,
+/// and says all is well (version, event stream) with the right one; an unreachable
+/// server is named with its URL. Exit status non-zero exactly when there is a problem.
+#[actix::test]
+async fn doctor_names_a_wrong_password_and_an_unreachable_server_and_passes_a_good_setup() -> anyhow::Result<()> {
+    use shepherd::testbed::fake_model::FakeModel;
+    use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer};
+    let fake = FakeModel::start()?;
+    let mut opencode = OpenCodeServer::start(OpenCodeOptions::for_fake(&fake).password("right-one")).await?;
+    let dir = tempfile::tempdir()?;
+    let mut server = ServerConfig::new("locked", opencode.url());
+    server.password_env = Some("DOCTOR_TEST_PASSWORD".into());
+    let mut cfg = Config { servers: vec![server], ..Default::default() };
+    cfg.control.enabled = false;
+    cfg.status.enabled = false;
+    let state = dir.path().join("state");
+    cfg.store.path = state.join("ledger.sqlite3").display().to_string();
+
+    let (ok, report) = doctor(dir.path(), &cfg, &[("DOCTOR_TEST_PASSWORD", "wrong-one")])?;
+    assert!(!ok, "{report}");
+    let line = report.lines().find(|l| l.contains("server locked")).expect("a line for the server");
+    assert!(line.starts_with("FAIL") && line.contains("password was refused"), "{report}");
+    assert!(line.contains("DOCTOR_TEST_PASSWORD"), "the fix names the variable: {report}");
+    assert!(!report.contains("wrong-one"), "the password is never printed: {report}");
+
+    let (ok, report) = doctor(dir.path(), &cfg, &[("DOCTOR_TEST_PASSWORD", "right-one")])?;
+    assert!(ok, "{report}");
+    let version = shepherd::testbed::opencode::OPENCODE_VERSION;
+    assert!(report.contains(&format!("ok    server locked: reachable at {}, OpenCode {version}", opencode.url())), "{report}");
+    assert!(report.contains("ok    server locked event stream: connected"), "{report}");
+    assert!(report.contains("will be created at start"), "{report}");
+    assert!(!state.exists(), "doctor writes no state");
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    cfg.servers.push(ServerConfig::new("gone", format!("http://{closed}")));
+    let (ok, report) = doctor(dir.path(), &cfg, &[("DOCTOR_TEST_PASSWORD", "right-one")])?;
+    assert!(!ok, "{report}");
+    let line = report.lines().find(|l| l.contains("server gone")).expect("a line for the second server");
+    assert!(line.starts_with("FAIL") && line.contains(&format!("unreachable at http://{closed}")), "{report}");
+    assert!(line.contains("fix: start `opencode serve` there, or correct servers[1].url"), "{report}");
+    opencode.stop().await;
+    Ok(())
+}
