@@ -21,7 +21,8 @@ fn state(attempts: u32) -> DurableState {
     DurableState {
         attempts,
         auto_submits: 2,
-        paused: Some("user_abort".into()),
+        paused: Some("person".into()),
+        paused_until_ms: Some(1_900_000_000_000),
         todos: vec![Todo {
             content: "write the ledger".into(),
             status: TodoStatus::InProgress,
@@ -96,6 +97,25 @@ async fn saved_state_is_loaded_by_a_new_ledger_on_the_same_file_after_a_restart(
     assert_eq!(after.load("other", "ses_a").await.unwrap(), Some(state(7)), "identity is (server, session)");
     assert_eq!(after.load("local", "ses_unknown").await.unwrap(), None);
     assert_eq!(after.history("ses_a", 10).await.unwrap(), vec![record("ses_a", Action::Nudge, 10)]);
+}
+
+/// `shepherd pause --all` survives a restart; `resume --all` removes it for good.
+#[tokio::test]
+async fn the_fleet_pause_is_kept_across_a_restart_until_it_is_lifted() {
+    use shepherd_actors::ledger::{FleetPause, FleetSettings};
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    let pause = FleetPause { by: "cli".into(), since_ms: 1_000, until_ms: Some(2_000) };
+    {
+        let ledger = SqliteLedger::open(&path).unwrap();
+        assert_eq!(ledger.fleet_pause().await.unwrap(), None);
+        ledger.set_fleet_pause(Some(&pause)).await.unwrap();
+    }
+    let again = SqliteLedger::open(&path).unwrap();
+    assert_eq!(again.fleet_pause().await.unwrap(), Some(pause));
+    again.set_fleet_pause(None).await.unwrap();
+    drop(again);
+    assert_eq!(SqliteLedger::open(&path).unwrap().fleet_pause().await.unwrap(), None);
 }
 
 #[tokio::test]

@@ -21,8 +21,10 @@ use crate::journal::ActionRecord;
 pub struct DurableState {
     pub attempts: u32,
     pub auto_submits: u32,
-    /// `user_abort` or `gave_up`.
+    /// `user_abort`, `gave_up`, `person` or `fleet` (see `session::core::Pause`).
     pub paused: Option<String>,
+    /// When a person's timed pause ends (epoch ms).
+    pub paused_until_ms: Option<i64>,
     pub todos: Vec<Todo>,
     pub nudges_without_progress: u32,
     /// The todo snapshot (`content`, `status`) at the last nudge.
@@ -79,7 +81,7 @@ pub enum LedgerError {
 
 /// Durable per-session state, the action journal, hand-off snapshots and intents.
 #[async_trait]
-pub trait Ledger: SnapshotStore + IntentLog {
+pub trait Ledger: SnapshotStore + IntentLog + FleetSettings {
     async fn load(&self, server: &str, session: &str) -> Result<Option<DurableState>, LedgerError>;
     async fn save(&self, server: &str, session: &str, state: &DurableState) -> Result<(), LedgerError>;
     async fn append(&self, record: &ActionRecord) -> Result<(), LedgerError>;
@@ -105,6 +107,19 @@ pub struct MemoryLedger {
     snapshots: Mutex<Vec<(Snapshot, Option<String>)>>,
     /// Open intents by (server, decision).
     intents: Mutex<HashMap<(String, String), Intent>>,
+    fleet_pause: Mutex<Option<FleetPause>>,
+}
+
+#[async_trait]
+impl FleetSettings for MemoryLedger {
+    async fn fleet_pause(&self) -> Result<Option<FleetPause>, LedgerError> {
+        Ok(self.fleet_pause.lock().map_err(|e| LedgerError::Storage(e.to_string()))?.clone())
+    }
+
+    async fn set_fleet_pause(&self, pause: Option<&FleetPause>) -> Result<(), LedgerError> {
+        *self.fleet_pause.lock().map_err(|e| LedgerError::Storage(e.to_string()))? = pause.cloned();
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -428,6 +443,23 @@ impl IntentStep {
     pub fn parse(s: &str) -> Option<IntentStep> {
         [IntentStep::Intended, IntentStep::Aborted, IntentStep::Sending].into_iter().find(|k| k.as_str() == s)
     }
+}
+
+/// The fleet-wide pause (`shepherd pause --all`): who asked, since and until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetPause {
+    pub by: String,
+    pub since_ms: i64,
+    /// Epoch ms; `None`: until resumed.
+    pub until_ms: Option<i64>,
+}
+
+/// Settings of the whole fleet that survive restarts.
+#[async_trait]
+pub trait FleetSettings: Send + Sync + 'static {
+    async fn fleet_pause(&self) -> Result<Option<FleetPause>, LedgerError>;
+    /// Sets (or with `None` lifts) the fleet-wide pause.
+    async fn set_fleet_pause(&self, pause: Option<&FleetPause>) -> Result<(), LedgerError>;
 }
 
 /// Where intents are kept: beside the ledger, written (and awaited) before each step.

@@ -300,6 +300,9 @@ impl World {
                 prop_assert!(!starts, "a hand-off starts in a session paused ({p:?}): {e:?}");
             }
         }
+        // The ledger of this world holds no intents: a search for them (a lost answer's
+        // verification) finds none, as the actor reports at once.
+        let searched = effects.iter().any(|e| matches!(e, Effect::FindIntents));
         self.outstanding.extend(effects.into_iter().filter_map(|e| match e {
             Effect::Recover(o) => Some(Procedure::Recover(o)),
             Effect::Prompt(o) => Some(Procedure::Prompt(o)),
@@ -310,6 +313,11 @@ impl World {
             // permit only gates an idle session's resume) are not procedures with a report.
             Effect::Record(_) | Effect::Stop | Effect::Finish(_) | Effect::FindIntents | Effect::Breaker(_) => None,
         }));
+        if searched {
+            let now = self.now();
+            let found = self.core.on_open_intents(Vec::new(), now);
+            return self.take(found);
+        }
         self.check_never_stranded()
     }
 

@@ -11,7 +11,8 @@ use shepherd_actors::config::{RecoveryConfig, SupervisorConfig};
 use shepherd_actors::event::{decode, ModelRef, Role, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
 use shepherd_actors::ledger::{
-    Claim, DurableState, Intent, IntentLog, Ledger, LedgerError, MemoryLedger, Snapshot, SnapshotStore,
+    Claim, DurableState, FleetPause, FleetSettings, Intent, IntentLog, Ledger, LedgerError, MemoryLedger, Snapshot,
+    SnapshotStore,
 };
 use shepherd_actors::ports::{Clock, Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, TurnSettings};
 use shepherd_actors::supervisor::{
@@ -42,6 +43,8 @@ struct FakeEngine {
     aborted: Mutex<Vec<String>>,
     /// How every session's last assistant message ended (`None`: no message).
     last_turn: Mutex<Option<LastTurn>>,
+    /// The next prompt takes this long to arrive (and to be answered).
+    slow_prompt: Mutex<Option<Duration>>,
     /// The next status reads are slow, one entry each.
     slow_statuses: Mutex<std::collections::VecDeque<SlowRead>>,
 }
@@ -144,6 +147,10 @@ impl Engine for FakeEngine {
     async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
         if take_fault(&self.dropped_prompts) {
             return Err(EngineError::Unconfirmed("timed out (the prompt never arrived)".into()));
+        }
+        let slow = self.slow_prompt.lock().unwrap().take();
+        if let Some(delay) = slow {
+            tokio::time::sleep(delay).await;
         }
         self.log(format!("prompt {id}"));
         if take_fault(&self.refused_prompts) {
@@ -669,6 +676,16 @@ impl IntentLog for FlakyLedger {
 }
 
 #[async_trait]
+impl FleetSettings for FlakyLedger {
+    async fn fleet_pause(&self) -> Result<Option<FleetPause>, LedgerError> {
+        self.inner.fleet_pause().await
+    }
+    async fn set_fleet_pause(&self, pause: Option<&FleetPause>) -> Result<(), LedgerError> {
+        self.inner.set_fleet_pause(pause).await
+    }
+}
+
+#[async_trait]
 impl Ledger for FlakyLedger {
     async fn load(&self, server: &str, session: &str) -> Result<Option<DurableState>, LedgerError> {
         self.inner.load(server, session).await
@@ -949,6 +966,37 @@ async fn after_a_stream_outage_a_still_busy_silent_session_is_recovered_a_full_s
     settle().await;
     assert!(w.engine.calls().contains(&"abort ses_A".to_string()));
     assert!(w.drain().contains(&(Action::Continue, Outcome::Done)));
+}
+
+/// The retry of a lost continue is slow to land; a reconnect meanwhile looks for open
+/// intents and finds the retry's (written before its send). That is the same action,
+/// under way here: it is not finished a second time (which would read the session before
+/// the retry landed and send it again).
+#[actix::test]
+async fn a_reconnect_while_a_retry_is_on_its_way_does_not_send_it_twice() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.engine.dropped_prompts.store(1, SeqCst);
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(184)).await; // stalled, aborted, the continue lost
+    settle().await;
+    *w.engine.slow_prompt.lock().unwrap() = Some(Duration::from_secs(10));
+    tokio::time::sleep(cfg().abort_poll_max + Duration::from_secs(1)).await; // the retry is on its way
+    settle().await;
+    assert!(w.engine.prompts.lock().unwrap().is_empty());
+
+    w.supervisor.do_send(StreamDown { server: "srv".into() });
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    settle().await;
+    let prompts = w.engine.prompts.lock().unwrap().clone();
+    let decisions: Vec<&str> = prompts.iter().map(|(_, p)| p.tag.decision.as_str()).collect();
+    assert_eq!(decisions.len(), 1, "one retry: {decisions:?}");
+    assert!(decisions[0].ends_with("~retry"));
+    drop(w.drain());
 }
 
 #[actix::test]

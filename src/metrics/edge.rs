@@ -13,7 +13,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use shepherd_actors::journal::ActionRecord;
-use shepherd_actors::ledger::{Claim, DurableState, Intent, IntentLog, Ledger, LedgerError, Snapshot, SnapshotStore};
+use shepherd_actors::ledger::{
+    Claim, DurableState, FleetPause, FleetSettings, Intent, IntentLog, Ledger, LedgerError, Snapshot, SnapshotStore,
+};
 use shepherd_actors::ports::{ChatRequest, ModelError, ModelPort};
 
 use super::Metrics;
@@ -55,6 +57,18 @@ impl SnapshotStore for CountingLedger {
     async fn claim(&self, id: &str, session: &str) -> Result<Claim, LedgerError> {
         let r = self.inner.claim(id, session).await;
         self.count("claim", r)
+    }
+}
+
+#[async_trait]
+impl FleetSettings for CountingLedger {
+    async fn fleet_pause(&self) -> Result<Option<FleetPause>, LedgerError> {
+        self.inner.fleet_pause().await
+    }
+
+    async fn set_fleet_pause(&self, pause: Option<&FleetPause>) -> Result<(), LedgerError> {
+        let r = self.inner.set_fleet_pause(pause).await;
+        self.count("set_fleet_pause", r)
     }
 }
 
@@ -177,6 +191,16 @@ mod tests {
         }
         async fn open_intents(&self, _: &str, _: Option<&str>) -> Result<Vec<Intent>, LedgerError> {
             Ok(vec![])
+        }
+    }
+
+    #[async_trait]
+    impl FleetSettings for Broken {
+        async fn fleet_pause(&self) -> Result<Option<FleetPause>, LedgerError> {
+            Ok(None)
+        }
+        async fn set_fleet_pause(&self, _: Option<&FleetPause>) -> Result<(), LedgerError> {
+            Err(LedgerError::Storage("disk full".into()))
         }
     }
 

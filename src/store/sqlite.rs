@@ -40,7 +40,8 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBeha
 use shepherd_actors::config::StoreConfig;
 use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
 use shepherd_actors::ledger::{
-    Claim, DurableState, Intent, IntentLog, Ledger, LedgerError, Snapshot, SnapshotStore, HANDOFF_RUNNING_PHASES,
+    Claim, DurableState, FleetPause, FleetSettings, Intent, IntentLog, Ledger, LedgerError, Snapshot, SnapshotStore,
+    HANDOFF_RUNNING_PHASES,
 };
 use tokio::sync::oneshot;
 
@@ -99,7 +100,17 @@ const MIGRATIONS: &[(i64, &str)] = &[
          PRIMARY KEY (server, decision)
      );",
     ),
+    (
+        4,
+        "CREATE TABLE setting (
+         key        TEXT PRIMARY KEY,
+         value_json TEXT NOT NULL
+     );",
+    ),
 ];
+
+/// The `setting` key of the fleet-wide pause.
+const FLEET_PAUSE_KEY: &str = "fleet_pause";
 
 /// The ledger in one SQLite file (or in memory, for tests). Cheap to share behind an
 /// `Arc`; dropping the last handle lets the writer thread finish what is queued and
@@ -175,6 +186,16 @@ enum Command {
     ScheduledResumes {
         server: String,
         reply: Reply<Vec<String>>,
+    },
+    GetSetting {
+        key: &'static str,
+        reply: Reply<Option<String>>,
+    },
+    /// `None` removes the setting.
+    PutSetting {
+        key: &'static str,
+        value_json: Option<String>,
+        reply: Reply<()>,
     },
 }
 
@@ -267,6 +288,22 @@ impl Ledger for SqliteLedger {
     async fn scheduled_resumes(&self, server: &str) -> Result<Vec<String>, LedgerError> {
         let server = server.to_string();
         self.ask(|reply| Command::ScheduledResumes { server, reply }).await
+    }
+}
+
+#[async_trait]
+impl FleetSettings for SqliteLedger {
+    async fn fleet_pause(&self) -> Result<Option<FleetPause>, LedgerError> {
+        let json = self.ask(|reply| Command::GetSetting { key: FLEET_PAUSE_KEY, reply }).await?;
+        json.map(|j| serde_json::from_str(&j).map_err(|e| LedgerError::Storage(format!("setting {FLEET_PAUSE_KEY}: {e}"))))
+            .transpose()
+    }
+
+    async fn set_fleet_pause(&self, pause: Option<&FleetPause>) -> Result<(), LedgerError> {
+        let value_json = pause
+            .map(|p| serde_json::to_string(p).map_err(|e| LedgerError::Storage(format!("setting {FLEET_PAUSE_KEY}: {e}"))))
+            .transpose()?;
+        self.ask(|reply| Command::PutSetting { key: FLEET_PAUSE_KEY, value_json, reply }).await
     }
 }
 
@@ -414,6 +451,27 @@ impl Command {
                 read(reply, open_intents(conn, &server, session.as_deref()))
             }
             Command::ScheduledResumes { server, reply } => read(reply, scheduled_resumes(conn, &server)),
+            Command::GetSetting { key, reply } => {
+                let result = conn
+                    .prepare_cached("SELECT value_json FROM setting WHERE key = ?1")
+                    .and_then(|mut st| st.query_row(params![key], |row| row.get::<_, String>(0)).optional())
+                    .map_err(|e| storage_error(&format!("reading setting {key}"), e));
+                read(reply, result)
+            }
+            Command::PutSetting { key, value_json, reply } => {
+                let result = match value_json {
+                    Some(json) => conn
+                        .prepare_cached(
+                            "INSERT INTO setting (key, value_json) VALUES (?1, ?2)
+                             ON CONFLICT (key) DO UPDATE SET value_json = excluded.value_json",
+                        )
+                        .and_then(|mut st| st.execute(params![key, json])),
+                    None => conn.prepare_cached("DELETE FROM setting WHERE key = ?1").and_then(|mut st| st.execute(params![key])),
+                }
+                .map(drop)
+                .map_err(|e| storage_error(&format!("writing setting {key}"), e));
+                Finished::Write(reply, result)
+            }
             Command::Claim { id, session, reply } => match claim(conn, &id, &session) {
                 Ok(c) => read(reply, Ok(c)),
                 Err(e) => read(reply, Err(e)),
@@ -437,6 +495,8 @@ impl Command {
             Command::EndIntent { reply, .. } => drop(reply.send(Err(err))),
             Command::OpenIntents { reply, .. } => drop(reply.send(Err(err))),
             Command::ScheduledResumes { reply, .. } => drop(reply.send(Err(err))),
+            Command::GetSetting { reply, .. } => drop(reply.send(Err(err))),
+            Command::PutSetting { reply, .. } => drop(reply.send(Err(err))),
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::session::core::{BreakerCall, CompactOrder, Effect, Now, RecoveryOrder
 use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
 use crate::session::handover::{run_step, HandoffOrder, Tools};
 use crate::session::recovery::{end_intent, may_have_arrived, recover, write_intent, InFlight};
-use crate::session::unfinished::{finish, FinishOrder};
+use crate::session::unfinished::{finish, same_action, FinishOrder};
 
 /// What every session actor of one server shares (one `Arc` for all of them).
 pub struct SessionEnv {
@@ -366,7 +366,10 @@ impl SessionActor {
     fn open_intents_found(&mut self, found: Result<Vec<Intent>, LedgerError>, ctx: &mut Context<Self>) {
         match found {
             Ok(intents) => {
-                let open: Vec<Intent> = intents.into_iter().filter(|i| !self.running.contains(&i.decision)).collect();
+                // A finish running under a first id may have replaced its intent by the
+                // retry's: that is the same action, running here.
+                let running = |i: &Intent| self.running.iter().any(|d| same_action(d, &i.decision));
+                let open: Vec<Intent> = intents.into_iter().filter(|i| !running(i)).collect();
                 let effects = self.core.on_open_intents(open, self.env.now());
                 self.apply(effects, ctx);
             }

@@ -184,6 +184,11 @@ pub enum Pause {
     UserAbort,
     /// Shepherd's limits were reached.
     GaveUp,
+    /// A person paused Shepherd for this session (`shepherd pause SESSION`): see
+    /// `core/hold.rs`. The person writing does not lift it.
+    Person,
+    /// The fleet is paused (`shepherd pause --all`).
+    Fleet,
 }
 
 impl Pause {
@@ -191,7 +196,18 @@ impl Pause {
         match self {
             Pause::UserAbort => "user_abort",
             Pause::GaveUp => "gave_up",
+            Pause::Person => "person",
+            Pause::Fleet => "fleet",
         }
+    }
+
+    fn parse(text: &str) -> Option<Pause> {
+        [Pause::UserAbort, Pause::GaveUp, Pause::Person, Pause::Fleet].into_iter().find(|p| p.as_str() == text)
+    }
+
+    /// Whether the person writing in the session lifts it (not a hold they asked for).
+    fn lifted_by_the_person_writing(self) -> bool {
+        matches!(self, Pause::UserAbort | Pause::GaveUp)
     }
 }
 
@@ -261,6 +277,8 @@ pub struct SessionCore {
     attempts: u32,
     auto_submits: u32,
     pause: Option<Pause>,
+    /// When a timed [`Pause::Person`] ends (see `core/hold.rs`).
+    hold_until: Option<Box<hold::HoldUntil>>,
     recovering: Option<Recovering>,
     recovery_ended: Option<(Instant, Option<String>)>,
     backoff_until: Option<Instant>,
@@ -340,6 +358,7 @@ impl SessionCore {
             attempts: 0,
             auto_submits: 0,
             pause: None,
+            hold_until: None,
             recovering: None,
             recovery_ended: None,
             backoff_until: None,
@@ -680,6 +699,7 @@ impl SessionCore {
             attempts: self.attempts,
             auto_submits: self.auto_submits,
             paused: self.pause.map(|p| p.as_str().to_string()),
+            paused_until_ms: self.hold_until.as_ref().map(|u| u.wall_ms),
             todos: self.todos.clone(),
             nudges_without_progress: f.nudges_without_progress,
             nudge_snapshot: f
@@ -702,9 +722,9 @@ impl SessionCore {
         self.touch();
         self.attempts = d.attempts;
         self.auto_submits = d.auto_submits;
-        self.pause = match d.paused.as_deref() {
-            Some("user_abort") => Some(Pause::UserAbort),
-            Some("gave_up") => Some(Pause::GaveUp),
+        self.pause = d.paused.as_deref().and_then(Pause::parse);
+        self.hold_until = match (self.pause, d.paused_until_ms) {
+            (Some(Pause::Person), Some(wall_ms)) => Some(Box::new(hold::HoldUntil::at(wall_ms, now))),
             _ => None,
         };
         self.todos.clone_from(&d.todos);
@@ -790,6 +810,7 @@ impl SessionCore {
             // or automation is paused.
             self.rollover.deadline().filter(|_| self.waiting_on_person.is_empty() && self.pause.is_none()),
             self.verify.at(),
+            self.hold_deadline(),
             self.outage.as_ref().and_then(|o| o.deadline()).filter(|_| watched),
         ]
         .into_iter()
@@ -1195,11 +1216,12 @@ impl SessionCore {
         self.real_progress(now);
         self.rollover.on_person_wrote();
         self.followup.on_user_message(now.mono);
-        if let Some(pause) = self.pause.take() {
+        if let Some(pause) = self.pause.filter(|p| p.lifted_by_the_person_writing()) {
+            self.pause = None;
             self.touch();
             let reason = match pause {
-                Pause::UserAbort => "the person wrote after aborting",
                 Pause::GaveUp => "the person wrote after Shepherd gave up",
+                _ => "the person wrote after aborting",
             };
             out.push(self.record(Action::Resume, Outcome::Done, reason, Numbers::default(), now));
         }
@@ -1221,8 +1243,10 @@ impl SessionCore {
                 return;
             }
         }
-        if self.pause == Some(Pause::UserAbort) {
-            return; // the same abort seen twice (event + message error)
+        if matches!(self.pause, Some(Pause::UserAbort | Pause::Person | Pause::Fleet)) {
+            // The same abort seen twice (event + message error), or Shepherd is held
+            // off anyway (the person's own hold stays what it is).
+            return;
         }
         self.pause = Some(Pause::UserAbort);
         self.touch();
@@ -1285,7 +1309,8 @@ impl SessionCore {
     /// Called when [`SessionCore::deadline`] has passed: decides whether the session
     /// is stalled and what to do about it.
     pub fn on_deadline(&mut self, now: Now) -> Vec<Effect> {
-        let mut out = Vec::new();
+        // A timed hold that ends now lets every other clock decide in this same moment.
+        let mut out = self.on_hold_deadline(now);
         // First: while the ledger is read, the stall clock waits (see `stall_deadline`).
         if self.verify.at().is_some_and(|at| at <= now.mono) {
             self.verify = Verify::Finding;
@@ -1902,7 +1927,8 @@ impl SessionCore {
         }
         let mut out = Vec::new();
         for intent in intents {
-            if intent.session != self.id || self.resuming.contains(&intent.decision) {
+            let resuming = self.resuming.iter().any(|d| crate::session::unfinished::same_action(d, &intent.decision));
+            if intent.session != self.id || resuming {
                 continue;
             }
             let prompt = self.resume_prompt(&intent, now);
@@ -2326,7 +2352,10 @@ fn ms(d: Duration) -> u64 {
 }
 
 mod advice;
+mod hold;
 mod resume;
+
+pub use hold::HoldScope;
 
 #[cfg(test)]
 mod tests {

@@ -125,7 +125,19 @@ async fn look_and_finish(
 /// The decision id of a prompt sent again because the first one verifiably did not
 /// arrive.
 fn retry_decision(decision: &str) -> String {
-    format!("{decision}~retry")
+    format!("{decision}{RETRY}")
+}
+
+const RETRY: &str = "~retry";
+
+/// Whether two decision ids name the same action: one is the other's retry. While a
+/// finish runs under the first id, the ledger's open intent may already be the retry's
+/// (written before its send): a second finish of that intent, started meanwhile, would
+/// read the session before the retry landed and send it again.
+pub fn same_action(a: &str, b: &str) -> bool {
+    let base = |d: &str| d.find(RETRY).map_or(d, |at| &d[..at]).len();
+    let (la, lb) = (base(a), base(b));
+    la == lb && a[..la] == b[..lb]
 }
 
 /// What the session's messages say about an intent.
@@ -196,6 +208,15 @@ mod tests {
                 shepherd: tag.map(|d| ShepherdTag { kind: "continue".into(), instance: "i1".into(), decision: d.into(), lease: None }),
             }],
         }
+    }
+
+    #[test]
+    fn a_retry_is_the_same_action_as_the_first_attempt_and_its_own_retries() {
+        assert!(same_action("ses_a-1000", "ses_a-1000~retry"));
+        assert!(same_action("ses_a-1000~retry~retry", "ses_a-1000"));
+        assert!(same_action("ses_a-1000~retry", "ses_a-1000~retry"));
+        assert!(!same_action("ses_a-1000", "ses_a-1001~retry"));
+        assert!(!same_action("ses_a-100", "ses_a-1000"));
     }
 
     #[test]
