@@ -13,12 +13,13 @@
 //! or `.process` driver named from `.gitattributes` or `.git/info/attributes`, hooks,
 //! `include.path`, a pager, helpers… and git runs them as Shepherd's user, outside any
 //! sandbox the agent is in. So the reading is split in two:
-//! - **`rev-parse` and `config` in the repository** ([`git::locked`]): only the system and
-//!   global configuration are off, and fsmonitor, hooks, pager are pinned on the command
-//!   line; these commands read refs and configuration but no index or worktree content,
-//!   so no driver can be reached (the planted-repository tests check it). Git's
-//!   ownership check (`safe.directory`) applies as usual; Shepherd's own global config is
-//!   not read, so an entry there does not widen it.
+//! - **`rev-parse` and `config` in the repository** ([`git::locked`]): an environment of
+//!   Shepherd's making (no system or global configuration, an empty `HOME`, no pager or
+//!   prompt, fsmonitor and hooks pinned off on the command line). These commands read the
+//!   repository's configuration and refs but no index or worktree content, so no driver
+//!   is reached (the planted-repository tests check it). Git's ownership check
+//!   (`safe.directory`) applies as usual; Shepherd's own global config is not read, so an
+//!   entry there does not widen it.
 //! - **`status` in a [`clean_room::CleanRoom`]**: a git directory of Shepherd's making
 //!   (its own `config` and a detached `HEAD` at the commit just read) over the
 //!   repository's objects, index, worktree and ignore rules. `status` is the one command
@@ -27,11 +28,18 @@
 //!   configuration, so no driver name the repository chose has a command behind it.
 //!   A deny-list of `-c filter.<name>.clean=` overrides would have to find every name
 //!   first, and an agent rewriting its config between that look and `status` would win
-//!   the race; here there is nothing to race.
+//!   the race; here there is nothing to race. What differs from a plain `git status`:
+//!   submodules are compared by commit only (their own status would run under *their*
+//!   configuration), untracked files are always listed (`status.showUntrackedFiles` is
+//!   the repository's setting), and of the repository's configuration only the settings
+//!   in [`clean_room::CARRIED_SETTINGS`] (`core.fileMode`, `core.autocrlf`, …) apply.
 //!
-//! Why not a library: `gix` would spare the process, but its status hashes modified files
-//! through the same filter pipeline, with drivers from the repository's configuration,
-//! and it would add a cold build of well over a hundred crates on a two-core CI runner.
+//! Why not a library: `gix` would spare the processes, but its status is no safer: the
+//! index-to-worktree comparison takes `Repository::filter_pipeline()`, whose drivers come
+//! from the repository's `filter.<name>.*` configuration, and hashes a modified file
+//! through it (running `clean`/`process`). Trust-restricted opening only limits
+//! configuration from repositories owned by someone else; an agent owns its own. It would
+//! also add a large dependency tree to every cold CI build (not measured here).
 //!
 //! What is kept is bounded ([`porcelain`]): at most [`porcelain::MAX_DIRTY_ENTRIES`]
 //! entries of at most [`porcelain::MAX_STATUS_BYTES`] read, each Markdown-safe.
@@ -220,6 +228,21 @@ mod tests {
         let hostile = &state.dirty[0];
         assert_eq!(hostile, r#"?? "a\x60b\nc\033[2J\342\200\256.rs""#);
         assert!(state.dirty.iter().all(|d| d.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'`')));
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_repository_someone_else_owns_is_not_read_git_s_ownership_check_stays_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        sh(p, &["init", "-q", "-b", "theirs"]);
+        let stranger = 4242;
+        if std::os::unix::fs::chown(p.join(".git"), Some(stranger), Some(stranger)).is_err() {
+            eprintln!("skipped: giving the repository away needs root");
+            return;
+        }
+        std::os::unix::fs::chown(p, Some(stranger), Some(stranger)).unwrap();
+        assert_eq!(GitWorkspace.repo_state(p.to_str().unwrap()).await, None, "git refuses a dubious owner");
     }
 
     #[tokio::test]
