@@ -230,6 +230,24 @@ mod tests {
         assert!(state.dirty.iter().all(|d| d.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'`')));
     }
 
+    #[tokio::test]
+    async fn output_past_the_byte_bound_is_cut_and_the_count_is_a_floor() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        sh(p, &["init", "-q", "-b", "work"]);
+        let long = "n".repeat(240);
+        let files = porcelain::MAX_STATUS_BYTES / 240 + 50;
+        for i in 0..files {
+            std::fs::write(p.join(format!("{i:05}{long}")), "").unwrap();
+        }
+        let state = GitWorkspace.repo_state(p.to_str().unwrap()).await.unwrap();
+        assert!(state.dirty_truncated, "more than the bound was printed");
+        assert_eq!(state.dirty.len(), porcelain::MAX_DIRTY_ENTRIES);
+        let counted = state.dirty.len() + state.dirty_omitted;
+        assert!(counted < files && counted > files / 2, "{counted} of {files}");
+        assert!(state.dirty.iter().all(|d| d.starts_with("?? ") && d.len() <= porcelain::MAX_ENTRY_CHARS));
+    }
+
     #[cfg(unix)]
     #[tokio::test]
     async fn a_repository_someone_else_owns_is_not_read_git_s_ownership_check_stays_on() {
