@@ -46,7 +46,7 @@ pub(super) fn dirty(output: &[u8], cut: bool) -> Dirty {
 /// (`\x1b`, `\x60`, `\u{202e}`), and the result is at most [`MAX_ENTRY_CHARS`] long
 /// (`…` marks a shortened one). Git quotes unusual paths itself (`core.quotePath`); this
 /// holds whatever git printed.
-pub(crate) fn markdown_safe(text: &str) -> String {
+pub(super) fn markdown_safe(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(MAX_ENTRY_CHARS));
     for c in text.chars() {
         let piece = match c {
