@@ -114,8 +114,13 @@ impl HistoryMessage {
 pub struct RepoState {
     pub branch: Option<String>,
     pub head: Option<String>,
-    /// `git status --porcelain` lines.
+    /// `git status --porcelain` lines, at most the adapter's bound, Markdown-safe.
     pub dirty: Vec<String>,
+    /// Uncommitted entries past the bound: counted, not kept.
+    pub dirty_omitted: usize,
+    /// Git's output was cut short (past the adapter's byte bound): there are more
+    /// uncommitted entries than `dirty` and `dirty_omitted` say.
+    pub dirty_truncated: bool,
 }
 
 /// The session's working directory as Shepherd can see it (read-only).

@@ -9,8 +9,11 @@
 //! - [`client`] — a thin REST helper over OpenCode for tests and the demo (create a
 //!   session, prompt, abort, read status/messages/todos, wait for a condition). It is not
 //!   Shepherd's production OpenCode client.
+//! - [`planted_repo`] — a git repository that plants a command in every key git could run
+//!   one from, and tells which of them ran.
 
 pub mod client;
 pub mod fake_model;
 pub mod opencode;
+pub mod planted_repo;
 pub mod redis;

@@ -194,13 +194,16 @@ fn repo(r: &RepoState) -> String {
     if let Some(h) = &r.head {
         lines.push(format!("- HEAD: `{h}`"));
     }
-    if r.dirty.is_empty() {
+    let total = r.dirty.len() + r.dirty_omitted;
+    if total == 0 && !r.dirty_truncated {
         lines.push("- working tree clean".to_string());
     } else {
-        lines.push(format!("- uncommitted changes ({}):", r.dirty.len()));
+        // Past the reader's byte bound the count is a floor.
+        let at_least = if r.dirty_truncated { "at least " } else { "" };
+        lines.push(format!("- uncommitted changes ({at_least}{total}):"));
         lines.extend(r.dirty.iter().take(50).map(|d| format!("  - `{d}`")));
-        if r.dirty.len() > 50 {
-            lines.push(format!("  - … and {} more", r.dirty.len() - 50));
+        if total > 50 || r.dirty_truncated {
+            lines.push(format!("  - … and {at_least}{} more", total.saturating_sub(50)));
         }
     }
     lines.join("\n")
@@ -405,6 +408,7 @@ mod tests {
             branch: Some("main".into()),
             head: Some("abc123".into()),
             dirty: vec![" M src/a.rs".into()],
+            ..RepoState::default()
         });
         let text = build(&f, &redactions());
         assert!(text.contains("Open:\n- [ ] (in progress) add tests"), "{text}");
@@ -414,6 +418,19 @@ mod tests {
         assert!(text.contains("- `ses_child`: survey the callers — done"), "{text}");
         assert!(text.contains("- `bash`: exit 101: 2 tests failed"), "{text}");
         assert!(text.contains("- branch: `main`") && text.contains("` M src/a.rs`"), "{text}");
+    }
+
+    #[test]
+    fn uncommitted_entries_past_the_readers_bound_are_counted_and_a_cut_count_is_a_floor() {
+        let mut f = facts(&[], &[]);
+        let kept: Vec<String> = (0..60).map(|i| format!("?? f{i}")).collect();
+        f.repo = Some(RepoState { dirty: kept.clone(), dirty_omitted: 40, ..RepoState::default() });
+        let text = build(&f, &redactions());
+        assert!(text.contains("- uncommitted changes (100):") && text.contains("  - … and 50 more"), "{text}");
+        assert!(text.contains("`?? f49`") && !text.contains("`?? f50`"), "{text}");
+        f.repo = Some(RepoState { dirty: kept, dirty_omitted: 40, dirty_truncated: true, ..RepoState::default() });
+        let text = build(&f, &redactions());
+        assert!(text.contains("(at least 100):") && text.contains("… and at least 50 more"), "{text}");
     }
 
     #[test]
