@@ -28,10 +28,9 @@ pub const PROCESS_UMASK: u32 = 0o077;
 
 /// Sets the process's umask to [`PROCESS_UMASK`]; returns the previous one. Call it
 /// once, before any thread starts (the umask is process-wide).
-pub fn restrict_umask() -> u32 {
+pub fn restrict_umask() -> libc::mode_t {
     // SAFETY: umask(2) cannot fail and touches no memory.
-    let previous = unsafe { libc::umask(PROCESS_UMASK as libc::mode_t) };
-    u32::from(previous)
+    unsafe { libc::umask(PROCESS_UMASK as libc::mode_t) }
 }
 
 /// Creates `dir` and its missing parents with mode 0700. An existing folder is left as

@@ -84,8 +84,11 @@ async fn under_umask_000_every_state_file_is_0600_and_no_link_is_followed() {
         assert_eq!(mode(f), 0o600, "{}", f.display());
     }
     // Nothing escaped the state folder: the root holds only it and the planted target.
-    let mut top: Vec<String> =
-        std::fs::read_dir(root.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let mut top: Vec<String> = std::fs::read_dir(root.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
     top.sort();
     assert_eq!(top, ["outside.txt", "state"]);
     assert!(files_under(root.path()).iter().all(|f| f.starts_with(&state) || f == &outside));

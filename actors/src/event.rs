@@ -897,7 +897,9 @@ mod tests {
     /// Ids a hostile server (or proxy) might send: each must stop at the decoder.
     fn hostile_ids() -> Vec<String> {
         let mut ids: Vec<String> =
-            ["../../etc/x", "a/b", "..", "%2e%2e", "ses_../x", "ses_a/b", "ses_%2e%2e", "ses_.."].map(String::from).into();
+            ["../../etc/x", "a/b", "..", "%2e%2e", "ses_../x", "ses_a/b", "ses_%2e%2e", "ses_.."]
+                .map(String::from)
+                .into();
         ids.push(format!("ses_{}", "A".repeat(10 * 1024)));
         ids.push(r"ses_a\u0000b".into()); // NUL, as JSON escapes it
         ids

@@ -83,7 +83,8 @@ mod tests {
     #[test]
     fn a_rebound_name_another_port_or_no_host_is_refused() {
         let check = HostCheck::for_bound("127.0.0.1:7433".parse().unwrap());
-        for host in ["evil.example:7433", "evil.example", "127.0.0.1", "127.0.0.1:80", "localhost.:7433", "127.0.0.1:7433@x"]
+        for host in
+            ["evil.example:7433", "evil.example", "127.0.0.1", "127.0.0.1:80", "localhost.:7433", "127.0.0.1:7433@x"]
         {
             assert!(!check.admits(Some(host.as_bytes())), "{host}");
         }

@@ -19,10 +19,10 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 use shepherd_actors::config::ServerConfig;
-use shepherd_actors::ids::{self, IdKind};
 use shepherd_actors::event::{
     MessageInfo, ModelRef, Role, SessionInfo, ShepherdSessionMark, ShepherdTag, Status, Todo, ToolStatus,
 };
+use shepherd_actors::ids::{self, IdKind};
 use shepherd_actors::ports::{Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, TurnSettings};
 
 /// How many recent messages are read to find the last user turn's agent and model.
@@ -815,9 +815,10 @@ mod tests {
     }
 
     fn hostile_ids() -> Vec<String> {
-        let mut ids: Vec<String> = ["../../etc/x", "a/b", "..", "%2e%2e", "ses_..", "ses_a/../b", "ses_%2e%2e", "ses_a\0b"]
-            .map(String::from)
-            .into();
+        let mut ids: Vec<String> =
+            ["../../etc/x", "a/b", "..", "%2e%2e", "ses_..", "ses_a/../b", "ses_%2e%2e", "ses_a\0b"]
+                .map(String::from)
+                .into();
         ids.push(format!("ses_{}", "A".repeat(10 * 1024)));
         ids
     }

@@ -67,10 +67,7 @@ impl EventPump {
     /// Runs until `shutdown` turns true.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let name = self.server.name.clone();
-        let client = match reqwest::Client::builder()
-            .connect_timeout(self.server.request_timeout)
-            .build()
-        {
+        let client = match reqwest::Client::builder().connect_timeout(self.server.request_timeout).build() {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(server = %name, error = %e, "cannot build the event-stream client; this server is not supervised");
@@ -173,7 +170,8 @@ mod tests {
             let (mut sock, _) = listener.accept().await.unwrap();
             let mut buf = vec![0u8; 4096];
             let _ = sock.read(&mut buf).await;
-            let mut answer = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n".to_string();
+            let mut answer =
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n".to_string();
             for f in frames {
                 answer.push_str(&format!("data: {f}\n\n"));
             }

@@ -90,7 +90,8 @@ mod tests {
         assert!(!insert_capped(&mut dirs, "/d/999", 100));
 
         let mut parents = HashMap::new();
-        let evictions = (0..1_000).filter(|i| insert_capped_map(&mut parents, format!("ses_{i}"), "ses_p", 100)).count();
+        let evictions =
+            (0..1_000).filter(|i| insert_capped_map(&mut parents, format!("ses_{i}"), "ses_p", 100)).count();
         assert_eq!((parents.len(), evictions), (100, 900));
         assert!(!insert_capped_map(&mut parents, "ses_999".to_string(), "ses_q", 100), "an update evicts nothing");
         assert_eq!(parents["ses_999"], "ses_q");
