@@ -596,6 +596,9 @@ pub enum DecodeError {
     /// not counted under its name.
     #[error("event type {} is not a plausible name", crate::ids::excerpt(.0))]
     BadType(String),
+    /// A directory longer than [`MAX_DIRECTORY_LEN`] or holding NUL: no path is.
+    #[error("the event's directory is longer than 4096 bytes or holds NUL")]
+    BadDirectory,
 }
 
 /// Either stream shape, read in one pass: `properties` stays an unparsed slice until
@@ -637,6 +640,9 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
         }
     })?;
     let directory = lenient::<String>(raw.directory);
+    if directory.as_ref().is_some_and(|d| d.len() > MAX_DIRECTORY_LEN || d.contains('\0')) {
+        return Err(DecodeError::BadDirectory);
+    }
     let (kind, props) = match raw.payload {
         Some(p) => (p.kind, p.properties),
         None => (raw.kind, raw.properties),
@@ -651,6 +657,9 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
     event.ids().check().map_err(|source| DecodeError::BadId { kind: kind.into_owned(), source })?;
     Ok(Envelope { directory, event })
 }
+
+/// The longest directory accepted with an event, bytes (Linux's `PATH_MAX`).
+pub const MAX_DIRECTORY_LEN: usize = 4096;
 
 /// The longest event type name kept (OpenCode's longest is about 30).
 pub const MAX_KIND_LEN: usize = 64;
@@ -929,6 +938,18 @@ mod tests {
         for frame in frames {
             assert!(matches!(decode(frame), Err(DecodeError::BadId { .. })), "{frame}");
         }
+    }
+
+    #[test]
+    fn a_directory_no_path_could_have_is_refused() {
+        let frame = |dir: &str| {
+            format!(
+                r#"{{"directory":"{dir}","payload":{{"type":"session.idle","properties":{{"sessionID":"ses_A"}}}}}}"#
+            )
+        };
+        assert!(matches!(decode(&frame(&"d".repeat(5000))), Err(DecodeError::BadDirectory)));
+        assert!(matches!(decode(&frame(r"/p\u0000q")), Err(DecodeError::BadDirectory)));
+        assert_eq!(decode(&frame("/p")).unwrap().directory.as_deref(), Some("/p"));
     }
 
     #[test]
