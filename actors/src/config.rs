@@ -761,6 +761,9 @@ pub struct AdvisorConfig {
     pub context_share: f64,
     /// How many of the session's latest messages the model is shown.
     pub history_messages: u32,
+    /// The largest answer read from the model, bytes; a longer one is refused (the
+    /// heuristic decides instead).
+    pub max_response_bytes: usize,
 }
 
 impl Default for AdvisorConfig {
@@ -783,6 +786,7 @@ impl Default for AdvisorConfig {
             planning_limit: Duration::from_secs(60),
             context_share: 0.8,
             history_messages: 3,
+            max_response_bytes: 1024 * 1024,
         }
     }
 }
@@ -1150,6 +1154,9 @@ impl Config {
         }
         if a.max_tokens == 0 {
             return Err(bad("advisor.max_tokens", "must be at least 1"));
+        }
+        if a.max_response_bytes < 4096 {
+            return Err(bad("advisor.max_response_bytes", "must be at least 4096"));
         }
         if a.max_concurrent == 0 {
             return Err(bad("advisor.max_concurrent", "must be at least 1"));
