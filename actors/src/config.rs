@@ -828,6 +828,10 @@ pub struct ControlConfig {
     /// On: it starts, and logs that the token travels in clear text unless a TLS proxy
     /// is in front.
     pub allow_remote: bool,
+    /// `Host` values answered besides `localhost`, `127.0.0.1`, `[::1]` and the bound
+    /// address (each with the bound port), e.g. `["shepherd.internal:7433"]` for a
+    /// remote bind reached by name. Anything else is refused with 421 (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ControlConfig {
@@ -839,6 +843,7 @@ impl Default for ControlConfig {
             token_file: String::new(),
             allow_unauthenticated_reads: false,
             allow_remote: false,
+            allowed_hosts: Vec::new(),
         }
     }
 }

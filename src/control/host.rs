@@ -6,8 +6,9 @@
 //! then carries the attacker's name in `Host`. Answering only the names a local client
 //! uses — `localhost`, `127.0.0.1`, `[::1]` and the bound address, each with the bound
 //! port — refuses such a request with 421 before any handler (and any token check) runs.
-//! A TLS proxy in front must forward to the bound address with one of those names
-//! (nginx's default `proxy_set_header Host $proxy_host` does).
+//! `control.allowed_hosts` adds names (a remote bind reached by name). A TLS proxy in
+//! front must forward one of them (nginx's default `proxy_set_header Host $proxy_host`,
+//! the upstream's address, does).
 //!
 //! What it must not do: resolve names, or read anything but the header it is given.
 
@@ -20,6 +21,14 @@ pub struct HostCheck {
 }
 
 impl HostCheck {
+    /// For a server bound to `bound` (the address actually bound, port included), also
+    /// answering the `extra` values (`control.allowed_hosts`).
+    pub fn new(bound: SocketAddr, extra: &[String]) -> Self {
+        let mut check = Self::for_bound(bound);
+        check.allowed.extend(extra.iter().map(|h| h.trim().to_string()).filter(|h| !h.is_empty()));
+        check
+    }
+
     /// For a server bound to `bound` (the address actually bound, port included).
     pub fn for_bound(bound: SocketAddr) -> Self {
         let port = bound.port();
@@ -98,6 +107,15 @@ mod tests {
         let check = HostCheck::for_bound("10.1.2.3:7433".parse().unwrap());
         assert!(check.admits(Some(b"10.1.2.3:7433")));
         assert!(!check.admits(Some(b"10.1.2.4:7433")));
+    }
+
+    #[test]
+    fn configured_names_are_admitted_too() {
+        let check = HostCheck::new("0.0.0.0:7433".parse().unwrap(), &["shepherd.internal:7433".into()]);
+        assert!(check.admits(Some(b"shepherd.internal:7433")));
+        assert!(check.admits(Some(b"127.0.0.1:7433")));
+        assert!(!check.admits(Some(b"0.0.0.0:7433")));
+        assert!(!check.admits(Some(b"other.internal:7433")));
     }
 
     #[test]

@@ -106,7 +106,7 @@ impl ControlServer {
             reload,
             status,
             gate: Gate::new(issued.token.clone(), cfg.allow_unauthenticated_reads),
-            hosts: HostCheck::for_bound(local),
+            hosts: HostCheck::new(local, &cfg.allowed_hosts),
         });
         let (handle, thread) = crate::http_thread::spawn_server(format!("control-api-{}", local.port()), move || {
             Ok(HttpServer::new(move || app(state.clone()))
