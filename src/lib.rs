@@ -15,6 +15,7 @@ pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod opencode;
+pub mod private_state;
 pub mod reload;
 pub mod status;
 pub mod store;

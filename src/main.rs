@@ -261,6 +261,9 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Config { command: ConfigCommand::Reload(args) } => client_runtime()?.block_on(reload(args)),
         Command::Run(args) => {
+            // Before any thread starts: nothing the daemon (or SQLite) creates is
+            // readable by the group or others. The writers also set modes explicitly.
+            shepherd::private_state::restrict_umask();
             let cfg = args.load()?;
             shepherd::logging::init(cfg.log.format, &cfg.log.level);
             install_kill_point();

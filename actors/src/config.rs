@@ -67,6 +67,10 @@ pub struct ServerConfig {
     /// Page size used when listing sessions (OpenCode silently caps unpaged lists at 100).
     #[serde(default = "default_list_limit")]
     pub list_limit: u32,
+    /// The largest REST answer read from this server, bytes; a longer one is refused
+    /// (an error naming this key), never read into memory whole.
+    #[serde(default = "default_max_response_bytes")]
+    pub max_response_bytes: usize,
 }
 
 fn default_username() -> String {
@@ -87,6 +91,9 @@ fn default_reconnect_max() -> Duration {
 fn default_list_limit() -> u32 {
     1000
 }
+fn default_max_response_bytes() -> usize {
+    32 * 1024 * 1024
+}
 
 impl ServerConfig {
     /// A server with every optional value at its default.
@@ -101,6 +108,7 @@ impl ServerConfig {
             reconnect_initial: default_reconnect_initial(),
             reconnect_max: default_reconnect_max(),
             list_limit: default_list_limit(),
+            max_response_bytes: default_max_response_bytes(),
         }
     }
 }
@@ -345,6 +353,14 @@ pub struct SupervisorConfig {
     /// all its children are idle, before Shepherd treats it as orphaned.
     #[serde(with = "duration_str")]
     pub orphan_wait: Duration,
+    /// Caps on what a server's data can make Shepherd remember (each a count): event
+    /// types counted per server (past it, new types are counted under one `other`
+    /// entry), child → parent links (past it, the oldest link is forgotten), and
+    /// directories per server (past it, an arbitrary one is forgotten; discovery
+    /// re-learns it from the session list). A cap reached is logged once.
+    pub max_event_types: usize,
+    pub max_parents: usize,
+    pub max_directories: usize,
 }
 
 impl Default for SupervisorConfig {
@@ -355,6 +371,9 @@ impl Default for SupervisorConfig {
             idle_cleanup: Duration::from_secs(10 * 60),
             max_sessions_in_memory: 20_000,
             orphan_wait: Duration::from_secs(15),
+            max_event_types: 256,
+            max_parents: 100_000,
+            max_directories: 10_000,
         }
     }
 }
@@ -742,6 +761,9 @@ pub struct AdvisorConfig {
     pub context_share: f64,
     /// How many of the session's latest messages the model is shown.
     pub history_messages: u32,
+    /// The largest answer read from the model, bytes; a longer one is refused (the
+    /// heuristic decides instead).
+    pub max_response_bytes: usize,
 }
 
 impl Default for AdvisorConfig {
@@ -764,6 +786,7 @@ impl Default for AdvisorConfig {
             planning_limit: Duration::from_secs(60),
             context_share: 0.8,
             history_messages: 3,
+            max_response_bytes: 1024 * 1024,
         }
     }
 }
@@ -791,7 +814,7 @@ impl Default for ToastsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ControlConfig {
     pub enabled: bool,
-    /// Address to bind; loopback by default. Binding elsewhere is allowed but logged.
+    /// Address to bind; loopback by default. Binding elsewhere needs `allow_remote`.
     pub bind: String,
     /// Name of the environment variable holding the bearer token. When it is unset, a
     /// random token is generated at start-up and written to `token_file`.
@@ -801,6 +824,14 @@ pub struct ControlConfig {
     pub token_file: String,
     /// Serve read-only endpoints (`GET`) without a token.
     pub allow_unauthenticated_reads: bool,
+    /// Allow a `bind` address that is not loopback. Off: such a bind refuses to start.
+    /// On: it starts, and logs that the token travels in clear text unless a TLS proxy
+    /// is in front.
+    pub allow_remote: bool,
+    /// `Host` values answered besides `localhost`, `127.0.0.1`, `[::1]` and the bound
+    /// address (each with the bound port), e.g. `["shepherd.internal:7433"]` for a
+    /// remote bind reached by name. Anything else is refused with 421 (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ControlConfig {
@@ -811,6 +842,8 @@ impl Default for ControlConfig {
             token_env: "SHEPHERD_CONTROL_TOKEN".to_string(),
             token_file: String::new(),
             allow_unauthenticated_reads: false,
+            allow_remote: false,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -1127,6 +1160,9 @@ impl Config {
         if a.max_tokens == 0 {
             return Err(bad("advisor.max_tokens", "must be at least 1"));
         }
+        if a.max_response_bytes < 4096 {
+            return Err(bad("advisor.max_response_bytes", "must be at least 4096"));
+        }
         if a.max_concurrent == 0 {
             return Err(bad("advisor.max_concurrent", "must be at least 1"));
         }
@@ -1183,6 +1219,15 @@ impl Config {
         if self.supervisor.max_sessions_in_memory == 0 {
             return Err(bad("supervisor.max_sessions_in_memory", "must be at least 1"));
         }
+        if self.supervisor.max_event_types < 16 {
+            return Err(bad("supervisor.max_event_types", "must be at least 16 (OpenCode sends about 30 types)"));
+        }
+        if self.supervisor.max_parents == 0 {
+            return Err(bad("supervisor.max_parents", "must be at least 1"));
+        }
+        if self.supervisor.max_directories == 0 {
+            return Err(bad("supervisor.max_directories", "must be at least 1"));
+        }
         if self.nudge.max_without_progress == 0 {
             return Err(bad("nudge.max_without_progress", "must be at least 1"));
         }
@@ -1195,8 +1240,19 @@ impl Config {
         if self.toasts.enabled && self.toasts.duration.is_zero() {
             return Err(bad("toasts.duration", "must be greater than zero"));
         }
-        if self.control.enabled && self.control.bind.parse::<std::net::SocketAddr>().is_err() {
-            return Err(bad("control.bind", "must be an address like 127.0.0.1:7433"));
+        if self.control.enabled {
+            match self.control.bind.parse::<std::net::SocketAddr>() {
+                Err(_) => return Err(bad("control.bind", "must be an address like 127.0.0.1:7433")),
+                Ok(addr) if !addr.ip().is_loopback() && !self.control.allow_remote => {
+                    return Err(bad(
+                        "control.bind",
+                        "is not a loopback address: the control API (and its bearer token, in clear text) would be \
+                         reachable from other hosts; bind 127.0.0.1 or [::1], or set control.allow_remote = true \
+                         behind a TLS proxy",
+                    ))
+                }
+                Ok(_) => {}
+            }
         }
         if self.store.backend == StoreBackend::Sqlite {
             let path = self.store.path.as_str();
@@ -1223,6 +1279,9 @@ impl Config {
             }
             if s.list_limit == 0 {
                 return Err(bad(&format!("servers[{i}].list_limit"), "must be at least 1"));
+            }
+            if s.max_response_bytes < 64 * 1024 {
+                return Err(bad(&format!("servers[{i}].max_response_bytes"), "must be at least 65536 (64 KiB)"));
             }
         }
         Ok(())
@@ -1349,6 +1408,39 @@ mod tests {
         c.store.cache_kib = 16;
         assert_eq!(c.validate().unwrap_err().key, "store.cache_kib");
         c.store.cache_kib = 64;
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_non_loopback_control_bind_is_rejected_unless_allow_remote() {
+        let mut c = Config::default();
+        c.control.bind = "0.0.0.0:7433".into();
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.key, "control.bind");
+        assert!(err.reason.contains("control.allow_remote = true"), "{}", err.reason);
+        c.control.allow_remote = true;
+        c.validate().unwrap();
+        c.control.bind = "[::1]:7433".into();
+        c.control.allow_remote = false;
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn caps_on_remote_data_are_validated_with_their_keys() {
+        let mut c = Config::default();
+        c.supervisor.max_event_types = 8;
+        assert_eq!(c.validate().unwrap_err().key, "supervisor.max_event_types");
+        c.supervisor.max_event_types = 16;
+        c.supervisor.max_parents = 0;
+        assert_eq!(c.validate().unwrap_err().key, "supervisor.max_parents");
+        c.supervisor.max_parents = 1;
+        c.supervisor.max_directories = 0;
+        assert_eq!(c.validate().unwrap_err().key, "supervisor.max_directories");
+        c.supervisor.max_directories = 1;
+        c.servers.push(ServerConfig::new("a", "http://127.0.0.1:4096"));
+        c.servers[0].max_response_bytes = 1024;
+        assert_eq!(c.validate().unwrap_err().key, "servers[0].max_response_bytes");
+        c.servers[0].max_response_bytes = 64 * 1024;
         c.validate().unwrap();
     }
 

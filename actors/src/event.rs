@@ -17,6 +17,8 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::ids::{IdKind, Ids};
+
 /// One decoded frame: the event and the directory (instance) it came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Envelope {
@@ -122,6 +124,44 @@ impl Event {
             PartUpdated(p) => Some(&p.session_id),
             ServerConnected | Heartbeat | Sync | Unknown { .. } => None,
         }
+    }
+
+    /// Every id this event carries, with the kind it must be. [`decode`] refuses an
+    /// event when one of them is not of OpenCode's shape.
+    pub(crate) fn ids(&self) -> Ids<'_> {
+        use Event::*;
+        use IdKind::{Message, Part as PartId, Permission, Question, Session};
+        let mut ids = Vec::with_capacity(3);
+        if let Some(s) = self.session_id() {
+            ids.push((Session, s));
+        }
+        match self {
+            SessionCreated(s) | SessionUpdated(s) | SessionDeleted(s) => {
+                ids.extend(s.parent_id.as_deref().map(|p| (Session, p)));
+                ids.extend(s.handoff_from().map(|p| (Session, p)));
+            }
+            MessageUpdated(m) => ids.push((Message, &m.id)),
+            MessageRemoved { message_id, .. } => ids.push((Message, message_id)),
+            PartUpdated(p) => {
+                ids.push((PartId, &p.id));
+                ids.push((Message, &p.message_id));
+                if let PartKind::Tool { child_session: Some(child), .. } = &p.kind {
+                    ids.push((Session, child));
+                }
+            }
+            PartDelta { message_id, part_id, .. } | PartRemoved { message_id, part_id, .. } => {
+                ids.push((Message, message_id));
+                ids.push((PartId, part_id));
+            }
+            PermissionAsked { id, .. } => ids.push((Permission, id)),
+            PermissionReplied { request_id, .. } => ids.push((Permission, request_id)),
+            QuestionAsked { id, .. } => ids.push((Question, id)),
+            QuestionReplied { request_id, .. } | QuestionRejected { request_id, .. } => {
+                ids.push((Question, request_id))
+            }
+            _ => {}
+        }
+        Ids(ids)
     }
 
     /// A short stable name for metrics and logs.
@@ -549,6 +589,16 @@ pub enum DecodeError {
     NoType,
     #[error("{kind}: unexpected shape: {reason}")]
     BadShape { kind: String, reason: String },
+    /// An id that is not of OpenCode's shape (see [`crate::ids`]): the event is dropped.
+    #[error("{kind}: {source}")]
+    BadId { kind: String, source: crate::ids::BadId },
+    /// An event type that is not a plausible name (too long, odd characters): not kept,
+    /// not counted under its name.
+    #[error("event type {} is not a plausible name", crate::ids::excerpt(.0))]
+    BadType(String),
+    /// A directory longer than [`MAX_DIRECTORY_LEN`] or holding NUL: no path is.
+    #[error("the event's directory is longer than 4096 bytes or holds NUL")]
+    BadDirectory,
 }
 
 /// Either stream shape, read in one pass: `properties` stays an unparsed slice until
@@ -590,15 +640,35 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
         }
     })?;
     let directory = lenient::<String>(raw.directory);
+    if directory.as_ref().is_some_and(|d| d.len() > MAX_DIRECTORY_LEN || d.contains('\0')) {
+        return Err(DecodeError::BadDirectory);
+    }
     let (kind, props) = match raw.payload {
         Some(p) => (p.kind, p.properties),
         None => (raw.kind, raw.properties),
     };
     let kind = kind.ok_or(DecodeError::NoType)?;
     let props = props.map_or("{}", RawValue::get);
+    if !is_plausible_kind(&kind) {
+        return Err(DecodeError::BadType(kind.chars().take(MAX_KIND_LEN + 1).collect()));
+    }
     let event = decode_event(&kind, props)
         .map_err(|reason| DecodeError::BadShape { kind: kind.clone().into_owned(), reason })?;
+    event.ids().check().map_err(|source| DecodeError::BadId { kind: kind.into_owned(), source })?;
     Ok(Envelope { directory, event })
+}
+
+/// The longest directory accepted with an event, bytes (Linux's `PATH_MAX`).
+pub const MAX_DIRECTORY_LEN: usize = 4096;
+
+/// The longest event type name kept (OpenCode's longest is about 30).
+pub const MAX_KIND_LEN: usize = 64;
+
+/// An event type name: 1 to [`MAX_KIND_LEN`] characters of `[A-Za-z0-9._-]`.
+fn is_plausible_kind(kind: &str) -> bool {
+    !kind.is_empty()
+        && kind.len() <= MAX_KIND_LEN
+        && kind.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// `properties` of the events that name only their session.
@@ -795,7 +865,7 @@ mod tests {
 
     #[test]
     fn free_form_fields_of_an_unexpected_shape_read_as_absent() {
-        let frame = r#"{"directory":5,"payload":{"type":"message.part.updated","properties":{"part":{"id":"p","messageID":"m","sessionID":"s","type":"tool","tool":"task","state":{"status":"running","metadata":{"sessionId":4}}}}}}"#;
+        let frame = r#"{"directory":5,"payload":{"type":"message.part.updated","properties":{"part":{"id":"prt_p","messageID":"msg_m","sessionID":"ses_s","type":"tool","tool":"task","state":{"status":"running","metadata":{"sessionId":4}}}}}}"#;
         let env = decode(frame).unwrap();
         assert_eq!(env.directory, None);
         let Event::PartUpdated(p) = env.event else { panic!() };
@@ -803,7 +873,7 @@ mod tests {
             p.kind,
             PartKind::Tool { tool: "task".into(), status: ToolStatus::Running, child_session: None, input: None }
         );
-        let frame = r#"{"type":"message.part.updated","properties":{"part":{"id":"p","messageID":"m","sessionID":"s","type":"text","metadata":{"shepherd":{"kind":1}}}}}"#;
+        let frame = r#"{"type":"message.part.updated","properties":{"part":{"id":"prt_p","messageID":"msg_m","sessionID":"ses_s","type":"text","metadata":{"shepherd":{"kind":1}}}}}"#;
         let Event::PartUpdated(p) = decode(frame).unwrap().event else { panic!() };
         assert!(matches!(p.kind, PartKind::Text { shepherd: None, .. }));
     }
@@ -818,7 +888,7 @@ mod tests {
 
     #[test]
     fn assistant_model_fields_become_a_model_ref() {
-        let frame = r#"{"type":"message.updated","properties":{"sessionID":"s","info":{"id":"m","sessionID":"s","role":"assistant","agent":"plan","providerID":"fake","modelID":"m2","finish":"stop","time":{"created":1}}}}"#;
+        let frame = r#"{"type":"message.updated","properties":{"sessionID":"ses_s","info":{"id":"msg_m","sessionID":"ses_s","role":"assistant","agent":"plan","providerID":"fake","modelID":"m2","finish":"stop","time":{"created":1}}}}"#;
         let Event::MessageUpdated(m) = decode(frame).unwrap().event else { panic!() };
         assert_eq!(m.model, Some(ModelRef { provider_id: "fake".into(), model_id: "m2".into() }));
         assert_eq!(m.agent.as_deref(), Some("plan"));
@@ -826,10 +896,67 @@ mod tests {
 
     #[test]
     fn shepherd_metadata_on_a_text_part_is_recognised() {
-        let frame = r#"{"type":"message.part.updated","properties":{"sessionID":"s","part":{"id":"p","messageID":"m","sessionID":"s","type":"text","text":"go on","synthetic":true,"metadata":{"shepherd":{"kind":"continue","instance":"i","decision":"d"}}}}}"#;
+        let frame = r#"{"type":"message.part.updated","properties":{"sessionID":"ses_s","part":{"id":"prt_p","messageID":"msg_m","sessionID":"ses_s","type":"text","text":"go on","synthetic":true,"metadata":{"shepherd":{"kind":"continue","instance":"i","decision":"d"}}}}}"#;
         let Event::PartUpdated(p) = decode(frame).unwrap().event else { panic!() };
         let PartKind::Text { synthetic, shepherd, .. } = p.kind else { panic!() };
         assert!(synthetic);
         assert_eq!(shepherd.unwrap().kind, "continue");
+    }
+
+    /// Ids a hostile server (or proxy) might send: each must stop at the decoder.
+    fn hostile_ids() -> Vec<String> {
+        let mut ids: Vec<String> =
+            ["../../etc/x", "a/b", "..", "%2e%2e", "ses_../x", "ses_a/b", "ses_%2e%2e", "ses_.."]
+                .map(String::from)
+                .into();
+        ids.push(format!("ses_{}", "A".repeat(10 * 1024)));
+        ids.push(r"ses_a\u0000b".into()); // NUL, as JSON escapes it
+        ids
+    }
+
+    #[test]
+    fn an_event_with_a_hostile_session_id_is_refused_with_a_clear_error() {
+        for id in hostile_ids() {
+            let frame = format!(r#"{{"type":"session.idle","properties":{{"sessionID":"{id}"}}}}"#);
+            let err = decode(&frame).unwrap_err();
+            assert!(matches!(err, DecodeError::BadId { .. }), "{id}: {err}");
+            let shown = err.to_string();
+            assert!(shown.starts_with("session.idle: bad session id"), "{shown}");
+            assert!(shown.len() < 200, "the error quotes a bounded excerpt: {} bytes", shown.len());
+        }
+    }
+
+    #[test]
+    fn hostile_message_part_and_child_ids_are_refused_too() {
+        let frames = [
+            r#"{"type":"message.removed","properties":{"sessionID":"ses_A","messageID":"../x"}}"#,
+            r#"{"type":"message.part.delta","properties":{"sessionID":"ses_A","messageID":"msg_B","partID":"prt_/..","field":"text","delta":"x"}}"#,
+            r#"{"type":"message.part.updated","properties":{"part":{"id":"prt_p","messageID":"msg_m","sessionID":"ses_A","type":"tool","tool":"task","state":{"status":"running","metadata":{"sessionId":"../../etc"}}}}}"#,
+            r#"{"type":"session.created","properties":{"info":{"id":"ses_C","parentID":"ses_A/..","time":{}}}}"#,
+            r#"{"type":"message.updated","properties":{"info":{"id":"msg_..","sessionID":"ses_A","role":"user","time":{}}}}"#,
+        ];
+        for frame in frames {
+            assert!(matches!(decode(frame), Err(DecodeError::BadId { .. })), "{frame}");
+        }
+    }
+
+    #[test]
+    fn a_directory_no_path_could_have_is_refused() {
+        let frame = |dir: &str| {
+            format!(
+                r#"{{"directory":"{dir}","payload":{{"type":"session.idle","properties":{{"sessionID":"ses_A"}}}}}}"#
+            )
+        };
+        assert!(matches!(decode(&frame(&"d".repeat(5000))), Err(DecodeError::BadDirectory)));
+        assert!(matches!(decode(&frame(r"/p\u0000q")), Err(DecodeError::BadDirectory)));
+        assert_eq!(decode(&frame("/p")).unwrap().directory.as_deref(), Some("/p"));
+    }
+
+    #[test]
+    fn an_implausible_event_type_is_refused_not_kept() {
+        let long = format!(r#"{{"type":"{}","properties":{{}}}}"#, "x".repeat(10_000));
+        let err = decode(&long).unwrap_err();
+        assert!(matches!(err, DecodeError::BadType(_)) && err.to_string().len() < 200, "{err}");
+        assert!(matches!(decode(r#"{"type":"a/b","properties":{}}"#), Err(DecodeError::BadType(_))));
     }
 }

@@ -4,6 +4,7 @@
 //! - [`advisor`]: advice before an abort or a nudge (model + heuristic fallback).
 //! - [`config`]: the configuration schema — the one home of every default number.
 //! - [`event`]: typed OpenCode events, decoded from the JSON the server sends.
+//! - [`ids`]: the shape of OpenCode's ids; a bad one is refused at the edge.
 //! - [`ports`]: the narrow traits the cores need from the world ([`ports::Engine`] for
 //!   OpenCode, [`ports::Clock`] for time), implemented at the edges and faked in tests.
 //! - [`session`]: one actor per OpenCode session. `session::core` decides (pure),
@@ -26,6 +27,7 @@ pub mod config;
 pub mod control;
 pub mod event;
 pub mod guard;
+pub mod ids;
 pub mod journal;
 pub mod killpoint;
 pub mod ledger;

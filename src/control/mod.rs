@@ -11,6 +11,8 @@
 //! - [`server`]: the actix-web server on a thread (and actix `System`) of its own, so it
 //!   answers while the supervisor is busy; routes, request log, error bodies.
 //! - [`auth`]: the bearer-token check (pure; constant-time comparison).
+//! - [`host`]: the `Host` values answered (DNS rebinding protection: anything else is
+//!   421) and the loopback-only bind unless `control.allow_remote` (pure).
 //! - [`token`]: where the token comes from (the variable `control.token_env` names, or a
 //!   generated one written to `control.token_file` with mode 0600) and where the CLI
 //!   finds it. A token never appears in a log line, an error or `Debug` output.
@@ -36,12 +38,15 @@
 //! - `POST /v1/config/reload` → re-read the configuration (as `SIGHUP` does): what
 //!   changed (`ConfigDiff`), or 400 with the error and the key as `field`.
 //!
+//! Every request whose `Host` is not `localhost`, `127.0.0.1`, `[::1]` or the bound
+//! address (with the bound port) is refused with 421 before anything else.
 //! Every request but `/healthz` and `/readyz` needs `Authorization: Bearer <token>`
 //! (reads, `/metrics` among them, may go without when
 //! `control.allow_unauthenticated_reads`); otherwise 401.
 
 pub mod auth;
 pub mod client;
+pub mod host;
 pub mod request;
 pub mod server;
 pub mod table;

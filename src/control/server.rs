@@ -28,6 +28,7 @@ use shepherd_actors::control::{
 use shepherd_actors::supervisor::{InspectFleet, InspectServers, Supervisor};
 
 use super::auth::{Access, Denied, Gate};
+use super::host::{check_bind, HostCheck};
 use super::request::{parse_prompt_request, BadBody};
 use super::token::{ControlToken, IssuedToken};
 use crate::metrics::fleet::readiness;
@@ -83,6 +84,7 @@ impl ControlServer {
             .bind
             .parse()
             .with_context(|| format!("control.bind {:?}: not an address like 127.0.0.1:7433", cfg.bind))?;
+        check_bind(bind, cfg.allow_remote)?;
         // Bind before writing the token file: a second daemon on the same port must not
         // replace the first one's token.
         let listener = TcpListener::bind(bind).with_context(|| {
@@ -90,7 +92,12 @@ impl ControlServer {
         })?;
         let local = listener.local_addr().context("control API: reading the bound address")?;
         if !local.ip().is_loopback() {
-            tracing::warn!(bind = %local, "control API bound to a non-loopback address: anyone who can reach it and holds the token can prompt sessions");
+            tracing::warn!(
+                bind = %local,
+                "control API bound to a non-loopback address (control.allow_remote): the bearer token and every \
+                 answer travel in clear text unless a TLS proxy is in front; anyone who can reach it and holds the \
+                 token can prompt sessions"
+            );
         }
         let issued = IssuedToken::issue(cfg, lookup)?;
         let state = web::Data::new(ApiState {
@@ -99,6 +106,7 @@ impl ControlServer {
             reload,
             status,
             gate: Gate::new(issued.token.clone(), cfg.allow_unauthenticated_reads),
+            hosts: HostCheck::new(local, &cfg.allowed_hosts),
         });
         let (handle, thread) = crate::http_thread::spawn_server(format!("control-api-{}", local.port()), move || {
             Ok(HttpServer::new(move || app(state.clone()))
@@ -168,6 +176,8 @@ struct ApiState {
     reload: Option<ReloadHandle>,
     status: StatusBoard,
     gate: Gate,
+    /// The `Host` values answered (DNS rebinding protection).
+    hosts: HostCheck,
 }
 
 fn app(
@@ -187,7 +197,18 @@ fn app(
             let method = req.method().to_string();
             let path = req.path().to_string();
             let started = Instant::now();
-            let response = srv.call(req);
+            // Before routing and the token: a request for another name is refused.
+            let hosts = req.app_data::<web::Data<ApiState>>().map(|s| s.hosts.clone());
+            let host = req.headers().get(header::HOST).map(|v| v.as_bytes().to_vec());
+            let response = match hosts.filter(|h| !h.admits(host.as_deref())) {
+                Some(hosts) => {
+                    let shown = host.map(|h| String::from_utf8_lossy(&h).chars().take(80).collect::<String>());
+                    tracing::warn!(target: "shepherd::control", host = ?shown, path = %path, "refused a request for a Host this server does not answer (DNS rebinding?)");
+                    let refused = ApiError::new(StatusCode::MISDIRECTED_REQUEST, hosts.refusal()).error_response();
+                    futures::future::Either::Left(ready(Ok(req.into_response(refused))))
+                }
+                None => futures::future::Either::Right(srv.call(req)),
+            };
             async move {
                 let response = response.await;
                 let status = match &response {
@@ -490,5 +511,74 @@ impl From<ControlError> for ApiError {
 impl From<MailboxError> for ApiError {
     fn from(e: MailboxError) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, format!("shepherd is shutting down ({e})"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix::Actor as _;
+    use shepherd_actors::config::{SessionRules, StatusConfig, SupervisorConfig};
+    use shepherd_actors::journal::Journal;
+    use shepherd_actors::ledger::MemoryLedger;
+
+    const TOKEN_ENV: &str = "SHEPHERD_TEST_HOST_CHECK_TOKEN";
+
+    fn start(cfg: &ControlConfig) -> anyhow::Result<ControlServer> {
+        let supervisor = Supervisor::new(
+            Arc::new(SessionRules::default()),
+            SupervisorConfig::default(),
+            Arc::new(MemoryLedger::default()),
+            Arc::new(shepherd_actors::ports::SystemClock),
+            Journal::new(),
+            "test".into(),
+        )
+        .start();
+        let status = StatusBoard::new(&StatusConfig::default(), supervisor.clone(), Arc::default(), "test".into());
+        let env = |name: &str| (name == TOKEN_ENV).then(|| OsString::from("secret"));
+        ControlServer::start_with_env(cfg, supervisor, Metrics::new(), None, status, &env)
+    }
+
+    fn local(bind: &str) -> ControlConfig {
+        ControlConfig { bind: bind.into(), token_env: TOKEN_ENV.into(), ..ControlConfig::default() }
+    }
+
+    /// `GET /healthz` with this `Host` header (raw, so any value can be sent).
+    async fn healthz_as(server: &ControlServer, host: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let addr = server.url().trim_start_matches("http://").to_string();
+        let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        sock.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        sock.read_to_string(&mut answer).await.unwrap();
+        let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        (status, answer)
+    }
+
+    #[actix::test]
+    async fn a_request_for_another_host_is_refused_with_421_and_the_bound_one_is_served() {
+        let server = start(&local("127.0.0.1:0")).unwrap();
+        let bound = server.url().trim_start_matches("http://").to_string();
+        let port = bound.rsplit(':').next().unwrap().to_string();
+        for good in [bound.clone(), format!("localhost:{port}"), format!("[::1]:{port}")] {
+            let (status, answer) = healthz_as(&server, &good).await;
+            assert_eq!(status, 200, "{good}: {answer}");
+        }
+        for bad in [format!("rebind.attacker.example:{port}"), "127.0.0.1:1".to_string()] {
+            let (status, answer) = healthz_as(&server, &bad).await;
+            assert_eq!(status, 421, "{bad}: {answer}");
+            assert!(answer.contains("DNS rebinding protection"), "{answer}");
+        }
+        server.stop().await;
+    }
+
+    #[actix::test]
+    async fn a_non_loopback_bind_is_refused_without_allow_remote() {
+        let err = start(&local("0.0.0.0:0")).unwrap_err();
+        assert!(err.to_string().contains("control.allow_remote = true"), "{err}");
+        let allowed = ControlConfig { allow_remote: true, ..local("0.0.0.0:0") };
+        let server = start(&allowed).unwrap();
+        server.stop().await;
     }
 }

@@ -22,12 +22,15 @@ use shepherd_actors::config::ServerConfig;
 use shepherd_actors::event::{
     MessageInfo, ModelRef, Role, SessionInfo, ShepherdSessionMark, ShepherdTag, Status, Todo, ToolStatus,
 };
+use shepherd_actors::ids::{self, IdKind};
 use shepherd_actors::ports::{Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, TurnSettings};
 
 /// How many recent messages are read to find the last user turn's agent and model.
 const TURN_LOOKBACK_MESSAGES: u32 = 30;
 /// Error bodies are cut to this many characters in errors and logs.
 const ERROR_BODY_CHARS: usize = 300;
+/// Of an error answer, at most this many bytes are read.
+const ERROR_BODY_BYTES: usize = 4 * 1024;
 
 /// Credentials for one server (the password comes from the environment, never a file).
 #[derive(Clone)]
@@ -53,6 +56,8 @@ pub struct OpenCodeClient {
     /// reload of `compaction.max_wait` reaches the engine the sessions hold.
     long_call_timeout_ms: Arc<std::sync::atomic::AtomicU64>,
     status_reads: Arc<StatusReads>,
+    /// `servers[].max_response_bytes`: the largest answer read.
+    max_response_bytes: usize,
 }
 
 /// The body of one `GET /session/status` (shared by every reader it answers).
@@ -82,6 +87,7 @@ impl OpenCodeClient {
             auth,
             long_call_timeout_ms: Arc::new(server.request_timeout.as_millis().try_into().unwrap_or(u64::MAX).into()),
             status_reads: Arc::default(),
+            max_response_bytes: server.max_response_bytes,
         })
     }
 
@@ -152,7 +158,8 @@ impl OpenCodeClient {
         if status.is_success() {
             return Ok(resp);
         }
-        let body: String = resp.text().await.unwrap_or_default().chars().take(ERROR_BODY_CHARS).collect();
+        let body = read_prefix(resp, ERROR_BODY_BYTES).await;
+        let body: String = String::from_utf8_lossy(&body).chars().take(ERROR_BODY_CHARS).collect();
         if status == StatusCode::NOT_FOUND {
             return Err(EngineError::NotFound(format!("{what}: {body}")));
         }
@@ -168,7 +175,7 @@ impl OpenCodeClient {
     /// The session's last [`TURN_LOOKBACK_MESSAGES`] messages, oldest first.
     async fn recent_messages(&self, session_id: &str) -> Result<Vec<MessageWithParts>, EngineError> {
         let rb = self
-            .request(Method::GET, &session_path(session_id, "/message"))
+            .request(Method::GET, &session_path(session_id, "/message")?)
             .query(&[("limit", TURN_LOOKBACK_MESSAGES)]);
         self.get_json(rb, "GET /session/{id}/message").await
     }
@@ -217,7 +224,7 @@ impl OpenCodeClient {
                 rb = rb.query(&[("directory", directory.as_str())]);
             }
             let body = match self.send(rb, "GET /session/status").await {
-                Ok(resp) => resp.bytes().await.map_err(|e| EngineError::Decode(format!("GET /session/status: {e}"))),
+                Ok(resp) => read_capped(resp, self.max_response_bytes, "GET /session/status").await,
                 Err(e) => Err(e),
             };
             for reader in readers {
@@ -228,22 +235,83 @@ impl OpenCodeClient {
 
     async fn get_json<T: DeserializeOwned>(&self, rb: RequestBuilder, what: &str) -> Result<T, EngineError> {
         let resp = self.send(rb, what).await?;
-        resp.json::<T>().await.map_err(|e| EngineError::Decode(format!("{what}: {e}")))
+        self.read_json(resp, what).await
+    }
+
+    /// The answer's body (at most `max_response_bytes`), parsed.
+    async fn read_json<T: DeserializeOwned>(&self, resp: reqwest::Response, what: &str) -> Result<T, EngineError> {
+        let body = read_capped(resp, self.max_response_bytes, what).await?;
+        serde_json::from_slice(&body).map_err(|e| EngineError::Decode(format!("{what}: {e}")))
     }
 }
 
-fn session_path(id: &str, rest: &str) -> String {
-    format!("/session/{}{}", urlencode(id), rest)
+/// The body of `resp`, refused (never read whole) when it is longer than `max` bytes.
+async fn read_capped(mut resp: reqwest::Response, max: usize, what: &str) -> Result<bytes::Bytes, EngineError> {
+    let too_large = || {
+        EngineError::Decode(format!(
+            "{what}: the answer is larger than {max} bytes (servers[].max_response_bytes); refused"
+        ))
+    };
+    if resp.content_length().is_some_and(|n| n > max as u64) {
+        return Err(too_large());
+    }
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| EngineError::Decode(format!("{what}: {e}")))? {
+        if body.len() + chunk.len() > max {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
 }
 
-/// Session ids are `ses_` + alphanumerics; anything else is escaped, never trusted.
+/// The first `max` bytes or so of an error answer (the rest is not read).
+async fn read_prefix(mut resp: reqwest::Response, max: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < max {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk[..chunk.len().min(max - body.len())]),
+            _ => break,
+        }
+    }
+    body
+}
+
+/// `/session/ID` + `rest`, for a session id of OpenCode's shape only: an id that is not
+/// (from a hostile server, or anything between) is refused before any request is made.
+fn session_path(id: &str, rest: &str) -> Result<String, EngineError> {
+    if let Err(bad) = ids::check(IdKind::Session, id) {
+        tracing::warn!(error = %bad, "refusing to call OpenCode about a session whose id is not of OpenCode's shape");
+        return Err(EngineError::NotFound(format!("{bad}: not sent to the server")));
+    }
+    Ok(format!("/session/{}{}", urlencode(id), rest))
+}
+
+/// Percent-encodes one path segment: everything but `[A-Za-z0-9_-]`, the dot included,
+/// so that no `.` or `..` segment can be normalised away by the URL parser.
 fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' => (b as char).to_string(),
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// Keeps the sessions of an answer whose ids (and parents) are of OpenCode's shape; the
+/// others are dropped with a warning.
+fn valid_sessions(sessions: Vec<SessionInfo>, what: &str) -> Vec<SessionInfo> {
+    sessions.into_iter().filter(|s| check_session(s, what).is_ok()).collect()
+}
+
+/// One session of an answer: its id and parent must be of OpenCode's shape.
+fn check_session(s: &SessionInfo, what: &str) -> Result<(), EngineError> {
+    let checked = ids::check(IdKind::Session, &s.id)
+        .and_then(|()| s.parent_id.as_deref().map_or(Ok(()), |p| ids::check(IdKind::Session, p)));
+    checked.map_err(|bad| {
+        tracing::warn!(what, error = %bad, "dropping a session whose id is not of OpenCode's shape from a server's answer");
+        EngineError::Decode(format!("{what}: {bad}"))
+    })
 }
 
 #[derive(Deserialize)]
@@ -257,7 +325,16 @@ struct MessageWithParts {
 impl Engine for OpenCodeClient {
     async fn statuses(&self, directory: &str) -> Result<HashMap<String, Status>, EngineError> {
         let body = self.status_body(directory).await?;
-        serde_json::from_slice(&body).map_err(|e| EngineError::Decode(format!("GET /session/status: {e}")))
+        let mut map: HashMap<String, Status> =
+            serde_json::from_slice(&body).map_err(|e| EngineError::Decode(format!("GET /session/status: {e}")))?;
+        map.retain(|id, _| match ids::check(IdKind::Session, id) {
+            Ok(()) => true,
+            Err(bad) => {
+                tracing::warn!(error = %bad, "GET /session/status: dropping an entry whose id is not of OpenCode's shape");
+                false
+            }
+        });
+        Ok(map)
     }
 
     async fn status(&self, directory: &str, session_id: &str) -> Result<Option<Status>, EngineError> {
@@ -278,10 +355,9 @@ impl Engine for OpenCodeClient {
             }
             let resp = self.send(rb, "GET /experimental/session").await?;
             cursor = resp.headers().get("x-next-cursor").and_then(|v| v.to_str().ok()).map(str::to_string);
-            let page: Vec<SessionInfo> =
-                resp.json().await.map_err(|e| EngineError::Decode(format!("GET /experimental/session: {e}")))?;
+            let page: Vec<SessionInfo> = self.read_json(resp, "GET /experimental/session").await?;
             let last_page = page.is_empty() || cursor.is_none();
-            out.extend(page);
+            out.extend(valid_sessions(page, "GET /experimental/session"));
             if last_page {
                 break;
             }
@@ -291,17 +367,19 @@ impl Engine for OpenCodeClient {
     }
 
     async fn session(&self, session_id: &str) -> Result<SessionInfo, EngineError> {
-        let rb = self.request(Method::GET, &session_path(session_id, ""));
-        self.get_json(rb, "GET /session/{id}").await
+        let rb = self.request(Method::GET, &session_path(session_id, "")?);
+        let info: SessionInfo = self.get_json(rb, "GET /session/{id}").await?;
+        check_session(&info, "GET /session/{id}")?;
+        Ok(info)
     }
 
     async fn abort(&self, session_id: &str) -> Result<(), EngineError> {
-        let rb = self.request(Method::POST, &session_path(session_id, "/abort"));
+        let rb = self.request(Method::POST, &session_path(session_id, "/abort")?);
         self.send(rb, "POST /session/{id}/abort").await.map(drop)
     }
 
     async fn todos(&self, session_id: &str) -> Result<Vec<Todo>, EngineError> {
-        let rb = self.request(Method::GET, &session_path(session_id, "/todo"));
+        let rb = self.request(Method::GET, &session_path(session_id, "/todo")?);
         self.get_json(rb, "GET /session/{id}/todo").await
     }
 
@@ -341,7 +419,7 @@ impl Engine for OpenCodeClient {
 
     async fn summarize(&self, session_id: &str, model: &ModelRef) -> Result<(), EngineError> {
         let rb = self
-            .request(Method::POST, &session_path(session_id, "/summarize"))
+            .request(Method::POST, &session_path(session_id, "/summarize")?)
             .timeout(self.long_call_timeout())
             .json(&json!({ "providerID": model.provider_id, "modelID": model.model_id }));
         let done: serde_json::Value = self.get_json(rb, "POST /session/{id}/summarize").await?;
@@ -367,12 +445,12 @@ impl Engine for OpenCodeClient {
     }
 
     async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError> {
-        let rb = self.request(Method::POST, &session_path(session_id, "/prompt_async")).json(&prompt_body(prompt));
+        let rb = self.request(Method::POST, &session_path(session_id, "/prompt_async")?).json(&prompt_body(prompt));
         self.send_effect(rb, "POST /session/{id}/prompt_async").await.map(drop)
     }
 
     async fn history(&self, session_id: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
-        let rb = self.request(Method::GET, &session_path(session_id, "/message")).query(&[("limit", limit)]);
+        let rb = self.request(Method::GET, &session_path(session_id, "/message")?).query(&[("limit", limit)]);
         let messages: Vec<MessageWithParts> = self.get_json(rb, "GET /session/{id}/message").await?;
         Ok(messages.iter().filter_map(history_message).collect())
     }
@@ -388,7 +466,9 @@ impl Engine for OpenCodeClient {
             rb = rb.query(&[("directory", d)]);
         }
         let rb = rb.json(&json!({ "title": title, "metadata": { "shepherd": mark } }));
-        self.get_json(rb, "POST /session").await
+        let info: SessionInfo = self.get_json(rb, "POST /session").await?;
+        check_session(&info, "POST /session")?;
+        Ok(info)
     }
 
     async fn find_sessions(&self, directory: Option<&str>, title_part: &str) -> Result<Vec<SessionInfo>, EngineError> {
@@ -396,17 +476,20 @@ impl Engine for OpenCodeClient {
         if let Some(d) = directory.filter(|d| !d.is_empty()) {
             rb = rb.query(&[("directory", d)]);
         }
-        self.get_json(rb, "GET /session?search=").await
+        let found: Vec<SessionInfo> = self.get_json(rb, "GET /session?search=").await?;
+        Ok(valid_sessions(found, "GET /session?search="))
     }
 
     async fn fork(&self, session_id: &str) -> Result<SessionInfo, EngineError> {
-        let rb = self.request(Method::POST, &session_path(session_id, "/fork")).json(&json!({}));
-        self.get_json(rb, "POST /session/{id}/fork").await
+        let rb = self.request(Method::POST, &session_path(session_id, "/fork")?).json(&json!({}));
+        let info: SessionInfo = self.get_json(rb, "POST /session/{id}/fork").await?;
+        check_session(&info, "POST /session/{id}/fork")?;
+        Ok(info)
     }
 
     async fn ask(&self, session_id: &str, prompt: &Prompt) -> Result<String, EngineError> {
         let rb = self
-            .request(Method::POST, &session_path(session_id, "/message"))
+            .request(Method::POST, &session_path(session_id, "/message")?)
             .timeout(self.long_call_timeout())
             .json(&prompt_body(prompt));
         let reply: MessageWithParts = self.get_json(rb, "POST /session/{id}/message").await?;
@@ -419,7 +502,7 @@ impl Engine for OpenCodeClient {
     }
 
     async fn delete_session(&self, session_id: &str) -> Result<(), EngineError> {
-        let rb = self.request(Method::DELETE, &session_path(session_id, ""));
+        let rb = self.request(Method::DELETE, &session_path(session_id, "")?);
         self.send(rb, "DELETE /session/{id}").await.map(drop)
     }
 }
@@ -476,7 +559,11 @@ fn history_message(m: &MessageWithParts) -> Option<HistoryMessage> {
                         .unwrap_or(ToolStatus::Pending),
                     input: p.pointer("/state/input").cloned().unwrap_or_default(),
                     error: p.pointer("/state/error").and_then(|v| v.as_str()).map(str::to_string),
-                    child_session: p.pointer("/state/metadata/sessionId").and_then(|v| v.as_str()).map(str::to_string),
+                    child_session: p
+                        .pointer("/state/metadata/sessionId")
+                        .and_then(|v| v.as_str())
+                        .filter(|c| ids::check(IdKind::Session, c).is_ok())
+                        .map(str::to_string),
                 }),
                 _ => None,
             }
@@ -675,12 +762,130 @@ mod tests {
 
     #[test]
     fn odd_session_ids_are_escaped_in_paths() {
-        assert_eq!(session_path("ses_1/../x", "/abort"), "/session/ses_1%2F..%2Fx/abort");
+        assert!(session_path("ses_1/../x", "/abort").is_err());
+        assert_eq!(urlencode(".."), "%2E%2E");
+        assert_eq!(urlencode("a/../b"), "a%2F%2E%2E%2Fb");
     }
 
     #[test]
     fn credentials_never_print_the_password() {
         let c = Credentials { username: "u".into(), password: "hunter2".into() };
         assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    /// A fake OpenCode that answers every request with `body` (chunked when `chunked`,
+    /// so no length announces it) and records each request line.
+    async fn recording_server(body: Vec<u8>, chunked: bool) -> (String, Arc<Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let (body, log) = (body.clone(), Arc::clone(&log));
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let n = sock.read(&mut buf).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or_default().to_string();
+                    log.lock().unwrap().push(head);
+                    let answer = if chunked {
+                        let mut a = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".to_vec();
+                        for piece in body.chunks(16 * 1024) {
+                            a.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                            a.extend_from_slice(piece);
+                            a.extend_from_slice(b"\r\n");
+                        }
+                        a.extend_from_slice(b"0\r\n\r\n");
+                        a
+                    } else {
+                        let mut a = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                            body.len()
+                        )
+                        .into_bytes();
+                        a.extend_from_slice(&body);
+                        a
+                    };
+                    let _ = sock.write_all(&answer).await;
+                });
+            }
+        });
+        (url, seen)
+    }
+
+    fn hostile_ids() -> Vec<String> {
+        let mut ids: Vec<String> =
+            ["../../etc/x", "a/b", "..", "%2e%2e", "ses_..", "ses_a/../b", "ses_%2e%2e", "ses_a\0b"]
+                .map(String::from)
+                .into();
+        ids.push(format!("ses_{}", "A".repeat(10 * 1024)));
+        ids
+    }
+
+    #[tokio::test]
+    async fn hostile_session_ids_are_never_sent_as_a_path() {
+        let (url, seen) = recording_server(b"{}".to_vec(), false).await;
+        let client = OpenCodeClient::new(&ServerConfig::new("a", &url), None).unwrap();
+        for id in hostile_ids() {
+            assert!(matches!(client.abort(&id).await, Err(EngineError::NotFound(_))), "{id:?}");
+            assert!(client.session(&id).await.is_err(), "{id:?}");
+            assert!(client.prompt(&id, &prompt()).await.is_err(), "{id:?}");
+            assert!(client.history(&id, 5).await.is_err(), "{id:?}");
+            assert!(client.delete_session(&id).await.is_err(), "{id:?}");
+        }
+        assert_eq!(*seen.lock().unwrap(), Vec::<String>::new(), "no request may reach the server");
+        // A good id still goes through, to the path it names.
+        client.abort("ses_A").await.unwrap();
+        assert_eq!(*seen.lock().unwrap(), ["POST /session/ses_A/abort HTTP/1.1"]);
+    }
+
+    #[tokio::test]
+    async fn sessions_with_hostile_ids_in_an_answer_are_dropped_and_the_rest_kept() {
+        let mut listed = vec![serde_json::json!({"id": "ses_good", "time": {}})];
+        for id in hostile_ids() {
+            listed.push(serde_json::json!({"id": id, "time": {}}));
+        }
+        listed.push(serde_json::json!({"id": "ses_child", "parentID": "../ses_x", "time": {}}));
+        let (url, _) = recording_server(serde_json::to_vec(&listed).unwrap(), false).await;
+        let client = OpenCodeClient::new(&ServerConfig::new("a", &url), None).unwrap();
+        let found = client.list_sessions(100).await.unwrap();
+        assert_eq!(found.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["ses_good"]);
+        let found = client.find_sessions(None, "x").await.unwrap();
+        assert_eq!(found.len(), 1);
+
+        let statuses: serde_json::Map<String, serde_json::Value> = hostile_ids()
+            .into_iter()
+            .chain(["ses_busy".to_string()])
+            .map(|id| (id, serde_json::json!({"type": "busy"})))
+            .collect();
+        let (url, _) = recording_server(serde_json::to_vec(&statuses).unwrap(), false).await;
+        let client = OpenCodeClient::new(&ServerConfig::new("a", &url), None).unwrap();
+        let map = client.statuses("/p").await.unwrap();
+        assert_eq!(map.keys().collect::<Vec<_>>(), ["ses_busy"]);
+
+        // One session whose own id is hostile: an error, not a session.
+        let (url, _) = recording_server(br#"{"id":"../../etc","time":{}}"#.to_vec(), false).await;
+        let client = OpenCodeClient::new(&ServerConfig::new("a", &url), None).unwrap();
+        assert!(matches!(client.session("ses_A").await, Err(EngineError::Decode(_))));
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_max_response_bytes_is_refused_with_a_clear_error() {
+        let mut server = ServerConfig::new("a", "");
+        server.max_response_bytes = 64 * 1024;
+        // A JSON array a little past the cap: announced by its length, or chunked.
+        let big = format!("[{}1]", "1,".repeat(40 * 1024)).into_bytes();
+        for chunked in [false, true] {
+            let (url, _) = recording_server(big.clone(), chunked).await;
+            server.url = url;
+            let client = OpenCodeClient::new(&server, None).unwrap();
+            let err = client.todos("ses_A").await.unwrap_err();
+            assert!(err.to_string().contains("larger than 65536 bytes (servers[].max_response_bytes)"), "{err}");
+        }
+        // Under the cap it is read as before.
+        let (url, _) = recording_server(b"[]".to_vec(), true).await;
+        server.url = url;
+        assert_eq!(OpenCodeClient::new(&server, None).unwrap().todos("ses_A").await.unwrap(), vec![]);
     }
 }

@@ -67,10 +67,7 @@ impl EventPump {
     /// Runs until `shutdown` turns true.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let name = self.server.name.clone();
-        let client = match reqwest::Client::builder()
-            .connect_timeout(self.server.request_timeout)
-            .build()
-        {
+        let client = match reqwest::Client::builder().connect_timeout(self.server.request_timeout).build() {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(server = %name, error = %e, "cannot build the event-stream client; this server is not supervised");
@@ -154,4 +151,58 @@ impl EventPump {
 
 fn epoch_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix::Actor as _;
+    use shepherd_actors::config::{SessionRules, SupervisorConfig};
+    use shepherd_actors::journal::Journal;
+    use shepherd_actors::ledger::MemoryLedger;
+
+    /// A fake OpenCode whose event stream sends `frames` and ends.
+    async fn stream_server(frames: Vec<String>) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let _ = sock.read(&mut buf).await;
+            let mut answer =
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n".to_string();
+            for f in frames {
+                answer.push_str(&format!("data: {f}\n\n"));
+            }
+            let _ = sock.write_all(answer.as_bytes()).await;
+        });
+        url
+    }
+
+    #[actix::test]
+    async fn events_with_hostile_ids_are_skipped_and_the_stream_goes_on() {
+        let long = "A".repeat(10 * 1024);
+        let hostile = ["../../etc/x", "a/b", "..", "%2e%2e", "ses_..", "ses_a/../b", r"ses_a\u0000b", long.as_str()];
+        let mut frames: Vec<String> = hostile
+            .iter()
+            .map(|id| format!(r#"{{"payload":{{"type":"session.idle","properties":{{"sessionID":"{id}"}}}}}}"#))
+            .collect();
+        frames.push(r#"{"payload":{"type":"session.idle","properties":{"sessionID":"ses_good"}}}"#.into());
+        let url = stream_server(frames).await;
+        let supervisor = Supervisor::new(
+            Arc::new(SessionRules::default()),
+            SupervisorConfig::default(),
+            Arc::new(MemoryLedger::default()),
+            Arc::new(shepherd_actors::ports::SystemClock),
+            Journal::new(),
+            "test".into(),
+        )
+        .start();
+        let pump = EventPump::new(ServerConfig::new("a", &url), None, supervisor);
+        pump.follow(&reqwest::Client::new()).await.unwrap();
+        let stats = pump.stats();
+        assert_eq!(stats.frames.load(Ordering::Relaxed), hostile.len() as u64 + 1, "every frame was read");
+        assert_eq!(stats.malformed.load(Ordering::Relaxed), hostile.len() as u64, "each hostile one skipped");
+    }
 }

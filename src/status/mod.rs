@@ -9,7 +9,8 @@
 //! `status.refresh_interval` — asks the supervisor for its sessions (status, todos,
 //! tokens) — kept between refreshes as [`LiveFleet`], about a third of the supervisor's
 //! full view — builds the document and streams it into the file with
-//! [`write_atomic_with`]: temp file in the same folder, fsync, rename, fsync the folder. A reader (or a crash at any point) sees
+//! [`write_atomic_with`]: temp file in the same folder (created 0600 with `O_EXCL|O_NOFOLLOW`),
+//! fsync, rename, fsync the folder. A reader (or a crash at any point) sees
 //! the old file or the new one, never half of one. At start-up the previous file is
 //! rotated into `status.rotate` archives (`status.json.1` the newest).
 //!
@@ -77,10 +78,13 @@ pub fn write_atomic_with(
     fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let tmp = crate::private_state::temp_path(path);
+    // A leftover (or planted) entry at the temp path is removed, never followed: the
+    // temp file is then created 0600 with O_EXCL|O_NOFOLLOW, and renamed into place.
+    let _ = std::fs::remove_file(&tmp);
     let result = (|| {
-        let mut w = std::io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, std::fs::File::create(&tmp)?);
+        let file = crate::private_state::create_new(&tmp)?;
+        let mut w = std::io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, file);
         fill(&mut w)?;
         let f = w.into_inner().map_err(std::io::IntoInnerError::into_error)?;
         f.sync_all()?;
@@ -242,7 +246,8 @@ impl StatusWriter {
     ) -> anyhow::Result<Self> {
         if let Some(path) = &path {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).with_context(|| format!("status: creating {}", dir.display()))?;
+                crate::private_state::warn_if_loose(dir);
+                crate::private_state::create_dir(dir).with_context(|| format!("status: creating {}", dir.display()))?;
             }
             remove_stale_temp_files(path);
             rotate(path, cfg.rotate).with_context(|| format!("status: rotating {}", path.display()))?;

@@ -39,6 +39,9 @@ pub fn open_ledger(cfg: &StoreConfig) -> Result<Arc<dyn Ledger>, LedgerError> {
         }
         StoreBackend::Sqlite => {
             let path = ledger_path(cfg, &|name| std::env::var_os(name))?;
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                crate::private_state::warn_if_loose(dir);
+            }
             let ledger = SqliteLedger::open_with_cache(&path, cfg.cache_kib)?;
             tracing::info!(path = %path.display(), "ledger opened");
             Ok(Arc::new(ledger))

@@ -36,14 +36,17 @@ use std::sync::mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 use shepherd_actors::config::StoreConfig;
+use shepherd_actors::ids;
 use shepherd_actors::journal::{Action, ActionRecord, Numbers, Outcome};
 use shepherd_actors::ledger::{
     Claim, DurableState, FleetPause, FleetSettings, Intent, IntentLog, Ledger, LedgerError, Snapshot, SnapshotStore,
     HANDOFF_RUNNING_PHASES,
 };
 use tokio::sync::oneshot;
+
+use crate::private_state;
 
 /// How long a statement waits for another connection's lock (e.g. a migration by a
 /// second process) before failing. Not a tuning knob: with WAL, readers never block the
@@ -211,10 +214,15 @@ impl SqliteLedger {
     pub fn open_with_cache(path: &Path, cache_kib: u32) -> Result<SqliteLedger, LedgerError> {
         let at = |e: rusqlite::Error| storage_error(&format!("{}", path.display()), e);
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
+            private_state::create_dir(dir)
                 .map_err(|e| LedgerError::Storage(format!("creating {}: {e}", dir.display())))?;
         }
-        let mut conn = Connection::open(path).map_err(at)?;
+        // Created 0600 (never through a link) before SQLite opens it: SQLite gives its
+        // `-wal`, `-shm` and `-journal` files the database file's mode.
+        private_state::ensure_file(path)
+            .map_err(|e| LedgerError::Storage(format!("opening {}: {e}", path.display())))?;
+        let flags = OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+        let mut conn = Connection::open_with_flags(path, flags).map_err(at)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(at)?;
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(at)?;
         if !mode.eq_ignore_ascii_case("wal") {
@@ -328,8 +336,9 @@ impl IntentLog for SqliteLedger {
 #[async_trait]
 impl SnapshotStore for SqliteLedger {
     async fn save_snapshot(&self, snapshot: &Snapshot) -> Result<Option<String>, LedgerError> {
-        let readable =
-            self.path.as_deref().and_then(Path::parent).map(|d| d.join("handoffs").join(format!("{}.md", snapshot.id)));
+        // The file name comes from a validated id, or its hash: never a path from the wire.
+        let name = format!("{}.md", ids::file_stem(&snapshot.id));
+        let readable = self.path.as_deref().and_then(Path::parent).map(|d| d.join("handoffs").join(name));
         let snapshot = Box::new(snapshot.clone());
         let shown = readable.as_ref().map(|p| p.display().to_string());
         self.ask(|reply| Command::SaveSnapshot { snapshot, readable, reply }).await?;
@@ -538,9 +547,7 @@ fn save_snapshot(conn: &Connection, s: &Snapshot, readable: Option<&Path>) -> Re
     .map_err(|e| storage_error(&at(), e))?;
     if let Some(path) = readable {
         // The readable copy is a convenience: failing to write it is logged, not fatal.
-        let written =
-            path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(path, &s.continuation));
-        if let Err(e) = written {
+        if let Err(e) = private_state::write_file(path, s.continuation.as_bytes()) {
             tracing::warn!(path = %path.display(), error = %e, "could not write the readable copy of a hand-off snapshot");
         }
     }

@@ -29,6 +29,8 @@ pub async fn start(
             token_env: token_env.into(),
             token_file: token_file.to_string_lossy().into_owned(),
             allow_unauthenticated_reads: false,
+            allow_remote: false,
+            allowed_hosts: Vec::new(),
         };
         c.nudge.enabled = false;
         c.review.enabled = false;

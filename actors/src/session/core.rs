@@ -2607,12 +2607,12 @@ mod tests {
         b.feed(6, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}"#);
         // A synthetic prompt from some tool does not un-pause…
         b.feed(7, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_S","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
-        b.feed(7, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"p1","messageID":"msg_S","sessionID":"ses_A","type":"text","text":"x","synthetic":true}}}"#);
+        b.feed(7, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_p1","messageID":"msg_S","sessionID":"ses_A","type":"text","text":"x","synthetic":true}}}"#);
         b.busy(7);
         assert_eq!(b.core.deadline(), None, "paused: no stall recovery");
         // …a real one does.
         b.feed(8, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_U","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
-        let effects = b.feed(8, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"p2","messageID":"msg_U","sessionID":"ses_A","type":"text","text":"go"}}}"#);
+        let effects = b.feed(8, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_p2","messageID":"msg_U","sessionID":"ses_A","type":"text","text":"go"}}}"#);
         assert_eq!(actions(&effects), vec![Action::Resume]);
         assert!(b.core.deadline().is_some());
     }
@@ -2625,7 +2625,7 @@ mod tests {
         b.recovered(182);
         assert_eq!(b.core.attempts(), 1);
         b.feed(182, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_C","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
-        b.feed(182, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"p3","messageID":"msg_C","sessionID":"ses_A","type":"text","text":"continue","synthetic":true,"metadata":{"shepherd":{"kind":"continue","instance":"i","decision":"d"}}}}}"#);
+        b.feed(182, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_p3","messageID":"msg_C","sessionID":"ses_A","type":"text","text":"continue","synthetic":true,"metadata":{"shepherd":{"kind":"continue","instance":"i","decision":"d"}}}}}"#);
         b.busy(182);
         let effects = b.tick(182 + 180);
         assert!(recovers(&effects));
@@ -2855,7 +2855,7 @@ mod tests {
             );
             out.extend(self.feed_ms(ms, &format!(r#"{{"type":"message.updated","properties":{{"sessionID":"ses_A","info":{{"id":"{msg}","sessionID":"ses_A","role":"assistant","finish":"{finish}","time":{{"created":1}}}}}}}}"#)));
             let text = serde_json::to_string(text).unwrap();
-            out.extend(self.feed_ms(ms, &format!(r#"{{"type":"message.part.updated","properties":{{"sessionID":"ses_A","part":{{"id":"p_{msg}","messageID":"{msg}","sessionID":"ses_A","type":"text","text":{text}}}}}}}"#)));
+            out.extend(self.feed_ms(ms, &format!(r#"{{"type":"message.part.updated","properties":{{"sessionID":"ses_A","part":{{"id":"prt_{msg}","messageID":"{msg}","sessionID":"ses_A","type":"text","text":{text}}}}}}}"#)));
             out.extend(self.idle_ms(ms));
             out
         }
@@ -3027,7 +3027,7 @@ mod tests {
         let mut b = bench_with_rules(rules());
         b.todos_ms(0, &["pending"]);
         b.feed_ms(10, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_U","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
-        b.feed_ms(10, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pu","messageID":"msg_U","sessionID":"ses_A","type":"text","text":"please"}}}"#);
+        b.feed_ms(10, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_pu","messageID":"msg_U","sessionID":"ses_A","type":"text","text":"please"}}}"#);
         b.turn_ms(100, "msg_1", "ok", "stop");
         assert_eq!(declined(&b.tick_ms(600)), vec!["the person wrote within nudge.user_quiet".to_string()]);
     }
@@ -3136,7 +3136,7 @@ mod tests {
         child_event(&mut b, 2000, "ses_C", CHILD_ABORTED);
         child_event(&mut b, 2000, "ses_C", CHILD_IDLE);
         b.feed_ms(2100, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_N","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
-        b.feed_ms(2100, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pn","messageID":"msg_N","sessionID":"ses_A","type":"text","synthetic":true,"text":"<task id=\"ses_C\" state=\"error\">"}}}"#);
+        b.feed_ms(2100, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_pn","messageID":"msg_N","sessionID":"ses_A","type":"text","synthetic":true,"text":"<task id=\"ses_C\" state=\"error\">"}}}"#);
         assert!(prompts(&b.tick_ms(30_000)).is_empty());
     }
 
@@ -3155,7 +3155,7 @@ mod tests {
     fn a_busy_parent_whose_children_are_all_idle_is_recovered_after_orphan_wait() {
         let mut b = bench_with_rules(rules());
         b.feed_ms(0, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"busy"}}}"#);
-        b.feed_ms(0, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pt","messageID":"msg_1","sessionID":"ses_A","type":"tool","tool":"task","state":{"status":"running","metadata":{"sessionId":"ses_C"}}}}}"#);
+        b.feed_ms(0, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_pt","messageID":"msg_1","sessionID":"ses_A","type":"tool","tool":"task","state":{"status":"running","metadata":{"sessionId":"ses_C"}}}}}"#);
         child_event(&mut b, 100, "ses_C", CHILD_BUSY);
         // While the child works, its events keep the parent alive past any timeout.
         for s in 1..=20u64 {
@@ -3163,7 +3163,7 @@ mod tests {
                 &mut b,
                 s * 60_000,
                 "ses_C",
-                r#"{"type":"message.part.delta","properties":{"sessionID":"ses_C","messageID":"m","partID":"p","field":"text","delta":"x"}}"#,
+                r#"{"type":"message.part.delta","properties":{"sessionID":"ses_C","messageID":"msg_m","partID":"prt_p","field":"text","delta":"x"}}"#,
             );
         }
         assert!(!recovers(&b.tick_ms(20 * 60_000 + 1000)), "a working child is not a stalled parent");
@@ -3259,7 +3259,7 @@ mod tests {
         b.busy(0);
         b.feed_ms(10, r#"{"type":"session.error","properties":{"sessionID":"ses_A","error":{"name":"ContextOverflowError","data":{"message":"x"}}}}"#);
         // OpenCode compacts by itself: a compaction part, a summary, then a normal reply.
-        b.feed_ms(20, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pc","messageID":"msg_C","sessionID":"ses_A","type":"compaction","auto":true,"overflow":true}}}"#);
+        b.feed_ms(20, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_pc","messageID":"msg_C","sessionID":"ses_A","type":"compaction","auto":true,"overflow":true}}}"#);
         assert!(b.core.is_compacting());
         assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_millis(20) + CompactionConfig::default().max_wait));
         assert!(!recovers(&b.tick_ms(60_000)), "a compaction within compaction.max_wait is left alone");
@@ -3268,7 +3268,7 @@ mod tests {
         assert!(compactions(&b.idle_ms(50)).is_empty());
     }
 
-    const COMPACTION_PART: &str = r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pc","messageID":"msg_C","sessionID":"ses_A","type":"compaction","auto":true,"overflow":false}}}"#;
+    const COMPACTION_PART: &str = r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_pc","messageID":"msg_C","sessionID":"ses_A","type":"compaction","auto":true,"overflow":false}}}"#;
     const SUMMARY_STREAMING: &str = r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_S","sessionID":"ses_A","role":"assistant","summary":true,"providerID":"fake","modelID":"fake-model","time":{"created":1}}}}"#;
     const SUMMARY_DELTA: &str = r#"{"type":"message.part.delta","properties":{"sessionID":"ses_A","messageID":"msg_S","partID":"prt_s","field":"text","delta":"x"}}"#;
 
@@ -3442,13 +3442,13 @@ mod tests {
         let mut b = bench_with_rules(rules());
         b.busy(0);
         for i in 0..4 {
-            assert!(!recovers(&empty_finish(&mut b, 100 + i * 300, &format!("m{i}"))));
+            assert!(!recovers(&empty_finish(&mut b, 100 + i * 300, &format!("msg_{i}"))));
             assert!(
-                !recovers(&empty_finish(&mut b, 101 + i * 300, &format!("m{i}"))),
+                !recovers(&empty_finish(&mut b, 101 + i * 300, &format!("msg_{i}"))),
                 "a re-emitted message counts once"
             );
         }
-        let effects = empty_finish(&mut b, 1_300, "m4");
+        let effects = empty_finish(&mut b, 1_300, "msg_4");
         let order = effects
             .iter()
             .find_map(|e| match e {
@@ -3470,7 +3470,7 @@ mod tests {
         b.busy(3);
         let mut last = Vec::new();
         for i in 0..5 {
-            last = empty_finish(&mut b, 3_000 + i * 300, &format!("n{i}"));
+            last = empty_finish(&mut b, 3_000 + i * 300, &format!("msg_n{i}"));
         }
         let order = last
             .iter()
@@ -3488,7 +3488,7 @@ mod tests {
         let mut b = bench_with_rules(rules());
         b.busy(0);
         for i in 0..10 {
-            assert!(!recovers(&empty_finish(&mut b, i * 5_000, &format!("m{i}"))));
+            assert!(!recovers(&empty_finish(&mut b, i * 5_000, &format!("msg_{i}"))));
         }
     }
 
@@ -3629,7 +3629,7 @@ mod tests {
         assert!(handoffs(&b.tick_ms(10 + ms(b.core.cfg.handoff.drain))).is_empty());
         assert!(handoffs(&b.idle_ms(200_000)).is_empty(), "not at the end of the turn either");
         b.feed_ms(201_000, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_U","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
-        b.feed_ms(201_000, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"pu","messageID":"msg_U","sessionID":"ses_A","type":"text","text":"go on"}}}"#);
+        b.feed_ms(201_000, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_pu","messageID":"msg_U","sessionID":"ses_A","type":"text","text":"go on"}}}"#);
         b.busy(202);
         assert_eq!(
             handoffs(&b.idle_ms(203_000)).len(),

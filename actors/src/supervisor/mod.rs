@@ -6,6 +6,10 @@
 //! started or stopped while it was down are found through `GET /session/status`.
 //! On shutdown it stops new recoveries, waits (bounded) for those under way, then stops
 //! every session actor.
+//!
+//! Parts: [`bounds`] (the caps on what a server's data makes it remember).
+
+mod bounds;
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -56,6 +60,24 @@ struct Server {
     /// change with the server's config) until one read succeeds.
     windows_stale: bool,
     events: BTreeMap<String, u64>,
+    /// Which caps ([`bounds`]) this server's data reached (each is logged once).
+    capped: Capped,
+}
+
+#[derive(Debug, Default)]
+struct Capped {
+    events: bool,
+    directories: bool,
+}
+
+impl Server {
+    /// A directory of this server, within `supervisor.max_directories` (see [`bounds`]).
+    fn learn_directory(&mut self, dir: &str, cap: usize, server: &str) {
+        if bounds::insert_capped(&mut self.directories, dir, cap) && !self.capped.directories {
+            self.capped.directories = true;
+            tracing::warn!(server = %server, cap, "supervisor.max_directories reached: an arbitrary directory is forgotten for each new one (logged once)");
+        }
+    }
 }
 
 /// The fleet supervisor.
@@ -71,6 +93,8 @@ pub struct Supervisor {
     sessions: HashMap<SessionKey, SessionSlot>,
     /// (server, child session) → parent session, from `parentID` and task parts.
     parents: HashMap<SessionKey, String>,
+    /// `supervisor.max_parents` was reached (logged once).
+    parents_capped: bool,
     /// How session directories are read (hand-off continuations).
     workspace: Arc<dyn Workspace>,
     /// Sessions Shepherd made for its own questions: not supervised.
@@ -169,6 +193,7 @@ impl Supervisor {
             servers: HashMap::new(),
             sessions: HashMap::new(),
             parents: HashMap::new(),
+            parents_capped: false,
             workspace: Arc::new(NoWorkspace),
             scratch: Scratch::default(),
             guard: Arc::new(NoGuard),
@@ -301,12 +326,21 @@ impl Supervisor {
     /// Parent/child links: a child's `parentID`, or the child id in a parent's `task` part.
     fn learn_family(&mut self, server: &str, id: &str, event: &Event, info: Option<&SessionInfo>) {
         if let Some(parent) = info.and_then(|i| i.parent_id.clone()) {
-            self.parents.insert((server.to_string(), id.to_string()), parent);
+            self.learn_parent((server.to_string(), id.to_string()), parent);
         }
         if let Event::PartUpdated(p) = event {
             if let crate::event::PartKind::Tool { child_session: Some(child), .. } = &p.kind {
-                self.parents.insert((server.to_string(), child.clone()), id.to_string());
+                self.learn_parent((server.to_string(), child.clone()), id.to_string());
             }
+        }
+    }
+
+    /// One child → parent link, within `supervisor.max_parents` (see [`bounds`]).
+    fn learn_parent(&mut self, child: SessionKey, parent: String) {
+        let cap = self.fleet.max_parents;
+        if bounds::insert_capped_map(&mut self.parents, child, parent, cap) && !self.parents_capped {
+            self.parents_capped = true;
+            tracing::warn!(cap, "supervisor.max_parents reached: an arbitrary child → parent link is forgotten for each new one (logged once)");
         }
     }
 
@@ -405,7 +439,7 @@ impl Supervisor {
                 }
             };
             if let Some(srv) = self.servers.get_mut(&r.server) {
-                srv.directories.insert(dir.clone());
+                srv.learn_directory(&dir, self.fleet.max_directories, &r.server);
             }
             checked_dirs.insert(dir.clone());
             for (id, status) in map {
@@ -604,6 +638,7 @@ impl Handler<AttachServer> for Supervisor {
                 epoch: 0,
                 windows_stale: true,
                 events: BTreeMap::new(),
+                capped: Capped::default(),
             },
         );
     }
@@ -625,11 +660,14 @@ impl Handler<Ingest> for Supervisor {
         let Envelope { directory, event } = msg.envelope;
         let server: &str = &msg.server;
         let Some(srv) = self.servers.get_mut(server) else { return };
-        match srv.events.get_mut(event.kind()) {
-            Some(n) => *n += 1,
-            None => {
-                srv.events.insert(event.kind().to_string(), 1);
-            }
+        if bounds::count_event(&mut srv.events, event.kind(), self.fleet.max_event_types) && !srv.capped.events {
+            srv.capped.events = true;
+            tracing::warn!(
+                server = %server,
+                cap = self.fleet.max_event_types,
+                kind = %crate::ids::excerpt(event.kind()),
+                "supervisor.max_event_types reached: further new event types are counted as \"other\" (logged once)"
+            );
         }
         if matches!(event, Event::Sync) {
             return;
@@ -639,9 +677,7 @@ impl Handler<Ingest> for Supervisor {
             return;
         }
         if let Some(dir) = &directory {
-            if !srv.directories.contains(dir) {
-                srv.directories.insert(dir.clone());
-            }
+            srv.learn_directory(dir, self.fleet.max_directories, server);
         }
         let Some(id) = event.session_id() else { return };
         if self.scratch.contains(id) {

@@ -282,7 +282,7 @@ mod nudge_tests {
         );
         feed(
             &mut core,
-            r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"m1","sessionID":"ses_A","role":"assistant","finish":"stop","time":{"created":1}}}}"#,
+            r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_1","sessionID":"ses_A","role":"assistant","finish":"stop","time":{"created":1}}}}"#,
         );
         feed(&mut core, r#"{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}"#);
         (core, t0)
