@@ -177,6 +177,9 @@ enum Procedure {
     Compact(CompactOrder),
     HandOff(HandoffOrder),
     Advise(AdviceRequest),
+    /// The ledger read for open intents (a lost answer's verification): this world's
+    /// ledger holds none, and says so when the read reports.
+    FindIntents,
 }
 
 /// The rules a case runs under: the defaults, with the switches that change which
@@ -300,24 +303,18 @@ impl World {
                 prop_assert!(!starts, "a hand-off starts in a session paused ({p:?}): {e:?}");
             }
         }
-        // The ledger of this world holds no intents: a search for them (a lost answer's
-        // verification) finds none, as the actor reports at once.
-        let searched = effects.iter().any(|e| matches!(e, Effect::FindIntents));
         self.outstanding.extend(effects.into_iter().filter_map(|e| match e {
             Effect::Recover(o) => Some(Procedure::Recover(o)),
             Effect::Prompt(o) => Some(Procedure::Prompt(o)),
             Effect::Compact(o) => Some(Procedure::Compact(o)),
             Effect::HandOff(o) => Some(Procedure::HandOff(o)),
             Effect::Advise(r) => Some(Procedure::Advise(r)),
-            // The ledger's intents (none in this world) and the provider breaker (its
-            // permit only gates an idle session's resume) are not procedures with a report.
-            Effect::Record(_) | Effect::Stop | Effect::Finish(_) | Effect::FindIntents | Effect::Breaker(_) => None,
+            // A finish (none in this world: its ledger holds no intents) and the provider
+            // breaker (its permit only gates an idle session's resume) are not procedures
+            // with a report.
+            Effect::FindIntents => Some(Procedure::FindIntents),
+            Effect::Record(_) | Effect::Stop | Effect::Finish(_) | Effect::Breaker(_) => None,
         }));
-        if searched {
-            let now = self.now();
-            let found = self.core.on_open_intents(Vec::new(), now);
-            return self.take(found);
-        }
         self.check_never_stranded()
     }
 
@@ -566,6 +563,7 @@ impl World {
         let o = outcome as usize;
         let even = o & 1 == 0;
         let effects = match procedure {
+            Procedure::FindIntents => self.core.on_open_intents(Vec::new(), now),
             Procedure::Recover(order) => {
                 let idle_after_ms = Some(20);
                 let error = EngineError::Unreachable("test".into());
