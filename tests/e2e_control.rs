@@ -226,7 +226,7 @@ async fn the_control_api_answers_while_the_daemons_own_thread_is_blocked() -> an
         use std::io::{Read as _, Write as _};
         let mut conn = std::net::TcpStream::connect(&addr)?;
         conn.set_read_timeout(Some(Duration::from_secs(2)))?;
-        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: shepherd\r\nConnection: close\r\n\r\n")?;
+        conn.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())?;
         let mut answer = String::new();
         conn.read_to_string(&mut answer)?;
         Ok(answer)
