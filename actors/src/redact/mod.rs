@@ -12,7 +12,8 @@
 //!
 //! Cost: one pass of a [`RegexSet`] over the text; a text that matches nothing is
 //! returned borrowed, without allocating. Only the patterns that matched run again, to
-//! replace.
+//! replace (and, when something was replaced, the set once more to be sure nothing new
+//! appeared).
 
 mod patterns;
 
@@ -23,6 +24,9 @@ use regex::{Captures, Regex, RegexSet};
 
 /// What a secret is replaced by.
 pub const MARK: &str = "[REDACTED]";
+
+/// Passes after the first, at most (each only when the one before changed the text).
+const MAX_PASSES: usize = 3;
 
 /// A configured pattern that is not a regular expression.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,10 +91,21 @@ impl Redactor {
 
     /// `text` with every secret replaced by [`MARK`]; borrowed when nothing matched.
     pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
-        let hits = self.0.any.matches(text);
-        if !hits.matched_any() {
-            return Cow::Borrowed(text);
+        let Cow::Owned(mut out) = self.pass(text) else { return Cow::Borrowed(text) };
+        // A replacement can complete a shape for another pattern (rare, and only in
+        // contrived text): again until nothing changes, so redacting is idempotent.
+        for _ in 0..MAX_PASSES {
+            match self.pass(&out) {
+                Cow::Owned(next) if next != out => out = next,
+                _ => break,
+            }
         }
+        Cow::Owned(out)
+    }
+
+    /// Every matching pattern once, in order.
+    fn pass<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        let hits = self.0.any.matches(text);
         let mut out = Cow::Borrowed(text);
         for i in hits.iter() {
             let rule = &self.0.rules[i];
@@ -120,11 +135,14 @@ impl Redactor {
 
 impl Rule {
     /// The match with its `secret` group (or all of it) replaced — unless that is
-    /// already the mark, or a value this rule spares.
+    /// already redacted, or a value this rule spares.
     fn replace(&self, c: &Captures<'_>) -> String {
         let whole = c.get(0).expect("group 0 is the match");
         let Some(secret) = c.name("secret") else { return MARK.to_string() };
-        if secret.as_str() == MARK || self.spare.is_some_and(|spare| spare(secret.as_str())) {
+        // What an earlier pattern (or an earlier pass) left: `[REDACTED]`, or cut short
+        // by a pattern's last character (`[REDACTED`).
+        let done = MARK.starts_with(secret.as_str()) && secret.len() + 1 >= MARK.len();
+        if done || self.spare.is_some_and(|spare| spare(secret.as_str())) {
             return whole.as_str().to_string();
         }
         let (from, to) = (secret.start() - whole.start(), secret.end() - whole.start());

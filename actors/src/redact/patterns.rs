@@ -35,7 +35,8 @@ pub(super) fn defaults() -> Vec<(&'static str, String)> {
         // Quoted values first (they may hold spaces), then bare ones.
         ("secret key, double-quoted value", keyed(r#"\\?"(?P<secret>[^"\\\r\n]+)\\?""#)),
         ("secret key, single-quoted value", keyed(r"'(?P<secret>[^'\r\n]+)'")),
-        ("secret key, bare value", keyed(r#"(?P<secret>[^\s"'\\,;]{3,})"#)),
+        // A closing bracket that ends a bare value is the text's, not the secret's.
+        ("secret key, bare value", keyed(r#"(?P<secret>[^\s"'\\,;]{2,}[^\s"'\\,;)\]}>])"#)),
         // Well-known token shapes (the kind prefix stays).
         ("GitHub token", r"\b(?:ghp|gho|ghu|ghs|ghr)_(?P<secret>[A-Za-z0-9]{20,})".into()),
         ("GitHub fine-grained token", r"\bgithub_pat_(?P<secret>[A-Za-z0-9_]{22,})".into()),
@@ -62,7 +63,7 @@ pub(super) fn defaults() -> Vec<(&'static str, String)> {
 
 /// A value the keyed patterns found that is code or a placeholder, not a secret:
 /// `next_token()`, `self.config.password(`, `${DB_PASSWORD}`, `$TOKEN`, `<your-token>`;
-/// or what an earlier pattern left (`token:[REDACTED]@host`).
+/// or what an earlier pattern left (`x-access-token:[REDACTED]@github.com`).
 pub(super) fn is_not_a_secret(value: &str) -> bool {
     if value.starts_with(super::MARK) || value.starts_with(['$', '<', '{', '%']) {
         return true;
