@@ -7,10 +7,9 @@
 //! sections go in reverse order of how much the successor needs them; the objective and
 //! the resume protocol are never dropped.
 
-use regex::Regex;
-
 use crate::event::{Todo, TodoStatus, ToolStatus};
 use crate::ports::{HistoryMessage, HistoryPart, RepoState};
+use crate::redact::Redactor;
 
 /// Characters per token, for budgeting (a common rule of thumb for English and code).
 const CHARS_PER_TOKEN: usize = 4;
@@ -49,7 +48,7 @@ struct Section {
 }
 
 /// Builds the continuation (Markdown), redacted and within budget.
-pub fn build(facts: &ContinuationFacts<'_>, redactions: &[Regex]) -> String {
+pub fn build(facts: &ContinuationFacts<'_>, redactor: &Redactor) -> String {
     let header = header(facts);
     let mut sections = vec![
         Section { heading: "Objective", body: objective(facts.history), required: true, keep: 9 },
@@ -77,22 +76,13 @@ pub fn build(facts: &ContinuationFacts<'_>, redactions: &[Regex]) -> String {
         Section { heading: "Recent tool errors", body: tool_errors(facts.history), required: false, keep: 3 },
     ];
     sections.retain(|s| !s.body.trim().is_empty());
+    // Before fitting: a secret cut in half by the budget would no longer match.
     for s in &mut sections {
-        s.body = redact(&s.body, redactions);
+        redactor.redact_in_place(&mut s.body);
     }
+    let header = redactor.redact_owned(header);
     fit(&header, &mut sections, facts.budget_tokens as usize * CHARS_PER_TOKEN);
-    render(&redact(&header, redactions), &sections)
-}
-
-/// Replaces every match of the patterns by `[REDACTED]`.
-pub fn redact(text: &str, redactions: &[Regex]) -> String {
-    let mut out = text.to_string();
-    for re in redactions {
-        if re.is_match(&out) {
-            out = re.replace_all(&out, "[REDACTED]").into_owned();
-        }
-    }
-    out
+    render(&header, &sections)
 }
 
 const RESUME_PROTOCOL: &str =
@@ -341,8 +331,8 @@ mod tests {
         Todo { content: content.into(), status, priority: None }
     }
 
-    fn redactions() -> Vec<Regex> {
-        crate::config::Config::default().session_rules().redactions
+    fn redactions() -> Redactor {
+        Redactor::default()
     }
 
     fn facts<'a>(history: &'a [HistoryMessage], todos: &'a [Todo]) -> ContinuationFacts<'a> {
