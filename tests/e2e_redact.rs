@@ -154,7 +154,7 @@ async fn a_secret_the_model_wrote_reaches_neither_the_journal_nor_the_ledger_nor
     let id = rig.client.create_session(Some("tool call as text")).await?;
     // The model writes a tool call as text, with a secret in it, and stalls: the continue's
     // record quotes an excerpt of that text.
-    let reply = format!("<function=bash><parameter=command>export DATABASE_PASSWORD={}", SECRETS[0]);
+    let reply = format!("<function=bash><parameter=command>DATABASE_PASSWORD={} ./deploy", SECRETS[0]);
     rig.client.prompt_async(&id, &format!("[[fake:saystall:{reply}]] set it up"), None, None, false).await?;
     let cont = rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
     assert!(cont.reason.contains("<function=") && cont.reason.contains("DATABASE_PASSWORD=[REDACTED]"), "{cont:?}");
