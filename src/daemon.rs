@@ -88,8 +88,11 @@ impl Daemon {
         );
         let advisor = AdvisorSlot::default();
         advisor.set(model.map(|model| AdvisorActor::new(cfg.advisor.clone(), Some(model)).start()));
+        let rules = Arc::new(cfg.session_rules());
+        // Every log line from here on passes the configured redactor too.
+        crate::logging::set_redactor(rules.redactor.clone());
         let supervisor = Supervisor::new(
-            Arc::new(cfg.session_rules()),
+            rules,
             cfg.supervisor.clone(),
             ledger,
             Arc::new(SystemClock),

@@ -265,7 +265,9 @@ impl Running {
             return Ok(diff);
         }
 
-        self.supervisor.do_send(ReconfigureAll { rules: Arc::new(new.session_rules()), fleet: new.supervisor.clone() });
+        let rules = Arc::new(new.session_rules());
+        crate::logging::set_redactor(rules.redactor.clone());
+        self.supervisor.do_send(ReconfigureAll { rules, fleet: new.supervisor.clone() });
         if diff.touches("guard.") {
             if let Some(guard) = &self.guard {
                 guard.retune(new.guard.clone());

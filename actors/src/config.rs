@@ -470,9 +470,15 @@ pub struct HandoffConfig {
     pub question_message: String,
     /// The prompt that starts the fresh session's work after the continuation.
     pub resume_message: String,
-    /// Regular expressions whose matches are replaced by `[REDACTED]` in the
-    /// continuation (API keys, tokens, passwords in tool output).
+    /// Regular expressions whose matches are replaced by `[REDACTED]` in every text
+    /// Shepherd lets out (continuations, hand-off files, the advisor's prompt, journal
+    /// reasons, status and API output, logs), *in addition to* the built-in secret
+    /// shapes ([`crate::redact`]). A group named `secret` limits the replacement to it
+    /// (`pin (?P<secret>\d{4})` keeps `pin `).
     pub redact_patterns: Vec<String>,
+    /// `redact_patterns` replace the built-in shapes instead of adding to them (and an
+    /// empty list then turns redaction off).
+    pub redact_patterns_replace: bool,
 }
 
 /// What a hand-off does with the continuation.
@@ -525,15 +531,8 @@ impl Default for HandoffConfig {
                              open todos with your todo tool, and carry on with the next step. Do not redo \
                              finished work."
                 .to_string(),
-            redact_patterns: vec![
-                r"sk-[A-Za-z0-9_\-]{16,}".to_string(),
-                r"gh[pousr]_[A-Za-z0-9]{20,}".to_string(),
-                r"AKIA[0-9A-Z]{16}".to_string(),
-                r"xox[baprs]-[A-Za-z0-9-]{10,}".to_string(),
-                r"(?i)bearer\s+[A-Za-z0-9._~+/=-]{16,}".to_string(),
-                r"(?i)\b(password|passwd|secret|api[_-]?key|token)\b\s*[:=]\s*\S+".to_string(),
-                r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)".to_string(),
-            ],
+            redact_patterns: Vec::new(),
+            redact_patterns_replace: false,
         }
     }
 }
@@ -915,8 +914,9 @@ pub struct SessionRules {
     pub handoff: HandoffConfig,
     /// `context.error_patterns`, compiled (validated at start-up).
     pub error_patterns: Vec<regex::Regex>,
-    /// `handoff.redact_patterns`, compiled (validated at start-up).
-    pub redactions: Vec<regex::Regex>,
+    /// The built-in secret shapes and `handoff.redact_patterns`, compiled (validated at
+    /// start-up): what every text leaving Shepherd passes.
+    pub redactor: crate::redact::Redactor,
     pub loops: LoopsConfig,
     pub advisor: AdvisorConfig,
 }
@@ -931,10 +931,20 @@ impl Config {
             compaction: self.compaction.clone(),
             handoff: self.handoff.clone(),
             error_patterns: self.context.error_patterns.iter().filter_map(|p| regex::Regex::new(p).ok()).collect(),
-            redactions: self.handoff.redact_patterns.iter().filter_map(|p| regex::Regex::new(p).ok()).collect(),
+            redactor: self.redactor(),
             loops: self.loops.clone(),
             advisor: self.advisor.clone(),
         }
+    }
+}
+
+impl Config {
+    /// The redactor `handoff.redact_patterns` and `handoff.redact_patterns_replace`
+    /// describe (the built-in shapes alone if a pattern is invalid: `validate` refuses
+    /// such a config first).
+    pub fn redactor(&self) -> crate::redact::Redactor {
+        let h = &self.handoff;
+        crate::redact::Redactor::new(&h.redact_patterns, h.redact_patterns_replace).unwrap_or_default()
     }
 }
 
@@ -1082,10 +1092,9 @@ impl Config {
                 return Err(bad(key, "must not be empty"));
             }
         }
-        for (i, p) in h.redact_patterns.iter().enumerate() {
-            if let Err(e) = regex::Regex::new(p) {
-                return Err(bad(&format!("handoff.redact_patterns[{i}]"), &format!("not a regular expression: {e}")));
-            }
+        if let Err(e) = crate::redact::Redactor::new(&h.redact_patterns, h.redact_patterns_replace) {
+            let key = format!("handoff.redact_patterns[{}]", e.index);
+            return Err(bad(&key, &format!("not a regular expression: {}", e.reason)));
         }
         for (i, p) in self.context.error_patterns.iter().enumerate() {
             if let Err(e) = regex::Regex::new(p) {
@@ -1330,6 +1339,24 @@ mod tests {
         let mut c = Config::default();
         c.handoff.hard = 1.2;
         assert_eq!(c.validate().unwrap_err().key, "handoff.hard");
+    }
+
+    #[test]
+    fn configured_redact_patterns_add_to_the_built_in_shapes_unless_they_replace_them() {
+        // A config written before `redact_patterns_replace` existed still loads.
+        let old: Config =
+            serde_json::from_value(serde_json::json!({"handoff": {"redact_patterns": [r"ACME-\d{6}"]}})).unwrap();
+        old.validate().unwrap();
+        let text = "ACME-123456 DATABASE_PASSWORD=hunter2";
+        assert_eq!(old.session_rules().redactor.redact(text), "[REDACTED] DATABASE_PASSWORD=[REDACTED]");
+        let mut replaced = old.clone();
+        replaced.handoff.redact_patterns_replace = true;
+        assert_eq!(replaced.session_rules().redactor.redact(text), "[REDACTED] DATABASE_PASSWORD=hunter2");
+        let mut bad = old;
+        bad.handoff.redact_patterns.push("(unclosed".into());
+        let err = bad.validate().unwrap_err();
+        assert_eq!(err.key, "handoff.redact_patterns[1]", "{err}");
+        assert!(err.reason.contains("not a regular expression"), "{err}");
     }
 
     #[test]

@@ -179,6 +179,18 @@ pub struct ActionRecord {
     pub at_ms: i64,
 }
 
+impl ActionRecord {
+    /// The record with its texts (reason, advice source) passed through `redactor`:
+    /// what may be stored, logged and shown.
+    pub fn redacted(mut self, redactor: &crate::redact::Redactor) -> Self {
+        redactor.redact_in_place(&mut self.reason);
+        if let Some(source) = self.numbers.advice_source.as_mut() {
+            redactor.redact_in_place(source);
+        }
+        self
+    }
+}
+
 /// One record without its numbers: what a session's history keeps (the numbers are in
 /// the log and the ledger's journal). The reason is shared: the status book keeps one
 /// copy of each text however many histories hold it.
@@ -268,5 +280,30 @@ impl Journal {
             _ => emit!(info),
         }
         let _ = self.tx.send(r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redacted_record_keeps_its_facts_and_loses_its_secrets() {
+        let r = ActionRecord {
+            server: "local".into(),
+            session: "ses_a".into(),
+            action: Action::Continue,
+            outcome: Outcome::Failed,
+            reason: r#"prompt refused: {"error":"bad request","echo":"DATABASE_PASSWORD=hunter2-xyz"}"#.into(),
+            numbers: Numbers {
+                advice_source: Some("heuristic (fallback: token=abcdef123456)".into()),
+                ..Numbers::default()
+            },
+            at_ms: 7,
+        };
+        let out = r.clone().redacted(&crate::redact::Redactor::default());
+        assert_eq!(out.reason, r#"prompt refused: {"error":"bad request","echo":"DATABASE_PASSWORD=[REDACTED]"}"#);
+        assert_eq!(out.numbers.advice_source.as_deref(), Some("heuristic (fallback: token=[REDACTED])"));
+        assert_eq!((out.server, out.session, out.action, out.at_ms), (r.server, r.session, r.action, r.at_ms));
     }
 }

@@ -17,6 +17,7 @@
 //!   intents of actions under way (what a crash must not lose or repeat).
 //! - [`killpoint`]: named steps where a test can make the process die.
 //! - [`journal`]: the record of every action Shepherd took or declined.
+//! - [`redact`]: the one redactor every text leaving Shepherd passes (secrets out).
 //! - [`stats`]: per-session statistics folded from the journal, and the status document.
 //!
 //! Decision modules have no I/O, no clock of their own and no actix: they take `now`
@@ -32,6 +33,7 @@ pub mod journal;
 pub mod killpoint;
 pub mod ledger;
 pub mod ports;
+pub mod redact;
 pub mod session;
 pub mod stats;
 pub mod supervisor;

@@ -124,7 +124,13 @@ fn cfg() -> AdvisorConfig {
 }
 
 fn consult(session: &str, situation: Situation) -> Consult {
-    Consult { server: "srv".into(), session: session.into(), situation, engine: Arc::new(NoEngine) }
+    Consult {
+        server: "srv".into(),
+        session: session.into(),
+        situation,
+        engine: Arc::new(NoEngine),
+        redactor: Default::default(),
+    }
 }
 
 async fn ask(addr: &Addr<AdvisorActor>, session: &str, s: Situation) -> Consulted {

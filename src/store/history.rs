@@ -53,6 +53,9 @@ pub fn run(args: HistoryArgs) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
+    // Redacted when written; again here for ledgers written before that.
+    let redactor = cfg.redactor();
+    let records: Vec<_> = records.into_iter().map(|r| r.redacted(&redactor)).collect();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&records)?);
     } else if records.is_empty() {

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use crate::advisor::{heuristic, prompt, reply, Consulted, Situation, Source};
 use crate::config::AdvisorConfig;
 use crate::ports::{Engine, ModelPort};
+use crate::redact::Redactor;
 
 /// Ask for advice about one session.
 #[derive(Message)]
@@ -29,6 +30,8 @@ pub struct Consult {
     pub situation: Situation,
     /// The session's server, to read its latest messages for the model.
     pub engine: Arc<dyn Engine>,
+    /// The session's rules' redactor: the prompt passes it before it leaves for the model.
+    pub redactor: Redactor,
 }
 
 /// The heuristic's answer, for when no model may be asked.
@@ -116,7 +119,7 @@ impl Handler<Consult> for AdvisorActor {
     type Result = ResponseActFuture<Self, Consulted>;
 
     fn handle(&mut self, msg: Consult, _: &mut Context<Self>) -> Self::Result {
-        let Consult { server, session, situation, engine } = msg;
+        let Consult { server, session, situation, engine, redactor } = msg;
         let ruled = heuristic::advise(&situation, &self.cfg);
         let key = (server.clone(), session.clone(), situation.fingerprint());
         let model = match self.model.clone() {
@@ -159,7 +162,7 @@ impl Handler<Consult> for AdvisorActor {
                         Vec::new()
                     }
                 };
-                model.complete(&prompt::build(&sit, &messages, &cfg)).await
+                model.complete(&prompt::build(&sit, &messages, &cfg, &redactor)).await
             };
             match tokio::time::timeout(cfg.timeout, call).await {
                 Ok(Ok(text)) => match reply::parse(&text) {

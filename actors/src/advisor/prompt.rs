@@ -4,6 +4,7 @@
 use crate::advisor::Situation;
 use crate::config::AdvisorConfig;
 use crate::ports::ChatRequest;
+use crate::redact::Redactor;
 
 /// Marks an advisor request (test doubles tell it apart from a session's own turns).
 pub const SYSTEM_MARKER: &str = "You advise Shepherd";
@@ -17,12 +18,16 @@ with exactly @ACTION:CONFIDENCE, e.g. @wait:0.8 (confidence from 0 to 1).";
 /// How much of one message the model is shown.
 const MESSAGE_CHARS: usize = 800;
 
-/// The request for `s`, with the session's latest messages (`role: text`, oldest first).
-pub fn build(s: &super::Situation, messages: &[String], cfg: &AdvisorConfig) -> ChatRequest {
+/// The request for `s`, with the session's latest messages (`role: text`, oldest first),
+/// every text passed through `redactor`: this leaves for an external model.
+pub fn build(s: &super::Situation, messages: &[String], cfg: &AdvisorConfig, redactor: &Redactor) -> ChatRequest {
+    // Each message before it is cut (a secret cut in half would no longer match), then
+    // the whole (todos, agent name).
+    let messages: Vec<String> = messages.iter().map(|m| redactor.redact(m).into_owned()).collect();
     ChatRequest {
         model: cfg.model.clone(),
         system: SYSTEM.to_string(),
-        user: describe(s, messages),
+        user: redactor.redact_owned(describe(s, &messages)),
         max_tokens: cfg.max_tokens,
         temperature: cfg.temperature,
     }
@@ -88,7 +93,7 @@ mod tests {
             agent: Some("build".into()),
         };
         let cfg = AdvisorConfig { model: "m".into(), ..AdvisorConfig::default() };
-        let r = build(&s, &["user: fix it".into(), "assistant: on it".into()], &cfg);
+        let r = build(&s, &["user: fix it".into(), "assistant: on it".into()], &cfg, &Redactor::default());
         assert!(r.system.starts_with(SYSTEM_MARKER) && r.system.contains("@ACTION:CONFIDENCE"));
         for needle in [
             "190s",
@@ -102,5 +107,34 @@ mod tests {
             assert!(r.user.contains(needle), "{needle} missing in:\n{}", r.user);
         }
         assert_eq!((r.model.as_str(), r.max_tokens, r.temperature), ("m", 500, 0.1));
+    }
+
+    #[test]
+    fn secrets_in_messages_and_todos_do_not_reach_the_model() {
+        let s = Situation {
+            about: About::Nudge,
+            session_age: None,
+            since_activity: Duration::from_secs(5),
+            todos: vec![Todo {
+                content: "rotate GITHUB_TOKEN=ghp_R7bXc2VqL9mT4kWn8sZp1YdH6fJ3aQ0eUiOx".into(),
+                status: TodoStatus::Pending,
+                priority: None,
+            }],
+            context_tokens: None,
+            context_window: None,
+            attempts: 0,
+            part: None,
+            recent_stall_parts: vec![],
+            agent: None,
+        };
+        // A token across the 800-character cut: what is left of it after the cut is too
+        // short to look like a token, so it must go before the cut.
+        let long = format!("user: {} ghp_R7bXc2VqL9mT4kWn8sZp1YdH6fJ3aQ0eUiOx", "x".repeat(780));
+        let messages = [long, "user: psql postgres://app:s3cr3t-pg-pass@db/shop".into()];
+        let r = build(&s, &messages, &AdvisorConfig::default(), &Redactor::default());
+        for secret in ["R7bXc2VqL", "s3cr3t-pg-pass", "R7bXc2VqL9mT4kWn8sZp1YdH6fJ3aQ0eUiOx"] {
+            assert!(!r.user.contains(secret), "{secret} reached the model:\n{}", r.user);
+        }
+        assert!(r.user.contains("postgres://app:[REDACTED]@db/shop"), "{}", r.user);
     }
 }

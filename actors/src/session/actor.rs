@@ -14,7 +14,7 @@ use crate::advisor::Source;
 use crate::config::SessionRules;
 use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
 use crate::control::{HandoffView, SessionDetail};
-use crate::event::{Event, ModelRef, SessionInfo};
+use crate::event::{Event, ModelRef, SessionInfo, Todo};
 use crate::guard::PromptGuard;
 use crate::journal::{Journal, LastAction};
 use crate::ledger::{DurableState, Intent, IntentKind, IntentStep, Ledger, LedgerError};
@@ -170,6 +170,9 @@ impl SessionActor {
         for effect in effects {
             match effect {
                 Effect::Record(r) => {
+                    // The one door of every record: the ledger, the journal's log line and
+                    // its subscribers (status, history, `/v1/status`, toasts, metrics).
+                    let r = r.redacted(&self.cfg.redactor);
                     self.last_action = Some(LastAction::from(&r));
                     self.record_unsaved = true;
                     let ledger = Arc::clone(&self.env.ledger);
@@ -206,7 +209,8 @@ impl SessionActor {
     /// on an edge whose handling was not written.
     fn persist(&mut self, ctx: &mut Context<Self>) {
         let generation = self.core.durable_generation();
-        let written_or_writing = self.saved_generation == Some(generation) || self.saving_generation == Some(generation);
+        let written_or_writing =
+            self.saved_generation == Some(generation) || self.saving_generation == Some(generation);
         if written_or_writing && !self.record_unsaved {
             return;
         }
@@ -288,7 +292,8 @@ impl SessionActor {
         self.running.push(decision.clone());
         let work = async move {
             let (intents, wall_ms) = (env.ledger.as_ref(), env.clock.wall_ms());
-            let report = recover(env.outbound(), &cfg.recovery, &order, env.in_flight.stopping(), intents, wall_ms).await;
+            let report =
+                recover(env.outbound(), &cfg.recovery, &order, env.in_flight.stopping(), intents, wall_ms).await;
             drop(guard);
             report
         };
@@ -466,6 +471,7 @@ impl SessionActor {
             session: self.core.id().to_string(),
             situation: request.situation.clone(),
             engine: Arc::clone(&self.env.engine),
+            redactor: self.cfg.redactor.clone(),
         };
         ctx.spawn(advisor.send(consult).into_actor(self).map(move |answer, act, ctx| {
             let answer = answer.unwrap_or_else(|_| {
@@ -489,7 +495,7 @@ impl SessionActor {
                 ledger: env.ledger.as_ref(),
                 workspace: env.workspace.as_ref(),
                 cfg: &cfg.handoff,
-                redactions: &cfg.redactions,
+                redactor: &cfg.redactor,
                 scratch: &env.scratch,
                 wall_ms: env.clock.wall_ms(),
                 poll: (cfg.recovery.abort_poll_interval, cfg.recovery.abort_poll_max),
@@ -639,7 +645,7 @@ impl Handler<Inspect> for SessionActor {
         MessageResult(SessionDetail {
             server: self.env.server.to_string(),
             id: self.core.id().to_string(),
-            title: self.core.title().map(str::to_string),
+            title: self.core.title().map(|t| self.cfg.redactor.redact(t).into_owned()),
             directory: self.core.directory().map(str::to_string),
             busy: self.core.is_busy(),
             waiting_on_person: self.core.waits_on_person(),
@@ -648,7 +654,12 @@ impl Handler<Inspect> for SessionActor {
             recovering: self.core.is_recovering(),
             paused: self.core.pause().map(|p| p.as_str().to_string()),
             attempts: self.core.attempts(),
-            todos: self.core.todos().to_vec(),
+            todos: self
+                .core
+                .todos()
+                .iter()
+                .map(|t| Todo { content: self.cfg.redactor.redact_owned(t.content.clone()), ..t.clone() })
+                .collect(),
             context_tokens: self.core.context().0,
             context_window: self.core.context().1,
             context_percent: self.core.context_share().map(|s| (s * 1000.0).round() / 10.0),
@@ -738,12 +749,16 @@ impl Handler<DeliverCustom> for SessionActor {
                 Delivery::Guarded { reason, .. } => (false, String::new(), Some(reason)),
                 Delivery::Failed { error } => (false, String::new(), Some(error.to_string())),
             };
+            // Echoed to the caller (and whatever logs its answers): redacted like all output.
+            let redactor = &act.cfg.redactor;
             Ok(CustomPromptReply {
                 success,
-                message,
-                todos: req.include_todo_context.then_some(todos),
-                context_summary: req.include_context_summary.then_some(summary),
-                reason,
+                message: redactor.redact_owned(message),
+                todos: req.include_todo_context.then(|| {
+                    todos.into_iter().map(|t| Todo { content: redactor.redact_owned(t.content.clone()), ..t }).collect()
+                }),
+                context_summary: req.include_context_summary.then(|| redactor.redact_owned(summary)),
+                reason: reason.map(|r| redactor.redact_owned(r)),
             })
         }))
     }

@@ -7,10 +7,9 @@
 //! sections go in reverse order of how much the successor needs them; the objective and
 //! the resume protocol are never dropped.
 
-use regex::Regex;
-
 use crate::event::{Todo, TodoStatus, ToolStatus};
 use crate::ports::{HistoryMessage, HistoryPart, RepoState};
+use crate::redact::Redactor;
 
 /// Characters per token, for budgeting (a common rule of thumb for English and code).
 const CHARS_PER_TOKEN: usize = 4;
@@ -49,10 +48,10 @@ struct Section {
 }
 
 /// Builds the continuation (Markdown), redacted and within budget.
-pub fn build(facts: &ContinuationFacts<'_>, redactions: &[Regex]) -> String {
+pub fn build(facts: &ContinuationFacts<'_>, redactor: &Redactor) -> String {
     let header = header(facts);
     let mut sections = vec![
-        Section { heading: "Objective", body: objective(facts.history), required: true, keep: 9 },
+        Section { heading: "Objective", body: objective(facts.history, redactor), required: true, keep: 9 },
         Section { heading: "How to resume", body: RESUME_PROTOCOL.to_string(), required: true, keep: 9 },
         Section { heading: "Todos", body: todos(facts.todos), required: false, keep: 8 },
         Section {
@@ -70,29 +69,21 @@ pub fn build(facts: &ContinuationFacts<'_>, redactions: &[Regex]) -> String {
         },
         Section {
             heading: "Subagent sessions",
-            body: children(facts.history, &facts.known_children),
+            body: children(facts.history, &facts.known_children, redactor),
             required: false,
             keep: 4,
         },
-        Section { heading: "Recent tool errors", body: tool_errors(facts.history), required: false, keep: 3 },
+        Section { heading: "Recent tool errors", body: tool_errors(facts.history, redactor), required: false, keep: 3 },
     ];
     sections.retain(|s| !s.body.trim().is_empty());
+    // Before fitting: a secret cut in half by the budget would no longer match (the
+    // texts cut while the sections were built were redacted before their cut).
     for s in &mut sections {
-        s.body = redact(&s.body, redactions);
+        redactor.redact_in_place(&mut s.body);
     }
+    let header = redactor.redact_owned(header);
     fit(&header, &mut sections, facts.budget_tokens as usize * CHARS_PER_TOKEN);
-    render(&redact(&header, redactions), &sections)
-}
-
-/// Replaces every match of the patterns by `[REDACTED]`.
-pub fn redact(text: &str, redactions: &[Regex]) -> String {
-    let mut out = text.to_string();
-    for re in redactions {
-        if re.is_match(&out) {
-            out = re.replace_all(&out, "[REDACTED]").into_owned();
-        }
-    }
-    out
+    render(&header, &sections)
 }
 
 const RESUME_PROTOCOL: &str =
@@ -121,19 +112,23 @@ fn header(facts: &ContinuationFacts<'_>) -> String {
 }
 
 /// The first and the latest real user requests.
-fn objective(history: &[HistoryMessage]) -> String {
+fn objective(history: &[HistoryMessage], r: &Redactor) -> String {
     let requests: Vec<String> = history.iter().filter(|m| m.is_from_person()).map(HistoryMessage::text).collect();
     match requests.as_slice() {
         [] => "(no request from the person is in the recent history; see the todos)".to_string(),
-        [only] => format!("The request:\n\n{}", quote(only)),
+        [only] => format!("The request:\n\n{}", quote(only, r)),
         [first, .., latest] => {
-            format!("The first request:\n\n{}\n\nThe latest request:\n\n{}", quote(first), quote(latest))
+            format!("The first request:\n\n{}\n\nThe latest request:\n\n{}", quote(first, r), quote(latest, r))
         }
     }
 }
 
-fn quote(text: &str) -> String {
-    truncate(text.trim(), REQUEST_CHARS).lines().map(|l| format!("> {l}")).collect::<Vec<_>>().join("\n")
+fn quote(text: &str, r: &Redactor) -> String {
+    truncate(r.redact(text.trim()).as_ref(), REQUEST_CHARS)
+        .lines()
+        .map(|l| format!("> {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn todos(todos: &[Todo]) -> String {
@@ -209,7 +204,7 @@ fn repo(r: &RepoState) -> String {
     lines.join("\n")
 }
 
-fn children(history: &[HistoryMessage], known: &[String]) -> String {
+fn children(history: &[HistoryMessage], known: &[String], r: &Redactor) -> String {
     let mut out: Vec<(String, String)> = Vec::new();
     for part in history.iter().flat_map(|m| &m.parts) {
         let HistoryPart::Tool { tool, input, child_session, status, .. } = part else { continue };
@@ -220,7 +215,7 @@ fn children(history: &[HistoryMessage], known: &[String]) -> String {
             .get("description")
             .and_then(|v| v.as_str())
             .or_else(|| input.get("prompt").and_then(|v| v.as_str()))
-            .map(|s| truncate(s, 200))
+            .map(|s| truncate(&r.redact(s), 200))
             .unwrap_or_default();
         let id = child_session.clone().unwrap_or_else(|| "(not started)".to_string());
         let state = match status {
@@ -238,14 +233,14 @@ fn children(history: &[HistoryMessage], known: &[String]) -> String {
     out.iter().map(|(id, what)| format!("- `{id}`: {what}")).collect::<Vec<_>>().join("\n")
 }
 
-fn tool_errors(history: &[HistoryMessage]) -> String {
+fn tool_errors(history: &[HistoryMessage], r: &Redactor) -> String {
     let errors: Vec<String> = history
         .iter()
         .flat_map(|m| &m.parts)
         .filter_map(|p| match p {
             HistoryPart::Tool { tool, status: ToolStatus::Error, error, .. } => Some(format!(
                 "- `{tool}`: {}",
-                truncate(error.as_deref().unwrap_or("(no message)").trim(), TOOL_ERROR_CHARS)
+                truncate(&r.redact(error.as_deref().unwrap_or("(no message)").trim()), TOOL_ERROR_CHARS)
             )),
             _ => None,
         })
@@ -344,8 +339,8 @@ mod tests {
         Todo { content: content.into(), status, priority: None }
     }
 
-    fn redactions() -> Vec<Regex> {
-        crate::config::Config::default().session_rules().redactions
+    fn redactions() -> Redactor {
+        Redactor::default()
     }
 
     fn facts<'a>(history: &'a [HistoryMessage], todos: &'a [Todo]) -> ContinuationFacts<'a> {
@@ -449,6 +444,19 @@ mod tests {
             assert!(!text.contains(secret), "{secret} leaked: {text}");
         }
         assert!(text.contains("[REDACTED]"));
+    }
+
+    #[test]
+    fn a_secret_across_a_cut_is_redacted_before_the_cut() {
+        // The token starts 10 characters before the request's 2000-character cut: what
+        // is left after the cut is too short to look like a token.
+        let request = format!("{} ghp_R7bXc2VqL9mT4kWn8sZp1YdH6fJ3aQ0eUiOx and more", "x".repeat(1985));
+        let error = format!("{} sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z", "y".repeat(280));
+        let history = vec![user(&request), assistant(vec![tool("bash", ToolStatus::Error, json!({}), Some(&error))])];
+        let text = build(&facts(&history, &[]), &redactions());
+        for fragment in ["R7bXc2", "Ab3dEf6"] {
+            assert!(!text.contains(fragment), "{fragment} leaked: {text}");
+        }
     }
 
     #[test]

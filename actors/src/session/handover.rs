@@ -70,7 +70,8 @@ pub struct Tools<'a> {
     pub ledger: &'a dyn Ledger,
     pub workspace: &'a dyn Workspace,
     pub cfg: &'a HandoffConfig,
-    pub redactions: &'a [regex::Regex],
+    /// Every text this procedure stores or sends on passes it.
+    pub redactor: &'a crate::redact::Redactor,
     /// Sessions Shepherd creates for its own questions (forks): not to be supervised.
     pub scratch: &'a crate::session::actor::Scratch,
     pub wall_ms: i64,
@@ -145,13 +146,15 @@ async fn persist(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, Stri
         context: order.context,
         budget_tokens: t.cfg.max_continuation_tokens,
     };
-    let text = continuation::build(&facts, t.redactions);
+    let text = continuation::build(&facts, t.redactor);
+    // The title names the fresh session and heads the hand-off file.
+    let title = info.title.as_deref().map(|title| t.redactor.redact(title).into_owned());
     let snapshot = Snapshot::seal(
         order.id.clone(),
         order.server.clone(),
         order.session_id.clone(),
         directory,
-        info.title.clone(),
+        title,
         t.wall_ms,
         &turn,
         text,

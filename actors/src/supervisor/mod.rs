@@ -1015,10 +1015,14 @@ impl Handler<SessionJournal> for Supervisor {
 
     fn handle(&mut self, msg: SessionJournal, _: &mut Context<Self>) -> Self::Result {
         let ledger = Arc::clone(&self.ledger);
+        // Records are redacted when written; again on the way out for ledgers written
+        // before that, or under other patterns.
+        let redactor = self.cfg.redactor.clone();
         Box::pin(async move {
             ledger
                 .history(&msg.session, msg.limit)
                 .await
+                .map(|records| records.into_iter().map(|r| r.redacted(&redactor)).collect())
                 .map_err(|e| ControlError::Unavailable(format!("reading the journal: {e}")))
         })
     }
