@@ -101,6 +101,37 @@ impl HandoffView {
 #[rtype(result = "Result<HandoffView, ControlError>")]
 pub struct StartHandoff(pub String);
 
+/// What a pause or a resume is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PauseTarget {
+    Session(String),
+    Fleet,
+}
+
+/// Pause (`pause: true`) or resume Shepherd for one session or the whole fleet
+/// (`shepherd pause|resume`, `POST /v1/sessions/{id}/pause|resume`, `POST /v1/pause|resume`).
+#[derive(Message)]
+#[rtype(result = "Result<PauseView, ControlError>")]
+pub struct SetPause {
+    pub target: PauseTarget,
+    pub pause: bool,
+    /// Epoch ms; `None`: until resumed. Only with `pause`.
+    pub until_ms: Option<i64>,
+    /// Who asked (journaled): `cli`, `control API`, …
+    pub by: String,
+}
+
+/// Where a pause stands after a [`SetPause`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseView {
+    /// The session; `None` for the fleet.
+    pub session: Option<String>,
+    /// Why automation is off now (`person`, `fleet`, `user_abort`, `gave_up`); `None`: on.
+    pub paused: Option<String>,
+    /// When a timed pause ends (epoch ms).
+    pub until_ms: Option<i64>,
+}
+
 /// Restore a stored snapshot into a fresh session (`POST /v1/handoffs/{id}/resume`).
 #[derive(Message)]
 #[rtype(result = "Result<HandoffView, ControlError>")]

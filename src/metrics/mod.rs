@@ -206,6 +206,7 @@ fn apply(o: &Observation) {
 /// supervisor's view (every state of every server, so a state left reads 0).
 fn sample_fleet(fleet: &FleetView) {
     let now_ms = shepherd_actors::ports::Clock::wall_ms(&shepherd_actors::ports::SystemClock);
+    gauge!("shepherd_fleet_paused").set(f64::from(u8::from(fleet.fleet_pause.is_some())));
     for server in &fleet.servers {
         let name = server.name.clone();
         for state in SESSION_STATES {
@@ -232,6 +233,7 @@ fn sample_fleet(fleet: &FleetView) {
 /// HELP lines and units of every metric.
 fn describe() {
     describe_gauge!("shepherd_sessions", "Sessions in memory by server and state (read at scrape time)");
+    describe_gauge!("shepherd_fleet_paused", "1 while the fleet is paused (shepherd pause --all), else 0");
     describe_counter!(
         "shepherd_actions_total",
         "Journal records: actions taken (done), declined or failed, by action, outcome and reason category"
@@ -330,6 +332,7 @@ mod tests {
             ("lsp.updated".to_string(), 1),
         ]);
         let fleet = FleetView {
+            fleet_pause: None,
             servers: vec![ServerView { name: "local".into(), connected: true, reconciled: false, events }],
             sessions: vec![],
         };

@@ -13,14 +13,16 @@ use crate::advisor::gate::AdviceRequest;
 use crate::advisor::Source;
 use crate::config::SessionRules;
 use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
-use crate::control::{HandoffView, SessionDetail};
+use crate::control::{HandoffView, PauseView, SessionDetail};
 use crate::event::{Event, ModelRef, SessionInfo, Todo};
 use crate::guard::PromptGuard;
 use crate::journal::{Journal, LastAction};
 use crate::ledger::{DurableState, Intent, IntentKind, IntentStep, Ledger, LedgerError};
 use crate::ports::{Clock, Engine, Workspace};
 use crate::session::breaker::{Permit, ProviderBreaker};
-use crate::session::core::{BreakerCall, CompactOrder, Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
+use crate::session::core::{
+    BreakerCall, CompactOrder, Effect, HoldScope, Now, Pause, RecoveryOrder, RecoveryReport, SessionCore,
+};
 use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
 use crate::session::handover::{run_step, HandoffOrder, Tools};
 use crate::session::recovery::{end_intent, may_have_arrived, recover, write_intent, InFlight};
@@ -801,8 +803,10 @@ impl Handler<Evict> for SessionActor {
     type Result = ResponseActFuture<Self, bool>;
 
     fn handle(&mut self, _: Evict, _: &mut Context<Self>) -> Self::Result {
-        // A session with a resume scheduled stays: nothing else would wake it.
+        // A session with a resume scheduled stays: nothing else would wake it; so does
+        // one the person paused (a timed pause ends on this actor's timer).
         if self.core.is_recovering()
+            || self.core.pause() == Some(Pause::Person)
             || self.core.is_busy()
             || self.core.handoff().phase().is_running()
             || self.core.resume_pending()
@@ -941,6 +945,36 @@ impl Handler<ChildObserve> for SessionActor {
     fn handle(&mut self, msg: ChildObserve, ctx: &mut Context<Self>) {
         let effects = self.core.on_child_event(&msg.child, &msg.event, self.env.now());
         self.apply(effects, ctx);
+    }
+}
+
+/// The person's off switch for this session, or the fleet's as it reaches this session
+/// (see `core/hold.rs`): `hold` pauses, else resumes.
+#[derive(Message)]
+#[rtype(result = "PauseView")]
+pub struct SetHold {
+    pub scope: HoldScope,
+    pub hold: bool,
+    pub until_ms: Option<i64>,
+    pub by: String,
+}
+
+impl Handler<SetHold> for SessionActor {
+    type Result = MessageResult<SetHold>;
+
+    fn handle(&mut self, msg: SetHold, ctx: &mut Context<Self>) -> Self::Result {
+        let now = self.env.now();
+        let effects = if msg.hold {
+            self.core.on_hold(msg.scope, msg.until_ms, &msg.by, now)
+        } else {
+            self.core.on_release(msg.scope, &msg.by, now)
+        };
+        self.apply(effects, ctx);
+        MessageResult(PauseView {
+            session: Some(self.core.id().to_string()),
+            paused: self.core.pause().map(|p| p.as_str().to_string()),
+            until_ms: self.core.hold_until_ms(),
+        })
     }
 }
 

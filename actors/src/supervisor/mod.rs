@@ -10,6 +10,7 @@
 //! Parts: [`bounds`] (the caps on what a server's data makes it remember).
 
 mod bounds;
+mod pause;
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -105,6 +106,9 @@ pub struct Supervisor {
     advisor: crate::advisor::actor::AdvisorSlot,
     /// The discovery and cleanup intervals, re-armed when a reload changes them.
     intervals: Vec<SpawnHandle>,
+    /// `shepherd pause --all`, and the timer that ends it when it was given an end.
+    fleet_pause: Option<crate::ledger::FleetPause>,
+    fleet_pause_end: Option<SpawnHandle>,
     /// Counts the events routed to sessions; a session's slot keeps the count of its
     /// last one, so a REST answer older than what the stream said since is not applied.
     routed: u64,
@@ -199,6 +203,8 @@ impl Supervisor {
             guard: Arc::new(NoGuard),
             advisor: Default::default(),
             intervals: Vec::new(),
+            fleet_pause: None,
+            fleet_pause_end: None,
             routed: 0,
         }
     }
@@ -290,6 +296,7 @@ impl Supervisor {
         if srv.blind {
             addr.do_send(Blind);
         }
+        self.hold_if_fleet_paused(&addr);
         match info {
             Some(info) => addr.do_send(Hydrate(info.clone())),
             None => {
@@ -553,6 +560,7 @@ impl Actor for Supervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        self.load_fleet_pause(ctx);
         self.arm_intervals(ctx);
     }
 }
@@ -910,6 +918,8 @@ impl Handler<DetachServer> for Supervisor {
 pub struct FleetView {
     pub servers: Vec<ServerView>,
     pub sessions: Vec<SessionDetail>,
+    /// `shepherd pause --all`, while it lasts.
+    pub fleet_pause: Option<crate::ledger::FleetPause>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -930,7 +940,8 @@ impl Handler<InspectFleet> for Supervisor {
     fn handle(&mut self, _: InspectFleet, _: &mut Context<Self>) -> Self::Result {
         let servers = self.server_views();
         let details = self.details();
-        Box::pin(async move { FleetView { servers, sessions: details.await } })
+        let fleet_pause = self.fleet_pause.clone();
+        Box::pin(async move { FleetView { servers, sessions: details.await, fleet_pause } })
     }
 }
 

@@ -89,6 +89,11 @@ impl SessionCore {
         }
     }
 
+    /// When a timed hold ends (epoch ms).
+    pub fn hold_until_ms(&self) -> Option<i64> {
+        self.hold_until.as_deref().map(|u| u.wall_ms)
+    }
+
     /// When a timed hold ends.
     pub(super) fn hold_deadline(&self) -> Option<Instant> {
         self.hold_until.as_deref().map(|u| u.mono)
