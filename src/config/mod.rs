@@ -22,30 +22,28 @@
 //! variable SHEPHERD_RECOVERY__STALL_TIMEOUT)`. Unknown keys fail in every layer. Once
 //! the layers are merged, [`Config::validate`] checks ranges and relations.
 //!
-//! Parts: `key_path` (how the environment and flags spell keys), `layers` (the merged
-//! tree and the origin of every key), `value_de` (deserializing it with key paths in
-//! errors), `render` (the effective config for `shepherd config check`, secrets masked),
-//! `password` (reading `servers[].password_env`), `diff` (what a reload changes).
+//! The `config` crate does the layering; `layers` says what each layer contributes, under
+//! which key and origin; `merged` reads the result into the schema, with key paths and
+//! origins in errors; `render` prints the effective config for `shepherd config check`
+//! (secrets masked); `password` reads `servers[].password_env`; `diff` says what a reload
+//! changes.
 
 pub mod diff;
-mod key_path;
 mod layers;
+mod merged;
 mod password;
 mod render;
-mod value_de;
 
 use std::path::{Path, PathBuf};
 
 use shepherd_actors::config::{Config, InvalidValue};
-use toml::Value;
 
-pub use self::key_path::ENV_PREFIX;
-pub use self::layers::Origin;
+pub use self::layers::{Origin, ENV_PREFIX};
 pub use self::password::resolve_password;
 pub use self::render::{render_effective, MASK};
 
-use self::key_path::KeyPath;
-use self::layers::{Layers, SetError};
+use self::layers::Layer;
+use self::merged::Merged;
 
 /// The file read when `--config` is not given, if it exists in the current directory.
 pub const DEFAULT_FILE_NAME: &str = "shepherd.toml";
@@ -116,82 +114,58 @@ pub fn load(sources: &ConfigSources) -> Result<Config, ConfigError> {
 /// variables that are not configuration are ignored), then validates it. Reads the file
 /// `sources.file` if any, and nothing else: no process environment, no default file.
 pub fn load_with_env(sources: &ConfigSources, env: &[(String, String)]) -> Result<Config, ConfigError> {
-    let mut layers = Layers::default();
-
+    let malformed = |(origin, reason)| ConfigError::Malformed { origin, reason };
+    let mut layers = Vec::new();
     if let Some(path) = &sources.file {
-        layers.merge(read_file(path)?, &Origin::File(path.clone()));
+        layers.push(read_file(path)?);
     }
-
-    let mut from_env = Vec::new();
-    for (name, value) in env {
-        let Some(path) = KeyPath::from_env_name(name) else {
-            continue;
-        };
-        let origin = Origin::Env(name.clone());
-        let path = path.map_err(|reason| ConfigError::Malformed { origin: origin.clone(), reason })?;
-        from_env.push((path, value, origin));
-    }
-    // Sorted by key, so `SERVERS__0__…` is written before `SERVERS__1__…`.
-    from_env.sort_by(|a, b| a.0.cmp(&b.0));
-    for (path, value, origin) in from_env {
-        set(&mut layers, &path, Value::String(value.clone()), origin)?;
-    }
-
+    layers.push(Layer::environment(env).map_err(malformed)?);
     if let Some(url) = &sources.server_url {
-        let mut server = toml::Table::new();
-        server.insert("name".to_owned(), Value::String(SERVER_FLAG_NAME.to_owned()));
-        server.insert("url".to_owned(), Value::String(url.clone()));
-        let servers = Value::Array(vec![Value::Table(server)]);
-        set(&mut layers, &KeyPath::key("servers"), servers, Origin::Flag("--server".to_owned()))?;
+        layers.push(Layer::server_flag(SERVER_FLAG_NAME, url));
     }
-
     for assignment in &sources.overrides {
-        let Some((key, value)) = assignment.split_once('=') else {
-            return Err(ConfigError::Malformed {
-                origin: Origin::Flag(format!("--set {assignment}")),
-                reason: "expected KEY=VALUE, e.g. recovery.stall_timeout=5m".to_owned(),
-            });
-        };
-        let origin = Origin::Flag(format!("--set {}", key.trim()));
-        let path =
-            KeyPath::parse_dotted(key).map_err(|reason| ConfigError::Malformed { origin: origin.clone(), reason })?;
-        set(&mut layers, &path, Value::String(value.to_owned()), origin)?;
+        layers.push(Layer::set_flag(assignment).map_err(malformed)?);
     }
 
-    let config: Config = value_de::from_tree(layers.tree().clone()).map_err(|e| {
-        let key = e.path.unwrap_or_default();
-        invalid(&layers, key, e.reason)
-    })?;
-    config.validate().map_err(|InvalidValue { key, reason }| invalid(&layers, key, reason))?;
+    let merged = merge(layers)?;
+    let config: Config = merged.deserialize()?;
+    config.validate().map_err(|InvalidValue { key, reason }| merged.invalid(key, reason))?;
     Ok(config)
 }
 
-fn set(layers: &mut Layers, path: &KeyPath, value: Value, origin: Origin) -> Result<(), ConfigError> {
-    layers.set(path, value, &origin).map_err(|SetError { key, reason }| ConfigError::Invalid { key, reason, origin })
+/// The layers merged by the `config` crate, lowest first.
+fn merge(layers: Vec<Layer>) -> Result<Merged, ConfigError> {
+    let mut builder = config::Config::builder();
+    let mut origins = Vec::new();
+    for layer in layers {
+        origins.extend(layer.origins.iter().cloned());
+        builder = builder.add_source(layer);
+    }
+    // Only a source that fails to read fails here, and these were read already.
+    let merged = builder.build().map_err(|e| ConfigError::Invalid {
+        key: "(top level)".to_owned(),
+        reason: e.to_string(),
+        origin: Origin::Default,
+    })?;
+    Ok(Merged::new(merged.cache, origins))
 }
 
-fn invalid(layers: &Layers, key: String, reason: String) -> ConfigError {
-    let origin = layers.origin_of(&key);
-    let key = if key.is_empty() { "(top level)".to_owned() } else { key };
-    ConfigError::Invalid { key, reason, origin }
-}
-
-fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
+fn read_file(path: &Path) -> Result<Layer, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => ConfigError::FileNotFound { path: path.to_owned() },
         _ => ConfigError::FileUnreadable { path: path.to_owned(), source },
     })?;
-    toml::from_str(&text)
-        .map_err(|e| ConfigError::FileSyntax { path: path.to_owned(), message: e.to_string().trim_end().to_owned() })
+    Layer::file(path, &text)
+        .map_err(|message| ConfigError::FileSyntax { path: path.to_owned(), message: message.trim_end().to_owned() })
 }
 
-/// The process's configuration variables (see [`KeyPath::from_env_name`]); other
+/// The process's configuration variables (`SHEPHERD_` names with a `__`); other
 /// variables are not looked at, whatever their encoding.
 fn config_vars_of_process() -> Result<Vec<(String, String)>, ConfigError> {
     let mut vars = Vec::new();
     for (name, value) in std::env::vars_os() {
         let Some(name) = name.to_str() else { continue };
-        if KeyPath::from_env_name(name).is_none() {
+        if !name.strip_prefix(ENV_PREFIX).is_some_and(|rest| rest.contains("__")) {
             continue;
         }
         let value = value.into_string().map_err(|_| ConfigError::NotUnicode { var: name.to_owned() })?;
