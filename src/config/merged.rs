@@ -49,6 +49,20 @@ impl Merged {
     /// nearest ancestor (`config` keeps origins on values, not on the tables it merges),
     /// else the built-in default.
     fn origin_of(&self, key: &str) -> Origin {
+        let (node, ancestor) = self.lookup(key);
+        let written = node.and_then(written_at_or_below).or_else(|| ancestor.and_then(written_at_or_below));
+        written.map_or(Origin::Default, |text| self.origin_named(text))
+    }
+
+    /// Which layer set `key`, if one did: the key itself, else the first that wrote below
+    /// it; [`Origin::Default`] when no layer wrote there.
+    pub(crate) fn written_by(&self, key: &str) -> Origin {
+        let (node, _) = self.lookup(key);
+        node.and_then(written_at_or_below).map_or(Origin::Default, |text| self.origin_named(text))
+    }
+
+    /// The value at `key` if there is one, and the nearest value above it (not the top).
+    fn lookup(&self, key: &str) -> (Option<&Value>, Option<&Value>) {
         let mut node = Some(&self.tree);
         let mut ancestor = None;
         for (depth, step) in steps(key).enumerate() {
@@ -62,9 +76,7 @@ impl Merged {
                 _ => None,
             };
         }
-        let written = |n: &Value| n.origin().or_else(|| first_origin_below(n)).map(str::to_owned);
-        let found = node.and_then(written).or_else(|| ancestor.and_then(written));
-        found.map_or(Origin::Default, |text| self.origin_named(&text))
+        (node, ancestor)
     }
 
     fn origin_named(&self, text: &str) -> Origin {
@@ -100,14 +112,17 @@ impl Merged {
     }
 }
 
-/// The first origin found below `node`, depth first in the order the keys were written.
-fn first_origin_below(node: &Value) -> Option<&str> {
-    let children: Box<dyn Iterator<Item = &Value>> = match &node.kind {
-        ValueKind::Table(table) => Box::new(table.values()),
-        ValueKind::Array(items) => Box::new(items.iter()),
-        _ => return None,
-    };
-    children.into_iter().find_map(|child| child.origin().or_else(|| first_origin_below(child)))
+/// The origin of `node`, else the first found below it, depth first in the order the
+/// keys were written.
+fn written_at_or_below(node: &Value) -> Option<&str> {
+    if let Some(origin) = node.origin() {
+        return Some(origin);
+    }
+    match &node.kind {
+        ValueKind::Table(table) => table.values().find_map(written_at_or_below),
+        ValueKind::Array(items) => items.iter().find_map(written_at_or_below),
+        _ => None,
+    }
 }
 
 enum Step<'a> {

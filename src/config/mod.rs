@@ -40,7 +40,7 @@ use shepherd_actors::config::{Config, InvalidValue};
 
 pub use self::layers::{Origin, ENV_PREFIX};
 pub use self::password::resolve_password;
-pub use self::render::{render_effective, MASK};
+pub use self::render::{render_effective, render_with_origins, MASK};
 
 use self::layers::Layer;
 use self::merged::Merged;
@@ -106,14 +106,34 @@ pub enum ConfigError {
 /// Loads the configuration from `sources`, the default file if no file is named, and
 /// the process environment; then validates it.
 pub fn load(sources: &ConfigSources) -> Result<Config, ConfigError> {
+    load_with_origins(sources).map(|(config, _)| config)
+}
+
+/// [`load`], and which layer set each value (for `shepherd config check`).
+pub fn load_with_origins(sources: &ConfigSources) -> Result<(Config, Origins), ConfigError> {
     let sources = sources.clone().or_default_file();
-    load_with_env(&sources, &config_vars_of_process()?)
+    load_merged(&sources, &config_vars_of_process()?)
 }
 
 /// Loads the configuration from `sources` and the given environment (name, value pairs;
 /// variables that are not configuration are ignored), then validates it. Reads the file
 /// `sources.file` if any, and nothing else: no process environment, no default file.
 pub fn load_with_env(sources: &ConfigSources, env: &[(String, String)]) -> Result<Config, ConfigError> {
+    load_merged(sources, env).map(|(config, _)| config)
+}
+
+/// Which layer set each value of a loaded configuration.
+pub struct Origins(Merged);
+
+impl Origins {
+    /// The layer that set `key` (`recovery.stall_timeout`, `servers[0].url`), or
+    /// [`Origin::Default`] when none did.
+    pub fn of(&self, key: &str) -> Origin {
+        self.0.written_by(key)
+    }
+}
+
+fn load_merged(sources: &ConfigSources, env: &[(String, String)]) -> Result<(Config, Origins), ConfigError> {
     let malformed = |(origin, reason)| ConfigError::Malformed { origin, reason };
     let mut layers = Vec::new();
     if let Some(path) = &sources.file {
@@ -130,7 +150,7 @@ pub fn load_with_env(sources: &ConfigSources, env: &[(String, String)]) -> Resul
     let merged = merge(layers)?;
     let config: Config = merged.deserialize()?;
     config.validate().map_err(|InvalidValue { key, reason }| merged.invalid(key, reason))?;
-    Ok(config)
+    Ok((config, Origins(merged)))
 }
 
 /// The layers merged by the `config` crate, lowest first.
@@ -398,6 +418,26 @@ mod tests {
         let text = render::render_with(&config, |name| (name == "OPENCODE_PW").then(|| "hunter2".into()));
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("OPENCODE_PW is set"), "{text}");
+    }
+
+    #[test]
+    fn the_rendered_config_names_the_layer_of_every_value_a_layer_set() {
+        let file = toml_file(
+            "[[servers]]\nname = \"local\"\nurl = \"http://127.0.0.1:4096\"\npassword_env = \"OPENCODE_PW\"\n",
+        );
+        let vars = env(&[("SHEPHERD_RECOVERY__STALL_TIMEOUT", "30s")]);
+        let (config, origins) = load_merged(&with_file(&file), &vars).unwrap();
+        let text = render::render_noted(&config, |_| None, |key| origins.of(key));
+        let from_file = format!("from file {}", file.path().display());
+        assert!(
+            text.contains("stall_timeout = \"30s\" # from environment variable SHEPHERD_RECOVERY__STALL_TIMEOUT"),
+            "{text}"
+        );
+        assert!(text.contains(&format!("url = \"http://127.0.0.1:4096\" # {from_file}")), "{text}");
+        assert!(text.contains(&format!("# OPENCODE_PW is not set; {from_file}")), "{text}");
+        let default = text.lines().find(|line| line.starts_with("cooldown = ")).unwrap();
+        assert!(!default.contains('#'), "a default has no origin: {default}");
+        assert_eq!(load_with_env(&with_file(&toml_file(&text)), &[]).unwrap(), config);
     }
 
     #[test]
