@@ -137,6 +137,11 @@ impl Source for Layer {
     }
 }
 
+/// Whether an environment variable is configuration (see [`key_of_env_name`]).
+pub(crate) fn is_configuration_var(name: &str) -> bool {
+    key_of_env_name(name).is_some()
+}
+
 /// The key an environment variable names, or `None` when the variable is not
 /// configuration: no [`ENV_PREFIX`], or no `__` after it (`SHEPHERD_OPENCODE_BIN`,
 /// `SHEPHERD_CONTROL_TOKEN` belong to someone else). `SHEPHERD_SERVERS__0__URL` is

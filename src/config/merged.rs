@@ -14,7 +14,7 @@
 use config::{Value, ValueKind};
 use serde::de::DeserializeOwned;
 
-use super::layers::Origin;
+use super::layers::{Layer, Origin};
 use super::ConfigError;
 
 /// Every layer merged, and the origins its values may name.
@@ -24,8 +24,16 @@ pub(crate) struct Merged {
 }
 
 impl Merged {
-    pub(crate) fn new(tree: Value, origins: Vec<Origin>) -> Self {
-        Self { tree, origins }
+    /// The layers, lowest first, merged by the `config` crate. It fails only when a
+    /// source cannot be read, and a [`Layer`] was read before.
+    pub(crate) fn of(layers: Vec<Layer>) -> Result<Self, config::ConfigError> {
+        let mut builder = config::Config::builder();
+        let mut origins = Vec::new();
+        for layer in layers {
+            origins.extend(layer.origins.iter().cloned());
+            builder = builder.add_source(layer);
+        }
+        Ok(Self { tree: builder.build()?.cache, origins })
     }
 
     /// Reads the tree as `T`.
@@ -204,7 +212,6 @@ mod tests {
 
     use serde::Deserialize;
 
-    use super::super::layers::Layer;
     use super::*;
 
     #[derive(Debug, Deserialize, PartialEq)]
@@ -224,13 +231,7 @@ mod tests {
     }
 
     fn merged(layers: Vec<Layer>) -> Merged {
-        let mut builder = config::Config::builder();
-        let mut origins = Vec::new();
-        for layer in layers {
-            origins.extend(layer.origins.iter().cloned());
-            builder = builder.add_source(layer);
-        }
-        Merged::new(builder.build().unwrap().cache, origins)
+        Merged::of(layers).unwrap()
     }
 
     fn file(text: &str) -> Merged {

@@ -16,11 +16,14 @@
 //!    [`SERVER_FLAG_NAME`], then every `--set key.path=value`, in order.
 //!
 //! Values from the environment and from flags are strings; they become numbers or
-//! booleans where the schema asks for one (`SHEPHERD_RECOVERY__MAX_RECOVERIES=5`). Every
-//! failure is a [`ConfigError`] naming the key path, the reason and the layer it came
-//! from: `recovery.stall_timeout: invalid duration "3 parsecs" (…) (from environment
-//! variable SHEPHERD_RECOVERY__STALL_TIMEOUT)`. Unknown keys fail in every layer. Once
-//! the layers are merged, [`Config::validate`] checks ranges and relations.
+//! booleans where the schema asks for one (`SHEPHERD_RECOVERY__MAX_RECOVERIES=5`). The
+//! `config` crate's deserializer does this, in every layer and leniently: `yes`, `on`
+//! and `1` are true, a number is taken where text is expected, a fraction is rounded
+//! where a whole number is. Every failure is a [`ConfigError`] naming the key path, the
+//! reason and the layer it came from: `recovery.stall_timeout: invalid duration "3
+//! parsecs" (…) (from environment variable SHEPHERD_RECOVERY__STALL_TIMEOUT)`. Unknown
+//! keys fail in every layer. Once the layers are merged, [`Config::validate`] checks
+//! ranges and relations.
 //!
 //! The `config` crate does the layering; `layers` says what each layer contributes, under
 //! which key and origin; `merged` reads the result into the schema, with key paths and
@@ -147,27 +150,14 @@ fn load_merged(sources: &ConfigSources, env: &[(String, String)]) -> Result<(Con
         layers.push(Layer::set_flag(assignment).map_err(malformed)?);
     }
 
-    let merged = merge(layers)?;
-    let config: Config = merged.deserialize()?;
-    config.validate().map_err(|InvalidValue { key, reason }| merged.invalid(key, reason))?;
-    Ok((config, Origins(merged)))
-}
-
-/// The layers merged by the `config` crate, lowest first.
-fn merge(layers: Vec<Layer>) -> Result<Merged, ConfigError> {
-    let mut builder = config::Config::builder();
-    let mut origins = Vec::new();
-    for layer in layers {
-        origins.extend(layer.origins.iter().cloned());
-        builder = builder.add_source(layer);
-    }
-    // Only a source that fails to read fails here, and these were read already.
-    let merged = builder.build().map_err(|e| ConfigError::Invalid {
+    let merged = Merged::of(layers).map_err(|e| ConfigError::Invalid {
         key: "(top level)".to_owned(),
         reason: e.to_string(),
         origin: Origin::Default,
     })?;
-    Ok(Merged::new(merged.cache, origins))
+    let config: Config = merged.deserialize()?;
+    config.validate().map_err(|InvalidValue { key, reason }| merged.invalid(key, reason))?;
+    Ok((config, Origins(merged)))
 }
 
 fn read_file(path: &Path) -> Result<Layer, ConfigError> {
@@ -185,7 +175,7 @@ fn config_vars_of_process() -> Result<Vec<(String, String)>, ConfigError> {
     let mut vars = Vec::new();
     for (name, value) in std::env::vars_os() {
         let Some(name) = name.to_str() else { continue };
-        if !name.strip_prefix(ENV_PREFIX).is_some_and(|rest| rest.contains("__")) {
+        if !layers::is_configuration_var(name) {
             continue;
         }
         let value = value.into_string().map_err(|_| ConfigError::NotUnicode { var: name.to_owned() })?;
