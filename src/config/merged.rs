@@ -295,6 +295,14 @@ mod tests {
     }
 
     #[test]
+    fn a_key_below_a_plain_value_fails_at_that_value_naming_the_flag_that_went_below() {
+        let (key, reason, origin) = error_of::<Outer>(&flags(&["items[0].count=1", "items[0].count.x=1"]));
+        assert_eq!(key, "items[0].count");
+        assert_eq!(reason, "invalid type: map, expected an integer");
+        assert_eq!(origin, Origin::Flag("--set items[0].count.x".into()));
+    }
+
+    #[test]
     fn a_list_grows_by_one_entry_at_its_end_only() {
         let (key, reason, origin) = error_of::<Outer>(&flags(&["items[0].count=1", "items[5].count=1"]));
         assert_eq!(key, "items[5]");
