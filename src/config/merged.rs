@@ -1,12 +1,12 @@
 //! The merged layers, read into the schema, and what an error says: the key path, the
 //! reason and the layer that set the value.
 //!
-//! The key path is `serde_path_to_error`'s (`servers[0].url`); the reason is the
-//! `config` crate's or serde's, trimmed of `config`'s own key and origin suffixes, with
-//! serde's "unknown field" and "missing field" re-worded (a typo gets a suggestion); the
+//! The key path is `serde_path_to_error`'s (`servers[0].url`); the reason is serde's,
+//! with "unknown field" and "missing field" re-worded (a typo gets a suggestion); the
 //! layer is the origin `config` kept with the value at that path ([`Merged::origin_of`]).
-//! Strings from the environment and flags become numbers and booleans when, and because,
-//! the schema asks `config`'s deserializer for one.
+//! The tree is read through [`strict`], not `config`'s lenient deserializer: strings from
+//! the environment and flags become numbers and booleans where the schema asks for one,
+//! and no other value changes type.
 //!
 //! It must not know the schema: unknown and missing keys are serde's findings (from
 //! `deny_unknown_fields` and required fields), only re-worded here.
@@ -15,7 +15,7 @@ use config::{Value, ValueKind};
 use serde::de::DeserializeOwned;
 
 use super::layers::{Layer, Origin};
-use super::ConfigError;
+use super::{strict, ConfigError};
 
 /// Every layer merged, and the origins its values may name.
 pub(crate) struct Merged {
@@ -36,13 +36,21 @@ impl Merged {
         Ok(Self { tree: builder.build()?.cache, origins })
     }
 
-    /// Reads the tree as `T`.
+    /// Reads the tree as `T`, strictly (see [`strict`]): text from the environment and
+    /// flags may become a number or a boolean, nothing else changes type.
     pub(crate) fn deserialize<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
         self.refuse_list_gaps(&self.tree, "")?;
-        serde_path_to_error::deserialize(self.tree.clone()).map_err(|e| {
+        strict::deserialize(&self.tree, |key| self.is_text_layer(key)).map_err(|e| {
             let key = if e.path().iter().next().is_none() { String::new() } else { e.path().to_string() };
             self.invalid(key, reason(e.inner()))
         })
+    }
+
+    /// Whether the value at `key` was set by the environment or a flag (whose values are
+    /// text).
+    fn is_text_layer(&self, key: &str) -> bool {
+        let origin = self.lookup(key).0.and_then(config::Value::origin);
+        origin.is_some_and(|text| matches!(self.origin_named(text), Origin::Env(_) | Origin::Flag(_)))
     }
 
     /// An error about `key` (empty: the top level), from the layer that set it.
@@ -146,26 +154,19 @@ fn steps(key: &str) -> impl Iterator<Item = Step<'_>> {
     })
 }
 
-/// Why deserializing failed, without the key and origin `config` appends to its errors.
-fn reason(error: &config::ConfigError) -> String {
-    match error {
-        config::ConfigError::At { error, .. } => reason(error),
-        config::ConfigError::Type { unexpected, expected, .. } => {
-            format!("invalid type: {unexpected}, expected {expected}")
-        }
-        // `config` builds the path into the name (`servers[0]url`): the field is its end.
-        config::ConfigError::NotFound(path) => {
-            let field = path.rsplit(['.', ']']).next().unwrap_or(path);
-            format!("missing required key `{field}`")
-        }
-        config::ConfigError::Message(message) => reword_unknown_field(message).unwrap_or_else(|| message.clone()),
-        other => other.to_string(),
+/// Why deserializing failed: serde's message, with "unknown field" and "missing field"
+/// re-worded.
+fn reason(error: &toml::de::Error) -> String {
+    let message = error.message();
+    if let Some(field) = message.strip_prefix("missing field `").and_then(|rest| rest.strip_suffix('`')) {
+        return format!("missing required key `{field}`");
     }
+    reword_unknown_field(message).unwrap_or_else(|| message.to_owned())
 }
 
 /// serde's "unknown field `x`, expected one of `a`, `b`" (its only way to pass on the
-/// known keys, as `config`'s error keeps serde's default wording) as "unknown key (did
-/// you mean `a`?)".
+/// known keys, as the error keeps serde's default wording) as "unknown key (did you mean
+/// `a`?)".
 fn reword_unknown_field(message: &str) -> Option<String> {
     let (field, rest) = message.strip_prefix("unknown field `")?.split_once("`, ")?;
     let known: Vec<&str> = match rest.strip_prefix("expected ") {
@@ -261,7 +262,7 @@ mod tests {
         let text = "items = [{ count = 1, factor = 1.0, on = true }, { count = \"many\", factor = 1.0, on = true }]";
         let (key, reason, origin) = error_of::<Outer>(&file(text));
         assert_eq!(key, "items[1].count");
-        assert_eq!(reason, "invalid type: string \"many\", expected an integer");
+        assert_eq!(reason, "invalid type: string \"many\", expected u32");
         assert_eq!(origin, Origin::File("a.toml".into()));
     }
 
@@ -282,6 +283,17 @@ mod tests {
     }
 
     #[test]
+    fn a_whole_number_out_of_range_for_its_key_says_so() {
+        #[derive(Debug, Deserialize)]
+        struct Narrow {
+            #[allow(dead_code)] // read only to be refused
+            small: u8,
+        }
+        let (key, reason, _) = error_of::<Narrow>(&file("small = 300"));
+        assert_eq!(format!("{key}: {reason}"), "small: invalid value: integer `300`, expected u8");
+    }
+
+    #[test]
     fn the_origin_is_the_layer_that_wrote_the_key_else_below_it_else_above_it() {
         let file = Layer::file(Path::new("a.toml"), "[log]\nformat = 'json'\nlevel = 'info'").unwrap();
         let env = Layer::environment(&[("SHEPHERD_LOG__LEVEL".into(), "debug".into())]).unwrap();
@@ -298,7 +310,7 @@ mod tests {
     fn a_key_below_a_plain_value_fails_at_that_value_naming_the_flag_that_went_below() {
         let (key, reason, origin) = error_of::<Outer>(&flags(&["items[0].count=1", "items[0].count.x=1"]));
         assert_eq!(key, "items[0].count");
-        assert_eq!(reason, "invalid type: map, expected an integer");
+        assert_eq!(reason, "invalid type: map, expected u32");
         assert_eq!(origin, Origin::Flag("--set items[0].count.x".into()));
     }
 

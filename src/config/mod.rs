@@ -15,11 +15,12 @@
 //! 4. flags: `--server URL` replaces the server list by one server named
 //!    [`SERVER_FLAG_NAME`], then every `--set key.path=value`, in order.
 //!
-//! Values from the environment and from flags are strings; they become numbers or
-//! booleans where the schema asks for one (`SHEPHERD_RECOVERY__MAX_RECOVERIES=5`). The
-//! `config` crate's deserializer does this, in every layer and leniently: `yes`, `on`
-//! and `1` are true, a number is taken where text is expected, a fraction is rounded
-//! where a whole number is. Every failure is a [`ConfigError`] naming the key path, the
+//! A value in the file must have the schema's type: `max_recoveries = 2.7`, `name = 5`
+//! and `enabled = "yes"` are refused. Values from the environment and from flags are
+//! strings; they become numbers or booleans, spaces around them ignored, where the schema
+//! asks for one (`SHEPHERD_RECOVERY__MAX_RECOVERIES=5`), and nowhere else (`strict`:
+//! the `config` crate's own deserializer would convert leniently in every layer). Every
+//! failure is a [`ConfigError`] naming the key path, the
 //! reason and the layer it came from: `recovery.stall_timeout: invalid duration "3
 //! parsecs" (…) (from environment variable SHEPHERD_RECOVERY__STALL_TIMEOUT)`. Unknown
 //! keys fail in every layer. Once the layers are merged, [`Config::validate`] checks
@@ -27,7 +28,8 @@
 //!
 //! The `config` crate does the layering; `layers` says what each layer contributes, under
 //! which key and origin; `merged` reads the result into the schema, with key paths and
-//! origins in errors; `render` prints the effective config for `shepherd config check`
+//! origins in errors, through `strict`, which keeps each value's type and converts only
+//! environment and flag text; `render` prints the effective config for `shepherd config check`
 //! (secrets masked); `password` reads `servers[].password_env`; `diff` says what a reload
 //! changes.
 
@@ -36,6 +38,7 @@ mod layers;
 mod merged;
 mod password;
 mod render;
+mod strict;
 
 use std::path::{Path, PathBuf};
 
@@ -364,6 +367,62 @@ mod tests {
         let text = error_text(load_with_env(&with_overrides(&["recovery.max_recoveries=many"]), &[]));
         assert!(text.starts_with("recovery.max_recoveries: invalid type: string \"many\""), "{text}");
         assert!(text.contains("flag --set recovery.max_recoveries"), "{text}");
+    }
+
+    #[test]
+    fn a_fraction_in_the_file_where_a_whole_number_is_wanted_is_refused_naming_the_key_and_the_file() {
+        let file = toml_file("[recovery]\nmax_recoveries = 2.7\n");
+        let text = error_text(load_with_env(&with_file(&file), &[]));
+        assert!(
+            text.starts_with("recovery.max_recoveries: invalid type: floating point `2.7`, expected u32"),
+            "{text}"
+        );
+        assert!(text.contains(&file.path().display().to_string()), "{text}");
+    }
+
+    #[test]
+    fn a_number_in_the_file_where_text_is_wanted_is_refused() {
+        let file = toml_file("[[servers]]\nname = 5\nurl = \"http://127.0.0.1:4096\"\n");
+        let text = error_text(load_with_env(&with_file(&file), &[]));
+        assert!(text.starts_with("servers[0].name: invalid type: integer `5`, expected a string"), "{text}");
+    }
+
+    #[test]
+    fn text_in_the_file_where_a_boolean_is_wanted_is_refused() {
+        let file = toml_file("[nudge]\nenabled = \"yes\"\n");
+        let text = error_text(load_with_env(&with_file(&file), &[]));
+        assert!(text.starts_with("nudge.enabled: invalid type: string \"yes\", expected a boolean"), "{text}");
+        assert!(text.contains(&file.path().display().to_string()), "{text}");
+    }
+
+    #[test]
+    fn a_number_from_the_environment_may_have_spaces_around_it() {
+        let vars = env(&[("SHEPHERD_RECOVERY__MAX_RECOVERIES", " 5 ")]);
+        let config = load_with_env(&ConfigSources::default(), &vars).unwrap();
+        assert_eq!(config.recovery.max_recoveries, 5);
+    }
+
+    #[test]
+    fn a_number_from_a_set_flag_is_parsed_from_its_text() {
+        let config = load_with_env(&with_overrides(&["recovery.max_recoveries=5"]), &[]).unwrap();
+        assert_eq!(config.recovery.max_recoveries, 5);
+    }
+
+    #[test]
+    fn text_from_the_environment_stays_text_where_the_schema_wants_text() {
+        let vars = env(&[("SHEPHERD_SERVERS__0__NAME", "5"), ("SHEPHERD_SERVERS__0__URL", "http://127.0.0.1:4096")]);
+        let config = load_with_env(&ConfigSources::default(), &vars).unwrap();
+        assert_eq!(config.servers[0].name, "5");
+    }
+
+    #[test]
+    fn an_unknown_log_format_lists_the_choices() {
+        let file = toml_file("[log]\nformat = \"xml\"\n");
+        let text = error_text(load_with_env(&with_file(&file), &[]));
+        assert!(
+            text.starts_with("log.format: unknown variant `xml`, expected one of `auto`, `json`, `pretty`"),
+            "{text}"
+        );
     }
 
     #[test]
