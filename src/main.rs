@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
-use shepherd::config::{load, render_effective, ConfigSources};
+use shepherd::config::{load, load_with_origins, render_with_origins, ConfigSources};
 use shepherd::control::table::render_sessions;
 use shepherd::control::ControlClient;
 use shepherd::daemon::Daemon;
@@ -255,8 +255,8 @@ fn main() -> std::process::ExitCode {
 fn run_cli(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Config { command: ConfigCommand::Check(args) } => {
-            let cfg = args.load()?;
-            print!("{}", render_effective(&cfg));
+            let (cfg, origins) = load_with_origins(&args.sources()).context("invalid configuration")?;
+            print!("{}", render_with_origins(&cfg, &origins));
             Ok(())
         }
         Command::Config { command: ConfigCommand::Reload(args) } => client_runtime()?.block_on(reload(args)),

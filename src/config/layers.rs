@@ -1,19 +1,32 @@
-//! The layered tree: each source writes its values over the ones before it, and the
-//! tree remembers which source set every key.
+//! The layers as sources of the `config` crate: what each contributes, under which key
+//! and with which [`Origin`].
 //!
-//! This module decides what "over" means: a table from a later layer is merged key by
-//! key into the earlier one; anything else (a string, a number, a whole list) replaces
-//! what was there. It records an [`Origin`] for every key written, so an error found
-//! later can say "from environment variable SHEPHERD_RECOVERY__STALL_TIMEOUT". Built-in
-//! defaults are not in the tree: serde fills in what no layer wrote.
+//! `config` merges the sources in the order they are added (a table key by key; a
+//! string, a number or a whole list replaces what was there) and keeps each value's
+//! origin with it, so an error found later can name the layer. Three things it does not
+//! do the way Shepherd's users expect are done here, thinly:
+//! - its `Environment` source reads `SHEPHERD_SERVERS__0__URL` as a table key `"0"`, not
+//!   as a list index, and gives every variable the same origin ("the environment"); so
+//!   [`Layer::environment`] makes one key per variable, `servers[0].url`, with the
+//!   variable's name as its origin;
+//! - its overrides (`set_override`) are kept by key, not in the order given, so that
+//!   `--set servers[0].url=…` after `--server` could be applied before it; so `--server`
+//!   and every `--set` is a source of its own, added in order;
+//! - its file source names a file relative to the current directory; so the file is read
+//!   by the caller and parsed here with `config`'s TOML format under the path as given.
+//!
+//! This module knows nothing about which keys exist: that is the schema's business.
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use toml::{Table, Value};
+use config::{FileFormat, Format, Map, Source, Value, ValueKind};
 
-use super::key_path::{is_within, join_index, join_key, KeyPath, Segment};
+/// Prefix of every configuration environment variable.
+pub const ENV_PREFIX: &str = "SHEPHERD_";
+
+/// Separator between the levels of a key in an environment variable name.
+const ENV_SEPARATOR: &str = "__";
 
 /// Where a configuration value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,199 +52,186 @@ impl fmt::Display for Origin {
     }
 }
 
-/// A value could not be written at a path: the path where it went wrong, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SetError {
-    pub(crate) key: String,
-    pub(crate) reason: String,
+/// One layer's keys (in `config`'s spelling: `recovery.stall_timeout`, `servers[0].url`)
+/// and their values, each value carrying its origin as text (the [`Origin`]'s display).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Layer {
+    values: Map<String, Value>,
+    /// Every origin used in this layer.
+    pub(crate) origins: Vec<Origin>,
 }
 
-/// The merged tree of every layer written so far, with the origin of every key.
-#[derive(Debug, Clone)]
-pub(crate) struct Layers {
-    tree: Value,
-    origins: BTreeMap<String, Origin>,
-}
-
-impl Default for Layers {
-    fn default() -> Self {
-        Self { tree: Value::Table(Table::new()), origins: BTreeMap::new() }
-    }
-}
-
-impl Layers {
-    /// The merged tree (always a table).
-    pub(crate) fn tree(&self) -> &Value {
-        &self.tree
+impl Layer {
+    /// A TOML file's text, read from `path`; the error is the parser's message.
+    pub(crate) fn file(path: &Path, text: &str) -> Result<Self, String> {
+        let origin = Origin::File(path.to_owned());
+        let values = FileFormat::Toml.parse(Some(&origin.to_string()), text).map_err(|e| e.to_string())?;
+        Ok(Self { values, origins: vec![origin] })
     }
 
-    /// Merges a whole table (a file) over what is there.
-    pub(crate) fn merge(&mut self, table: Table, origin: &Origin) {
-        let Value::Table(root) = &mut self.tree else { unreachable!("the root is always a table") };
-        let mut written = Vec::new();
-        merge_into(root, "", table, &mut written);
-        for (path, value) in written {
-            self.record(&path, &value, origin);
-        }
-    }
-
-    /// Writes one value at `path`, creating the tables and list entries on the way (a
-    /// list grows only by one entry at its end).
-    pub(crate) fn set(&mut self, path: &KeyPath, value: Value, origin: &Origin) -> Result<(), SetError> {
-        if path.segments().is_empty() {
-            return Err(SetError { key: String::new(), reason: "the key is empty".to_owned() });
-        }
-        let mut created = Vec::new();
-        set_in(&mut self.tree, "", path.segments(), value.clone(), &mut created)?;
-        for key in created {
-            self.origins.insert(key, origin.clone());
-        }
-        self.record(&path.to_string(), &value, origin);
-        Ok(())
-    }
-
-    /// Which layer set `key`: the key itself, else the first layer that wrote below it
-    /// (a table whose required key is missing), else its nearest ancestor that a layer
-    /// wrote, else the built-in default.
-    pub(crate) fn origin_of(&self, key: &str) -> Origin {
-        if let Some(origin) = self.origins.get(key) {
-            return origin.clone();
-        }
-        if let Some((_, origin)) = self.origins.iter().find(|(path, _)| is_within(path, key)) {
-            return origin.clone();
-        }
-        self.origins
-            .iter()
-            .filter(|(path, _)| is_within(key, path))
-            .max_by_key(|(path, _)| path.len())
-            .map_or(Origin::Default, |(_, origin)| origin.clone())
-    }
-
-    /// Notes `origin` for `path` and everything below it, forgetting older notes there.
-    fn record(&mut self, path: &str, value: &Value, origin: &Origin) {
-        self.origins.retain(|known, _| !is_within(known, path));
-        let mut stack = vec![(path.to_owned(), value)];
-        while let Some((path, value)) = stack.pop() {
-            match value {
-                Value::Table(table) => {
-                    stack.extend(table.iter().map(|(key, child)| (join_key(&path, key), child)));
-                }
-                Value::Array(items) => {
-                    stack.extend(items.iter().enumerate().map(|(i, child)| (join_index(&path, i), child)));
-                }
-                _ => {}
-            }
-            self.origins.insert(path, origin.clone());
-        }
-    }
-}
-
-/// Merges `from` into `into`; collects the (path, value) of every key it wrote.
-fn merge_into(into: &mut Table, at: &str, from: Table, written: &mut Vec<(String, Value)>) {
-    for (key, value) in from {
-        let path = join_key(at, &key);
-        match (into.get_mut(&key), value) {
-            (Some(Value::Table(existing)), Value::Table(table)) => merge_into(existing, &path, table, written),
-            (_, value) => {
-                written.push((path, value.clone()));
-                into.insert(key, value);
+    /// The configuration variables among `env` (name, value pairs), sorted by key; the
+    /// error names the malformed variable.
+    pub(crate) fn environment(env: &[(String, String)]) -> Result<Self, (Origin, String)> {
+        let mut assignments = Vec::new();
+        for (name, value) in env {
+            let Some(key) = key_of_env_name(name) else {
+                continue;
+            };
+            let origin = Origin::Env(name.clone());
+            match key {
+                Ok(key) => assignments.push((key, value, origin)),
+                Err(reason) => return Err((origin, reason)),
             }
         }
+        assignments.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut layer = Self::default();
+        for (key, value, origin) in assignments {
+            layer.insert(key, ValueKind::String(value.clone()), origin);
+        }
+        Ok(layer)
+    }
+
+    /// `--server URL`: the server list, replaced by one server named `name`.
+    pub(crate) fn server_flag(name: &str, url: &str) -> Self {
+        let origin = Origin::Flag("--server".to_owned());
+        let text = origin.to_string();
+        let server: Map<String, Value> = [("name", name), ("url", url)]
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), Value::new(Some(&text), value)))
+            .collect();
+        let servers = ValueKind::Array(vec![Value::new(Some(&text), server)]);
+        let mut layer = Self::default();
+        layer.insert("servers".to_owned(), servers, origin);
+        layer
+    }
+
+    /// `--set key.path=value`; the error names the flag and what is wrong with it.
+    pub(crate) fn set_flag(assignment: &str) -> Result<Self, (Origin, String)> {
+        let Some((key, value)) = assignment.split_once('=') else {
+            let reason = "expected KEY=VALUE, e.g. recovery.stall_timeout=5m".to_owned();
+            return Err((Origin::Flag(format!("--set {assignment}")), reason));
+        };
+        let origin = Origin::Flag(format!("--set {}", key.trim()));
+        let key = match key_of_dotted(key) {
+            Ok(key) => key,
+            Err(reason) => return Err((origin, reason)),
+        };
+        let mut layer = Self::default();
+        layer.insert(key, ValueKind::String(value.to_owned()), origin);
+        Ok(layer)
+    }
+
+    fn insert(&mut self, key: String, value: ValueKind, origin: Origin) {
+        self.values.insert(key, Value::new(Some(&origin.to_string()), value));
+        self.origins.push(origin);
     }
 }
 
-fn set_in(
-    node: &mut Value,
-    at: &str,
-    rest: &[Segment],
-    value: Value,
-    created: &mut Vec<String>,
-) -> Result<(), SetError> {
-    let Some((first, after)) = rest.split_first() else {
-        *node = value;
-        return Ok(());
-    };
-    let kind = node.type_str();
-    match first {
-        Segment::Key(key) => {
-            let here = join_key(at, key);
-            let Value::Table(table) = node else {
-                return Err(SetError { key: at.to_owned(), reason: format!("is a {kind}, so it has no key `{key}`") });
-            };
-            let child = table.entry(key.clone()).or_insert_with(|| {
-                created.push(here.clone());
-                empty_for(after)
-            });
-            set_in(child, &here, after, value, created)
-        }
-        Segment::Index(index) => {
-            let here = join_index(at, *index);
-            let Value::Array(items) = node else {
-                return Err(SetError { key: at.to_owned(), reason: format!("is a {kind}, not a list") });
-            };
-            if *index == items.len() {
-                items.push(empty_for(after));
-                created.push(here.clone());
+impl Source for Layer {
+    fn clone_into_box(&self) -> Box<dyn Source + Send + Sync> {
+        Box::new(self.clone())
+    }
+
+    fn collect(&self) -> Result<Map<String, Value>, config::ConfigError> {
+        Ok(self.values.clone())
+    }
+}
+
+/// Whether an environment variable is configuration (see [`key_of_env_name`]).
+pub(crate) fn is_configuration_var(name: &str) -> bool {
+    key_of_env_name(name).is_some()
+}
+
+/// The key an environment variable names, or `None` when the variable is not
+/// configuration: no [`ENV_PREFIX`], or no `__` after it (`SHEPHERD_OPENCODE_BIN`,
+/// `SHEPHERD_CONTROL_TOKEN` belong to someone else). `SHEPHERD_SERVERS__0__URL` is
+/// `servers[0].url`; keys are lower-cased.
+fn key_of_env_name(name: &str) -> Option<Result<String, String>> {
+    let rest = name.strip_prefix(ENV_PREFIX)?;
+    if !rest.contains(ENV_SEPARATOR) {
+        return None;
+    }
+    let lower = rest.to_ascii_lowercase();
+    Some(key_of_parts(lower.split(ENV_SEPARATOR)).map_err(|_| {
+        format!("{name} has an empty key or a character other than letters, digits, `_` and `-` between `__`")
+    }))
+}
+
+/// The key a `--set` flag names: keys separated by `.`, list indices as `[0]` or `.0`.
+fn key_of_dotted(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("the key is empty".to_owned());
+    }
+    let mut parts = Vec::new();
+    for part in text.split('.') {
+        // `servers[0][1]` is the parts `servers`, `0`, `1`.
+        let (name, brackets) = part.split_once('[').map_or((part, None), |(name, rest)| (name, Some(rest)));
+        parts.push(name);
+        let Some(brackets) = brackets else { continue };
+        let Some(indices) = brackets.strip_suffix(']') else {
+            return Err(format!("{text:?}: `[` without a closing `]` at the end of {part:?}"));
+        };
+        for index in indices.split("][") {
+            if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!("{text:?}: `[{index}]` is not a list index"));
             }
-            let len = items.len();
-            let Some(child) = items.get_mut(*index) else {
-                return Err(SetError {
-                    key: here,
-                    reason: format!("no such entry: {at} has {len}, so the next new one is {}", join_index(at, len)),
-                });
-            };
-            set_in(child, &here, after, value, created)
+            parts.push(index);
         }
     }
+    key_of_parts(parts.into_iter()).map_err(|part| match part.is_empty() {
+        true => format!("{text:?} has an empty key between dots"),
+        false => format!("{text:?}: `{part}` is not a key (letters, digits, `_` and `-`)"),
+    })
 }
 
-/// What to create for a missing key: a list if the next step is an index, else a table.
-fn empty_for(after: &[Segment]) -> Value {
-    match after.first() {
-        Some(Segment::Index(_)) => Value::Array(Vec::new()),
-        _ => Value::Table(Table::new()),
+/// Joins the parts of a key in `config`'s spelling: a part made only of digits, after
+/// the first, is a list index (`servers[0].url`). The error is the part that is not a
+/// key.
+fn key_of_parts<'a>(parts: impl Iterator<Item = &'a str>) -> Result<String, &'a str> {
+    let mut key = String::new();
+    for part in parts {
+        let is_key = !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !is_key {
+            return Err(part);
+        }
+        if !key.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+            key.push_str(&format!("[{part}]"));
+        } else {
+            if !key.is_empty() {
+                key.push('.');
+            }
+            key.push_str(part);
+        }
     }
+    Ok(key)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn path(text: &str) -> KeyPath {
-        KeyPath::parse_dotted(text).unwrap()
+    #[test]
+    fn dotted_keys_accept_brackets_and_numeric_segments_for_list_indices() {
+        assert_eq!(key_of_dotted("servers[0].url").unwrap(), "servers[0].url");
+        assert_eq!(key_of_dotted("servers.0.url").unwrap(), "servers[0].url");
     }
 
     #[test]
-    fn a_later_table_merges_key_by_key_and_remembers_each_origin() {
-        let file = Origin::File("a.toml".into());
-        let env = Origin::Env("SHEPHERD_LOG__LEVEL".into());
-        let mut layers = Layers::default();
-        layers.merge(toml::from_str("[log]\nformat = 'json'\nlevel = 'info'").unwrap(), &file);
-        layers.set(&path("log.level"), Value::String("debug".into()), &env).unwrap();
-        assert_eq!(layers.tree()["log"]["format"].as_str(), Some("json"));
-        assert_eq!(layers.tree()["log"]["level"].as_str(), Some("debug"));
-        assert_eq!(layers.origin_of("log.format"), file);
-        assert_eq!(layers.origin_of("log.level"), env);
-        assert_eq!(layers.origin_of("recovery.cooldown"), Origin::Default);
+    fn malformed_dotted_keys_are_refused() {
+        assert!(key_of_dotted("").is_err());
+        assert!(key_of_dotted("recovery..stall_timeout").is_err());
+        assert!(key_of_dotted("servers[x].url").is_err());
+        assert!(key_of_dotted("servers[-1].url").is_err());
+        assert!(key_of_dotted("servers[0").is_err());
     }
 
     #[test]
-    fn a_list_grows_by_one_entry_at_its_end_only() {
-        let flag = Origin::Flag("--set".into());
-        let mut layers = Layers::default();
-        layers.set(&path("servers[0].url"), Value::String("http://a".into()), &flag).unwrap();
-        layers.set(&path("servers[1].url"), Value::String("http://b".into()), &flag).unwrap();
-        let err = layers.set(&path("servers[5].url"), Value::String("http://c".into()), &flag).unwrap_err();
-        assert_eq!(err.key, "servers[5]");
-        assert_eq!(layers.origin_of("servers[1]"), flag);
-    }
-
-    #[test]
-    fn a_key_below_a_plain_value_is_refused_at_that_value() {
-        let flag = Origin::Flag("--set".into());
-        let mut layers = Layers::default();
-        layers.set(&path("log.level"), Value::String("info".into()), &flag).unwrap();
-        let err = layers.set(&path("log.level.x"), Value::String("1".into()), &flag).unwrap_err();
-        assert_eq!(err.key, "log.level");
+    fn only_prefixed_names_with_a_double_underscore_are_configuration() {
+        assert_eq!(key_of_env_name("SHEPHERD_OPENCODE_BIN"), None);
+        assert_eq!(key_of_env_name("PATH"), None);
+        assert_eq!(key_of_env_name("SHEPHERD_RECOVERY__STALL_TIMEOUT"), Some(Ok("recovery.stall_timeout".into())));
+        assert_eq!(key_of_env_name("SHEPHERD_SERVERS__0__URL"), Some(Ok("servers[0].url".into())));
+        assert!(matches!(key_of_env_name("SHEPHERD_RECOVERY____X"), Some(Err(_))));
     }
 }

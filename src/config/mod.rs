@@ -15,37 +15,41 @@
 //! 4. flags: `--server URL` replaces the server list by one server named
 //!    [`SERVER_FLAG_NAME`], then every `--set key.path=value`, in order.
 //!
-//! Values from the environment and from flags are strings; they become numbers or
-//! booleans where the schema asks for one (`SHEPHERD_RECOVERY__MAX_RECOVERIES=5`). Every
-//! failure is a [`ConfigError`] naming the key path, the reason and the layer it came
-//! from: `recovery.stall_timeout: invalid duration "3 parsecs" (…) (from environment
-//! variable SHEPHERD_RECOVERY__STALL_TIMEOUT)`. Unknown keys fail in every layer. Once
-//! the layers are merged, [`Config::validate`] checks ranges and relations.
+//! A value in the file must have the schema's type: `max_recoveries = 2.7`, `name = 5`
+//! and `enabled = "yes"` are refused. Values from the environment and from flags are
+//! strings; they become numbers or booleans, spaces around them ignored, where the schema
+//! asks for one (`SHEPHERD_RECOVERY__MAX_RECOVERIES=5`), and nowhere else (`strict`:
+//! the `config` crate's own deserializer would convert leniently in every layer). Every
+//! failure is a [`ConfigError`] naming the key path, the
+//! reason and the layer it came from: `recovery.stall_timeout: invalid duration "3
+//! parsecs" (…) (from environment variable SHEPHERD_RECOVERY__STALL_TIMEOUT)`. Unknown
+//! keys fail in every layer. Once the layers are merged, [`Config::validate`] checks
+//! ranges and relations.
 //!
-//! Parts: `key_path` (how the environment and flags spell keys), `layers` (the merged
-//! tree and the origin of every key), `value_de` (deserializing it with key paths in
-//! errors), `render` (the effective config for `shepherd config check`, secrets masked),
-//! `password` (reading `servers[].password_env`), `diff` (what a reload changes).
+//! The `config` crate does the layering; `layers` says what each layer contributes, under
+//! which key and origin; `merged` reads the result into the schema, with key paths and
+//! origins in errors, through `strict`, which keeps each value's type and converts only
+//! environment and flag text; `render` prints the effective config for `shepherd config check`
+//! (secrets masked); `password` reads `servers[].password_env`; `diff` says what a reload
+//! changes.
 
 pub mod diff;
-mod key_path;
 mod layers;
+mod merged;
 mod password;
 mod render;
-mod value_de;
+mod strict;
 
 use std::path::{Path, PathBuf};
 
 use shepherd_actors::config::{Config, InvalidValue};
-use toml::Value;
 
-pub use self::key_path::ENV_PREFIX;
-pub use self::layers::Origin;
+pub use self::layers::{Origin, ENV_PREFIX};
 pub use self::password::resolve_password;
-pub use self::render::{render_effective, MASK};
+pub use self::render::{render_effective, render_with_origins, MASK};
 
-use self::key_path::KeyPath;
-use self::layers::{Layers, SetError};
+use self::layers::Layer;
+use self::merged::Merged;
 
 /// The file read when `--config` is not given, if it exists in the current directory.
 pub const DEFAULT_FILE_NAME: &str = "shepherd.toml";
@@ -108,90 +112,73 @@ pub enum ConfigError {
 /// Loads the configuration from `sources`, the default file if no file is named, and
 /// the process environment; then validates it.
 pub fn load(sources: &ConfigSources) -> Result<Config, ConfigError> {
+    load_with_origins(sources).map(|(config, _)| config)
+}
+
+/// [`load`], and which layer set each value (for `shepherd config check`).
+pub fn load_with_origins(sources: &ConfigSources) -> Result<(Config, Origins), ConfigError> {
     let sources = sources.clone().or_default_file();
-    load_with_env(&sources, &config_vars_of_process()?)
+    load_merged(&sources, &config_vars_of_process()?)
 }
 
 /// Loads the configuration from `sources` and the given environment (name, value pairs;
 /// variables that are not configuration are ignored), then validates it. Reads the file
 /// `sources.file` if any, and nothing else: no process environment, no default file.
 pub fn load_with_env(sources: &ConfigSources, env: &[(String, String)]) -> Result<Config, ConfigError> {
-    let mut layers = Layers::default();
+    load_merged(sources, env).map(|(config, _)| config)
+}
 
+/// Which layer set each value of a loaded configuration.
+pub struct Origins(Merged);
+
+impl Origins {
+    /// The layer that set `key` (`recovery.stall_timeout`, `servers[0].url`), or
+    /// [`Origin::Default`] when none did.
+    pub fn of(&self, key: &str) -> Origin {
+        self.0.written_by(key)
+    }
+}
+
+fn load_merged(sources: &ConfigSources, env: &[(String, String)]) -> Result<(Config, Origins), ConfigError> {
+    let malformed = |(origin, reason)| ConfigError::Malformed { origin, reason };
+    let mut layers = Vec::new();
     if let Some(path) = &sources.file {
-        layers.merge(read_file(path)?, &Origin::File(path.clone()));
+        layers.push(read_file(path)?);
     }
-
-    let mut from_env = Vec::new();
-    for (name, value) in env {
-        let Some(path) = KeyPath::from_env_name(name) else {
-            continue;
-        };
-        let origin = Origin::Env(name.clone());
-        let path = path.map_err(|reason| ConfigError::Malformed { origin: origin.clone(), reason })?;
-        from_env.push((path, value, origin));
-    }
-    // Sorted by key, so `SERVERS__0__…` is written before `SERVERS__1__…`.
-    from_env.sort_by(|a, b| a.0.cmp(&b.0));
-    for (path, value, origin) in from_env {
-        set(&mut layers, &path, Value::String(value.clone()), origin)?;
-    }
-
+    layers.push(Layer::environment(env).map_err(malformed)?);
     if let Some(url) = &sources.server_url {
-        let mut server = toml::Table::new();
-        server.insert("name".to_owned(), Value::String(SERVER_FLAG_NAME.to_owned()));
-        server.insert("url".to_owned(), Value::String(url.clone()));
-        let servers = Value::Array(vec![Value::Table(server)]);
-        set(&mut layers, &KeyPath::key("servers"), servers, Origin::Flag("--server".to_owned()))?;
+        layers.push(Layer::server_flag(SERVER_FLAG_NAME, url));
     }
-
     for assignment in &sources.overrides {
-        let Some((key, value)) = assignment.split_once('=') else {
-            return Err(ConfigError::Malformed {
-                origin: Origin::Flag(format!("--set {assignment}")),
-                reason: "expected KEY=VALUE, e.g. recovery.stall_timeout=5m".to_owned(),
-            });
-        };
-        let origin = Origin::Flag(format!("--set {}", key.trim()));
-        let path =
-            KeyPath::parse_dotted(key).map_err(|reason| ConfigError::Malformed { origin: origin.clone(), reason })?;
-        set(&mut layers, &path, Value::String(value.to_owned()), origin)?;
+        layers.push(Layer::set_flag(assignment).map_err(malformed)?);
     }
 
-    let config: Config = value_de::from_tree(layers.tree().clone()).map_err(|e| {
-        let key = e.path.unwrap_or_default();
-        invalid(&layers, key, e.reason)
+    let merged = Merged::of(layers).map_err(|e| ConfigError::Invalid {
+        key: "(top level)".to_owned(),
+        reason: e.to_string(),
+        origin: Origin::Default,
     })?;
-    config.validate().map_err(|InvalidValue { key, reason }| invalid(&layers, key, reason))?;
-    Ok(config)
+    let config: Config = merged.deserialize()?;
+    config.validate().map_err(|InvalidValue { key, reason }| merged.invalid(key, reason))?;
+    Ok((config, Origins(merged)))
 }
 
-fn set(layers: &mut Layers, path: &KeyPath, value: Value, origin: Origin) -> Result<(), ConfigError> {
-    layers.set(path, value, &origin).map_err(|SetError { key, reason }| ConfigError::Invalid { key, reason, origin })
-}
-
-fn invalid(layers: &Layers, key: String, reason: String) -> ConfigError {
-    let origin = layers.origin_of(&key);
-    let key = if key.is_empty() { "(top level)".to_owned() } else { key };
-    ConfigError::Invalid { key, reason, origin }
-}
-
-fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
+fn read_file(path: &Path) -> Result<Layer, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => ConfigError::FileNotFound { path: path.to_owned() },
         _ => ConfigError::FileUnreadable { path: path.to_owned(), source },
     })?;
-    toml::from_str(&text)
-        .map_err(|e| ConfigError::FileSyntax { path: path.to_owned(), message: e.to_string().trim_end().to_owned() })
+    Layer::file(path, &text)
+        .map_err(|message| ConfigError::FileSyntax { path: path.to_owned(), message: message.trim_end().to_owned() })
 }
 
-/// The process's configuration variables (see [`KeyPath::from_env_name`]); other
+/// The process's configuration variables (`SHEPHERD_` names with a `__`); other
 /// variables are not looked at, whatever their encoding.
 fn config_vars_of_process() -> Result<Vec<(String, String)>, ConfigError> {
     let mut vars = Vec::new();
     for (name, value) in std::env::vars_os() {
         let Some(name) = name.to_str() else { continue };
-        if KeyPath::from_env_name(name).is_none() {
+        if !layers::is_configuration_var(name) {
             continue;
         }
         let value = value.into_string().map_err(|_| ConfigError::NotUnicode { var: name.to_owned() })?;
@@ -383,6 +370,62 @@ mod tests {
     }
 
     #[test]
+    fn a_fraction_in_the_file_where_a_whole_number_is_wanted_is_refused_naming_the_key_and_the_file() {
+        let file = toml_file("[recovery]\nmax_recoveries = 2.7\n");
+        let text = error_text(load_with_env(&with_file(&file), &[]));
+        assert!(
+            text.starts_with("recovery.max_recoveries: invalid type: floating point `2.7`, expected u32"),
+            "{text}"
+        );
+        assert!(text.contains(&file.path().display().to_string()), "{text}");
+    }
+
+    #[test]
+    fn a_number_in_the_file_where_text_is_wanted_is_refused() {
+        let file = toml_file("[[servers]]\nname = 5\nurl = \"http://127.0.0.1:4096\"\n");
+        let text = error_text(load_with_env(&with_file(&file), &[]));
+        assert!(text.starts_with("servers[0].name: invalid type: integer `5`, expected a string"), "{text}");
+    }
+
+    #[test]
+    fn text_in_the_file_where_a_boolean_is_wanted_is_refused() {
+        let file = toml_file("[nudge]\nenabled = \"yes\"\n");
+        let text = error_text(load_with_env(&with_file(&file), &[]));
+        assert!(text.starts_with("nudge.enabled: invalid type: string \"yes\", expected a boolean"), "{text}");
+        assert!(text.contains(&file.path().display().to_string()), "{text}");
+    }
+
+    #[test]
+    fn a_number_from_the_environment_may_have_spaces_around_it() {
+        let vars = env(&[("SHEPHERD_RECOVERY__MAX_RECOVERIES", " 5 ")]);
+        let config = load_with_env(&ConfigSources::default(), &vars).unwrap();
+        assert_eq!(config.recovery.max_recoveries, 5);
+    }
+
+    #[test]
+    fn a_number_from_a_set_flag_is_parsed_from_its_text() {
+        let config = load_with_env(&with_overrides(&["recovery.max_recoveries=5"]), &[]).unwrap();
+        assert_eq!(config.recovery.max_recoveries, 5);
+    }
+
+    #[test]
+    fn text_from_the_environment_stays_text_where_the_schema_wants_text() {
+        let vars = env(&[("SHEPHERD_SERVERS__0__NAME", "5"), ("SHEPHERD_SERVERS__0__URL", "http://127.0.0.1:4096")]);
+        let config = load_with_env(&ConfigSources::default(), &vars).unwrap();
+        assert_eq!(config.servers[0].name, "5");
+    }
+
+    #[test]
+    fn an_unknown_log_format_lists_the_choices() {
+        let file = toml_file("[log]\nformat = \"xml\"\n");
+        let text = error_text(load_with_env(&with_file(&file), &[]));
+        assert!(
+            text.starts_with("log.format: unknown variant `xml`, expected one of `auto`, `json`, `pretty`"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_bad_url_fails_naming_servers_0_url() {
         let file = toml_file("[[servers]]\nname = \"local\"\nurl = \"127.0.0.1:4096\"\n");
         let text = error_text(load_with_env(&with_file(&file), &[]));
@@ -424,6 +467,26 @@ mod tests {
         let text = render::render_with(&config, |name| (name == "OPENCODE_PW").then(|| "hunter2".into()));
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("OPENCODE_PW is set"), "{text}");
+    }
+
+    #[test]
+    fn the_rendered_config_names_the_layer_of_every_value_a_layer_set() {
+        let file = toml_file(
+            "[[servers]]\nname = \"local\"\nurl = \"http://127.0.0.1:4096\"\npassword_env = \"OPENCODE_PW\"\n",
+        );
+        let vars = env(&[("SHEPHERD_RECOVERY__STALL_TIMEOUT", "30s")]);
+        let (config, origins) = load_merged(&with_file(&file), &vars).unwrap();
+        let text = render::render_noted(&config, |_| None, |key| origins.of(key));
+        let from_file = format!("from file {}", file.path().display());
+        assert!(
+            text.contains("stall_timeout = \"30s\" # from environment variable SHEPHERD_RECOVERY__STALL_TIMEOUT"),
+            "{text}"
+        );
+        assert!(text.contains(&format!("url = \"http://127.0.0.1:4096\" # {from_file}")), "{text}");
+        assert!(text.contains(&format!("# OPENCODE_PW is not set; {from_file}")), "{text}");
+        let default = text.lines().find(|line| line.starts_with("cooldown = ")).unwrap();
+        assert!(!default.contains('#'), "a default has no origin: {default}");
+        assert_eq!(load_with_env(&with_file(&toml_file(&text)), &[]).unwrap(), config);
     }
 
     #[test]

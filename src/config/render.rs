@@ -5,15 +5,18 @@
 //! `_env` holds the NAME of a variable, is shown, and for `servers[].password_env` and
 //! `advisor.api_key_env` a comment says whether that variable is set — never its value.
 //! Durations are printed as the human strings the schema parses back (`"3m"`, `"1s 500ms"`), so the output is a
-//! valid config file.
+//! valid config file. With the origins of a load, every value a layer set says which
+//! (`# from environment variable SHEPHERD_RECOVERY__STALL_TIMEOUT`); the rest are defaults.
 
 use std::ffi::OsString;
 
 use shepherd_actors::config::Config;
 use toml::Value;
-use toml_edit::{DocumentMut, Item};
+use toml_edit::{DocumentMut, Item, Table};
 
+use super::layers::Origin;
 use super::password::PasswordVar;
+use super::Origins;
 
 /// What a secret value is printed as.
 pub const MASK: &str = "***";
@@ -27,7 +30,21 @@ pub fn render_effective(cfg: &Config) -> String {
     render_with(cfg, |name| std::env::var_os(name))
 }
 
+/// As [`render_effective`], each value that a layer set followed by a comment naming
+/// that layer (`# from file shepherd.toml`); values without one are built-in defaults.
+pub fn render_with_origins(cfg: &Config, origins: &Origins) -> String {
+    render_noted(cfg, |name| std::env::var_os(name), |key| origins.of(key))
+}
+
 pub(crate) fn render_with(cfg: &Config, lookup: impl Fn(&str) -> Option<OsString>) -> String {
+    render_noted(cfg, lookup, |_| Origin::Default)
+}
+
+pub(crate) fn render_noted(
+    cfg: &Config,
+    lookup: impl Fn(&str) -> Option<OsString>,
+    origin_of: impl Fn(&str) -> Origin,
+) -> String {
     let mut tree = match Value::try_from(cfg) {
         Ok(tree) => tree,
         Err(e) => return format!("# the configuration cannot be rendered as TOML: {e}\n"),
@@ -42,6 +59,7 @@ pub(crate) fn render_with(cfg: &Config, lookup: impl Fn(&str) -> Option<OsString
         return text;
     };
     note_password_vars(&mut doc, &lookup);
+    note_origins(doc.as_table_mut(), "", &origin_of);
     doc.to_string()
 }
 
@@ -102,6 +120,32 @@ fn note_password_vars(doc: &mut DocumentMut, lookup: &impl Fn(&str) -> Option<Os
         };
         let state = PasswordVar::read(&name, lookup);
         value.decor_mut().set_suffix(format!(" # {name} {state}"));
+    }
+}
+
+/// Appends `# from <layer>` to every value below `table` that a layer set (after the
+/// note on a `password_env` line, if there is one).
+fn note_origins(table: &mut Table, at: &str, origin_of: &impl Fn(&str) -> Origin) {
+    for (key, item) in table.iter_mut() {
+        let path = if at.is_empty() { key.get().to_owned() } else { format!("{at}.{}", key.get()) };
+        match item {
+            Item::Value(value) => {
+                let origin = origin_of(&path);
+                if origin == Origin::Default {
+                    continue;
+                }
+                let note = value.decor().suffix().and_then(|s| s.as_str()).unwrap_or_default().to_owned();
+                let note = if note.is_empty() { format!(" # from {origin}") } else { format!("{note}; from {origin}") };
+                value.decor_mut().set_suffix(note);
+            }
+            Item::Table(inner) => note_origins(inner, &path, origin_of),
+            Item::ArrayOfTables(tables) => {
+                for (index, inner) in tables.iter_mut().enumerate() {
+                    note_origins(inner, &format!("{path}[{index}]"), origin_of);
+                }
+            }
+            Item::None => {}
+        }
     }
 }
 
