@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
-# Installs the pinned OpenCode server binary (the one Shepherd's test bed and demo run)
-# into a cache directory and prints the binary's path on stdout.
+# Installs an OpenCode server binary into a cache directory and prints the binary's path
+# on stdout. Without a version, the pinned one (the one Shepherd's test bed and demo run).
 #
 #   scripts/install-opencode.sh            # -> $REPO/.opencode-cache/<version>/node_modules/.../opencode
-#   SHEPHERD_OPENCODE_CACHE=/dir scripts/install-opencode.sh
+#   scripts/install-opencode.sh 1.15.13    # another release, into $REPO/.opencode-cache/1.15.13/
+#   SHEPHERD_OPENCODE_VERSION=1.15.13 scripts/install-opencode.sh   # the same
+#   SHEPHERD_OPENCODE_CACHE=/dir scripts/install-opencode.sh        # install into /dir
 #
-# The version is read from OPENCODE_VERSION in src/testbed/opencode/install.rs (one
-# place). The npm meta package `opencode-ai` is not published for this version, so the
-# platform package (`opencode-linux-x64` / `opencode-linux-arm64`) is installed directly.
+# The pinned version is read from OPENCODE_VERSION in src/testbed/opencode/install.rs (one
+# place); the oldest supported one CI also tests is OLDEST_SUPPORTED in
+# src/opencode/version.rs. The npm meta package `opencode-ai` is not published for every
+# version, so the platform package (`opencode-linux-x64` / `opencode-linux-arm64`) is
+# installed directly.
 # Idempotent: an installed binary that reports the pinned version is reused. Parallel runs
 # are serialised with flock(1) when it exists; the install itself lands by atomic rename.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-version="$(sed -n 's/^pub const OPENCODE_VERSION: &str = "\(.*\)";/\1/p' \
-  "$repo/src/testbed/opencode/install.rs")"
+version="${1:-${SHEPHERD_OPENCODE_VERSION:-}}"
+if [[ -z "$version" ]]; then
+  version="$(sed -n 's/^pub const OPENCODE_VERSION: &str = "\(.*\)";/\1/p' \
+    "$repo/src/testbed/opencode/install.rs")"
+fi
 if [[ -z "$version" ]]; then
   echo "install-opencode: cannot read OPENCODE_VERSION from src/testbed/opencode/install.rs" >&2
+  exit 1
+fi
+if [[ ! "$version" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+  echo "install-opencode: '$version' is not a release version (MAJOR.MINOR.PATCH)" >&2
   exit 1
 fi
 

@@ -374,6 +374,8 @@ pub struct StreamFacts {
     pub malformed: u64,
     /// Epoch ms of the latest frame (heartbeats included).
     pub last_event_ms: Option<i64>,
+    /// The OpenCode version the server reported at the latest connect.
+    pub opencode_version: Option<String>,
 }
 
 /// One server's event stream in the status document.
@@ -389,6 +391,10 @@ pub struct ServerStatus {
     /// Since the latest frame, at the document's `timestamp` (OpenCode sends a
     /// heartbeat every 10 s, so more than that on a connected stream is suspect).
     pub since_last_event_ms: Option<i64>,
+    /// The OpenCode version the server reported at the latest connect (absent until
+    /// read; outside the supported range it was warned about in the log).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opencode_version: Option<String>,
 }
 
 impl ServerStatus {
@@ -402,6 +408,7 @@ impl ServerStatus {
             malformed: f.malformed,
             last_event_ms: f.last_event_ms,
             since_last_event_ms: f.last_event_ms.map(|t| (now_ms - t).max(0)),
+            opencode_version: f.opencode_version.clone(),
         }
     }
 }
@@ -818,6 +825,7 @@ mod tests {
             frames: 40,
             malformed: 1,
             last_event_ms: Some(4_000),
+            opencode_version: Some("1.18.34".into()),
         }];
         let doc = book.document(&live, &streams, 5_000, "inst");
         assert_eq!(doc.totals[&SessionState::Working], 2);
@@ -826,6 +834,7 @@ mod tests {
         assert_eq!(doc.sessions["c"].quiet_ms, Some(4_000));
         let s = &doc.servers[0];
         assert_eq!((s.connected, s.reconnects, s.since_last_event_ms), (true, 2, Some(1_000)));
+        assert_eq!(s.opencode_version.as_deref(), Some("1.18.34"));
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct Metrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
     pumps: Mutex<Vec<(String, Arc<PumpStats>)>>,
+    /// The `shepherd_opencode_info` labels last exported per server, set to 0 when the
+    /// server reports another version.
+    opencode_info: Mutex<std::collections::HashMap<String, (String, &'static str)>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -73,7 +76,7 @@ impl Metrics {
             .expect("the bucket lists are constant and not empty")
             .build_recorder();
         let handle = recorder.handle();
-        let metrics = Metrics { recorder, handle, pumps: Mutex::default() };
+        let metrics = Metrics { recorder, handle, pumps: Mutex::default(), opencode_info: Mutex::default() };
         metrics.with(describe);
         Arc::new(metrics)
     }
@@ -149,6 +152,23 @@ impl Metrics {
         self.handle.render()
     }
 
+    /// `shepherd_opencode_info{server,version,supported}` = 1 for the version read at the
+    /// latest connect; a version reported before on this server drops to 0.
+    fn export_opencode_version(&self, server: &str, version: String) {
+        use crate::opencode::version::{assess, Support};
+        let supported = if matches!(assess(&version), Support::Supported(_)) { "yes" } else { "no" };
+        let Ok(mut exported) = self.opencode_info.lock() else { return };
+        let now = (version, supported);
+        if let Some((old, old_supported)) = exported.insert(server.to_string(), now.clone()) {
+            if old != now.0 {
+                gauge!("shepherd_opencode_info", "server" => server.to_string(), "version" => old, "supported" => old_supported)
+                    .set(0.0);
+            }
+        }
+        gauge!("shepherd_opencode_info", "server" => server.to_string(), "version" => now.0, "supported" => now.1)
+            .set(1.0);
+    }
+
     fn sample_pumps(&self) {
         let Ok(pumps) = self.pumps.lock() else { return };
         let now_ms =
@@ -163,6 +183,9 @@ impl Metrics {
             let connects = stats.connects.load(Ordering::Relaxed);
             counter!("shepherd_stream_reconnects_total", "server" => server.clone())
                 .absolute(connects.saturating_sub(1));
+            if let Some(version) = stats.opencode_version() {
+                self.export_opencode_version(&server, version);
+            }
             let last = stats.last_frame_ms.load(Ordering::Relaxed);
             if last > 0 {
                 let age = (now_ms - last).max(0) as f64 / 1000.0;
@@ -268,6 +291,10 @@ fn describe() {
     describe_gauge!("shepherd_stream_connected", "1 while the server's event stream is connected");
     describe_gauge!("shepherd_server_ready", "1 while the stream is connected and reconciled (see /readyz)");
     describe_gauge!(
+        "shepherd_opencode_info",
+        "1 for the OpenCode version the server reported at its latest connect (supported: yes/no)"
+    );
+    describe_gauge!(
         "shepherd_stream_last_event_age_seconds",
         Unit::Seconds,
         "Seconds since the server's last stream frame (OpenCode sends a heartbeat every 10 s)"
@@ -346,6 +373,24 @@ mod tests {
         assert_eq!(ingested("plugin.added"), None);
         assert_eq!(value(&s, "shepherd_stream_connected", &[("server", "local")]), Some(1.0));
         assert_eq!(value(&s, "shepherd_server_ready", &[("server", "local")]), Some(0.0));
+    }
+
+    #[test]
+    fn the_opencode_version_read_at_connect_is_an_info_series_and_an_upgrade_zeroes_the_old_one() {
+        let metrics = Metrics::new();
+        let stats = Arc::new(PumpStats::default());
+        metrics.add_pump("local", Arc::clone(&stats));
+        let fleet = FleetView { servers: vec![], sessions: vec![] };
+        let info = |s: &_, v, ok| {
+            value(s, "shepherd_opencode_info", &[("server", "local"), ("version", v), ("supported", ok)])
+        };
+        assert_eq!(info(&parse(&metrics.render(&fleet)), "1.18.34", "yes"), None, "nothing before the first read");
+        *stats.opencode_version.write().unwrap() = Some("1.14.41".into());
+        assert_eq!(info(&parse(&metrics.render(&fleet)), "1.14.41", "no"), Some(1.0));
+        *stats.opencode_version.write().unwrap() = Some("1.18.34".into());
+        let s = parse(&metrics.render(&fleet));
+        assert_eq!(info(&s, "1.18.34", "yes"), Some(1.0));
+        assert_eq!(info(&s, "1.14.41", "no"), Some(0.0));
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! undecodable frame is logged (truncated) and skipped, never fatal. When the stream
 //! breaks or goes silent past `stream_read_timeout` (OpenCode sends a heartbeat every
 //! 10 s), it reconnects with exponential back-off, and after every (re)connect the
-//! supervisor reconciles by REST, because the stream replays nothing.
+//! supervisor reconciles by REST, because the stream replays nothing. Beside each
+//! connect it reads the server's OpenCode version once ([`super::version`]), which warns
+//! when the version is outside the supported range.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use tokio::sync::watch;
 use super::client::Credentials;
 use super::sse::SseDecoder;
 use super::stream::EventStream;
+use super::version;
 
 /// Malformed frames are logged with at most this many characters of their text.
 const LOGGED_FRAME_CHARS: usize = 200;
@@ -34,12 +37,20 @@ pub struct PumpStats {
     pub connected: AtomicBool,
     /// Epoch milliseconds of the latest frame (heartbeats included); 0 before the first.
     pub last_frame_ms: AtomicI64,
+    /// The OpenCode version the server reported at the latest connect; `None` before the
+    /// first successful read.
+    pub opencode_version: std::sync::RwLock<Option<String>>,
 }
 
 impl PumpStats {
     /// Epoch ms of the latest frame, if any arrived.
     pub fn last_frame_ms(&self) -> Option<i64> {
         Some(self.last_frame_ms.load(Ordering::Relaxed)).filter(|&t| t > 0)
+    }
+
+    /// The OpenCode version read at the latest connect, if any was.
+    pub fn opencode_version(&self) -> Option<String> {
+        self.opencode_version.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }
 
@@ -116,6 +127,7 @@ impl EventPump {
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
         self.stats.connected.store(true, Ordering::Relaxed);
         tracing::info!(server = %name, url = %url, "event stream connected");
+        self.spawn_version_read(client);
         self.supervisor.do_send(StreamUp { server: name.clone() });
         let shared_name: Arc<str> = name.as_str().into();
 
@@ -146,6 +158,26 @@ impl EventPump {
             }
         }
         Ok(())
+    }
+
+    /// Reads the server's OpenCode version beside the stream (a slow answer delays no
+    /// frame), records it and checks it against the supported range. A failed read is
+    /// logged and is no reason to drop the stream.
+    fn spawn_version_read(&self, client: &reqwest::Client) {
+        let (client, stats) = (client.clone(), Arc::clone(&self.stats));
+        let (name, base, auth) = (self.server.name.clone(), self.server.url.clone(), self.auth.clone());
+        let timeout = self.server.request_timeout;
+        tokio::spawn(async move {
+            match version::read_version(&client, &base, auth.as_ref(), timeout).await {
+                Ok(reported) => {
+                    version::WARNINGS.check(&name, &reported);
+                    *stats.opencode_version.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reported);
+                }
+                Err(e) => {
+                    tracing::warn!(server = %name, error = %e, "cannot read the OpenCode version; supervising anyway")
+                }
+            }
+        });
     }
 }
 

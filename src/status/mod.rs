@@ -213,6 +213,7 @@ impl StatusBoard {
                 frames: stats.frames.load(Relaxed),
                 malformed: stats.malformed.load(Relaxed),
                 last_event_ms: stats.last_frame_ms(),
+                opencode_version: stats.opencode_version(),
             })
             .collect()
     }

@@ -93,6 +93,7 @@ pub fn fleet_doc() -> StatusDocument {
             frames: 1234,
             malformed: 0,
             last_event_ms: Some(NOW_MS - 2 * S),
+            opencode_version: None,
         },
         StreamFacts {
             name: "remote".into(),
@@ -102,6 +103,7 @@ pub fn fleet_doc() -> StatusDocument {
             frames: 99,
             malformed: 1,
             last_event_ms: Some(NOW_MS - 5 * M),
+            opencode_version: None,
         },
     ];
     let mut book = StatsBook::new(10);

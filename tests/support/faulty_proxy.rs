@@ -26,6 +26,8 @@ pub struct Faults {
     pub inject: AtomicBool,
     /// Refuse and cut event streams (REST still works): a network blip for the stream.
     pub cut_events: AtomicBool,
+    /// Answer `GET /global/health` with this version instead of OpenCode's own.
+    pub health_version: std::sync::Mutex<Option<String>>,
 }
 
 pub struct FaultyProxy {
@@ -78,6 +80,11 @@ async fn forward(
     let (client, upstream, faults) = state.get_ref();
     if req.path() == "/global/event" && faults.cut_events.load(Ordering::SeqCst) {
         return HttpResponse::ServiceUnavailable().body("event stream cut by the test");
+    }
+    if req.path() == "/global/health" {
+        if let Some(version) = faults.health_version.lock().unwrap().clone() {
+            return HttpResponse::Ok().json(serde_json::json!({ "healthy": true, "version": version }));
+        }
     }
     let url = format!("{upstream}{}", req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/"));
     let method = reqwest::Method::from_bytes(req.method().as_str().as_bytes()).unwrap_or(reqwest::Method::GET);

@@ -1,0 +1,126 @@
+//! The OpenCode version check at connect: a server outside the supported range is
+//! warned about once, however often its stream reconnects; a supported one (the real
+//! OpenCode the tests run, pinned or the oldest supported) is read and not warned about.
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use serde_json::Value;
+use shepherd::opencode::version::{assess, Support, SUPPORTED};
+use support::faulty_proxy::FaultyProxy;
+use support::{Rig, PATIENCE};
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Every log line of this test binary (every test, every thread), as JSON.
+fn capture_logs() -> &'static Captured {
+    static LOGS: OnceLock<Captured> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber of this test binary");
+        logs
+    })
+}
+
+/// The captured lines about `server` (its `server` field) at `level`.
+fn lines(server: &str, level: &str) -> Vec<Value> {
+    let text = String::from_utf8_lossy(&capture_logs().0.lock().unwrap()).to_string();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["level"] == level && v["fields"]["server"] == server)
+        .collect()
+}
+
+fn version_warnings(server: &str) -> Vec<Value> {
+    lines(server, "WARN").into_iter().filter(|v| v["fields"]["opencode_version"].is_string()).collect()
+}
+
+/// The version the daemon's pump read for its one server, once it has read one.
+async fn read_version(rig: &Rig) -> anyhow::Result<String> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = rig.daemon().pump_stats().first().and_then(|(_, s)| s.opencode_version()) {
+            return Ok(v);
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the version was never read");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[actix::test]
+async fn a_server_outside_the_supported_range_is_warned_about_once_across_reconnects() -> anyhow::Result<()> {
+    capture_logs();
+    let proxy: Arc<Mutex<Option<FaultyProxy>>> = Arc::default();
+    let slot = Arc::clone(&proxy);
+    let rig = Rig::start_full(
+        |c| c.servers[0].name = "ancient".into(),
+        |o| o,
+        move |url| {
+            let p = FaultyProxy::start_clean(url)?;
+            *p.faults.health_version.lock().unwrap() = Some("0.9.0".into());
+            let via = p.url.clone();
+            *slot.lock().unwrap() = Some(p);
+            Ok(via)
+        },
+    )
+    .await?;
+    assert_eq!(read_version(&rig).await?, "0.9.0");
+    let faults = Arc::clone(&proxy.lock().unwrap().as_ref().expect("proxy started").faults);
+
+    // Two more connects, each reading the version again.
+    for _ in 0..2 {
+        let connects = rig.daemon().pump_stats()[0].1.connects.load(std::sync::atomic::Ordering::Relaxed);
+        faults.cut_events.store(true, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        faults.cut_events.store(false, std::sync::atomic::Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while rig.daemon().pump_stats()[0].1.connects.load(std::sync::atomic::Ordering::Relaxed) <= connects {
+            anyhow::ensure!(tokio::time::Instant::now() < deadline, "the stream never reconnected");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // The last connect's read is logged (as already warned) before we count.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while lines("ancient", "INFO").iter().filter(|v| v["fields"]["opencode_version"] == "0.9.0").count() < 2 {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the reads after reconnects were not logged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let warnings = version_warnings("ancient");
+    assert_eq!(warnings.len(), 1, "one warning for three connects: {warnings:#?}");
+    let message = warnings[0]["fields"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("0.9.0") && message.contains(&SUPPORTED.to_string()), "{message}");
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn a_supported_opencode_is_read_at_connect_without_a_warning() -> anyhow::Result<()> {
+    capture_logs();
+    let rig = Rig::start_config(|c| c.servers[0].name = "current".into()).await?;
+    let version = read_version(&rig).await?;
+    assert!(matches!(assess(&version), Support::Supported(_)), "the OpenCode under test ({version}) is supported");
+    assert!(version_warnings("current").is_empty(), "{:#?}", version_warnings("current"));
+    rig.stop().await;
+    Ok(())
+}
