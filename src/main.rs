@@ -44,6 +44,13 @@ enum Command {
     /// Hand a session over to a fresh one now, show where its hand-off stands
     /// (`--status`), or restore a stored snapshot (`--resume ID`).
     Handoff(HandoffArgs),
+    /// Stop Shepherd acting on a session (`SESSION`) or on every session (`--all`) —
+    /// through the running daemon, ledgered so a restart keeps it; the person writing in
+    /// the session does not lift it. `shepherd resume` undoes it.
+    Pause(PauseArgs),
+    /// Let Shepherd act on a paused session (or, with `--all`, the fleet) again; a
+    /// session that stalled meanwhile is recovered at once.
+    Resume(ResumeArgs),
     /// Print the status file (per-session recoveries, stalls, follow-ups) readably.
     Status(StatusArgs),
     /// A live view of the fleet from the running daemon (q quits; a plain refreshing
@@ -152,6 +159,33 @@ struct HandoffArgs {
     /// Restore this stored snapshot (`hf_…`) into a fresh session.
     #[arg(long, value_name = "ID")]
     resume: Option<String>,
+    #[command(flatten)]
+    daemon: DaemonArgs,
+}
+
+#[derive(Args, Clone)]
+struct PauseArgs {
+    /// The session id (`ses_…`); or `--all`.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    session: Option<String>,
+    /// Every session, and those seen later, until `shepherd resume --all`.
+    #[arg(long)]
+    all: bool,
+    /// For this long only, e.g. `2h` (at most 30 days); without it, until resumed.
+    #[arg(long = "for", value_name = "DURATION")]
+    span: Option<String>,
+    #[command(flatten)]
+    daemon: DaemonArgs,
+}
+
+#[derive(Args, Clone)]
+struct ResumeArgs {
+    /// The session id (`ses_…`); or `--all`.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    session: Option<String>,
+    /// The fleet (sessions paused one by one stay paused).
+    #[arg(long)]
+    all: bool,
     #[command(flatten)]
     daemon: DaemonArgs,
 }
@@ -294,6 +328,15 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
         Command::Sessions(args) => client_runtime()?.block_on(sessions(args)),
         Command::Prompt(args) => client_runtime()?.block_on(prompt(args)),
         Command::Handoff(args) => client_runtime()?.block_on(handoff(args)),
+        Command::Pause(args) => client_runtime()?.block_on(set_pause(
+            &args.daemon,
+            args.session.as_deref(),
+            true,
+            args.span.as_deref(),
+        )),
+        Command::Resume(args) => {
+            client_runtime()?.block_on(set_pause(&args.daemon, args.session.as_deref(), false, None))
+        }
         Command::Status(args) => status(args),
         Command::Top(args) => top(args),
         Command::Completions { shell } => {
@@ -413,6 +456,25 @@ async fn handoff(args: HandoffArgs) -> anyhow::Result<()> {
         if let Some(v) = value {
             println!("  {label}: {v}");
         }
+    }
+    Ok(())
+}
+
+/// Pauses or resumes a session (`Some`) or the fleet through the daemon, and says where
+/// it stands.
+async fn set_pause(daemon: &DaemonArgs, session: Option<&str>, pause: bool, span: Option<&str>) -> anyhow::Result<()> {
+    let client = daemon.client()?;
+    let view = client.set_pause(session, pause, span, "cli").await?;
+    let what = session.map_or("the fleet".to_string(), |s| format!("session {s}"));
+    let until = view.until_ms.map(|ms| {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+        format!(" until {}", humantime::format_rfc3339_seconds(at))
+    });
+    match (&view.paused, pause) {
+        (Some(why), true) => println!("{what} paused ({why}){}", until.unwrap_or_default()),
+        (None, false) => println!("{what} resumed"),
+        (Some(why), false) => println!("{what} is still paused ({why}): resume it by its own id"),
+        (None, true) => println!("{what} is not paused"),
     }
     Ok(())
 }

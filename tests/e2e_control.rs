@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use shepherd::testbed::client::{wait_until, Message};
+use shepherd_actors::journal::{Action, Outcome};
 use support::control::{token_file, Api};
 use support::{Rig, PATIENCE};
 use tempfile::TempDir;
@@ -389,6 +390,59 @@ async fn the_cli_hands_a_session_over_now_and_reports_where_it_stands() -> anyho
     let o = cli(vec!["handoff".into(), "--resume".into(), "hf_nope".into()]).await?;
     assert!(!o.status.success());
     assert!(out(&o).1.contains("unknown hand-off snapshot: hf_nope"), "{}", out(&o).1);
+    rig.stop().await;
+    Ok(())
+}
+
+/// The off switch through the CLI against a running daemon: a paused session that
+/// stalls is left alone (no abort, no continue) well past its stall timeout; resumed,
+/// it is recovered at once. The fleet's switch answers the same way.
+#[actix::test]
+async fn a_session_paused_from_the_cli_is_left_alone_in_its_stall_and_recovered_once_resumed() -> anyhow::Result<()>
+{
+    let state = TempDir::new()?;
+    let mut rig = start(&state).await?;
+    let api = Api::of(&rig);
+    let file = token_file(&state);
+    let cli = |args: &[&str]| {
+        let (dir, url, file) = (state.path().to_path_buf(), api.url.clone(), file.clone());
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = shepherd_cli(&dir, &url, &file, &[], &args).await?;
+            let (stdout, stderr) = out(&o);
+            anyhow::ensure!(o.status.success(), "shepherd {args:?}: {stderr}");
+            anyhow::Ok(stdout)
+        }
+    };
+    let id = rig.client.create_session(Some("paused")).await?;
+    let said = cli(&["pause", &id]).await?;
+    assert_eq!(said.trim(), format!("session {id} paused (person)"));
+
+    rig.client.prompt_async(&id, "[[fake:stall]] work while paused", None, None, false).await?;
+    rig.client.wait_busy(&id, PATIENCE).await?;
+    tokio::time::sleep(rig.cfg.recovery.stall_timeout * 3).await;
+    assert_eq!(rig.count(&id, Action::Recover), 0, "paused: not recovered");
+    assert_eq!(rig.count(&id, Action::Continue), 0);
+    let (_, detail) = api.get(&format!("/v1/sessions/{id}")).await?;
+    assert_eq!(detail["paused"], "person", "{detail}");
+
+    let said = cli(&["resume", &id]).await?;
+    assert_eq!(said.trim(), format!("session {id} resumed"));
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+    let records = rig.records_for(&id);
+    let kinds: Vec<Action> = records.iter().filter(|(_, o, _)| *o == Outcome::Done).map(|(a, _, _)| *a).collect();
+    assert_eq!(kinds.iter().filter(|a| **a == Action::Continue).count(), 1, "continued once: {records:?}");
+    assert!(kinds.contains(&Action::Abort), "the stalled turn was aborted: {records:?}");
+
+    let said = cli(&["pause", "--all", "--for", "1h"]).await?;
+    assert!(said.starts_with("the fleet paused (fleet) until "), "{said}");
+    let (_, detail) = api.get(&format!("/v1/sessions/{id}")).await?;
+    assert_eq!(detail["paused"], "fleet", "{detail}");
+    let said = cli(&["resume", "--all"]).await?;
+    assert_eq!(said.trim(), "the fleet resumed");
+    let (_, detail) = api.get(&format!("/v1/sessions/{id}")).await?;
+    assert!(detail["paused"].is_null(), "{detail}");
     rig.stop().await;
     Ok(())
 }

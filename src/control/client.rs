@@ -10,7 +10,7 @@ use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 use serde_json::Value;
 use shepherd_actors::config::ControlConfig;
-use shepherd_actors::control::{CustomPromptRequest, HandoffView};
+use shepherd_actors::control::{CustomPromptRequest, HandoffView, PauseView};
 use shepherd_actors::event::Todo;
 use shepherd_actors::journal::ActionRecord;
 use shepherd_actors::stats::StatusDocument;
@@ -187,6 +187,28 @@ impl ControlClient {
     /// `GET /v1/sessions/{id}/handoff`.
     pub async fn handoff_status(&self, id: &str) -> Result<HandoffView, ClientError> {
         let value = self.call(reqwest::Method::GET, &["v1", "sessions", id, "handoff"], None).await?;
+        serde_json::from_value(value).map_err(|e| self.protocol(e))
+    }
+
+    /// `POST /v1/sessions/{id}/pause|resume` (`session`) or `POST /v1/pause|resume` (the
+    /// fleet): `pause` with an optional duration, or resume; `by` says who asked.
+    pub async fn set_pause(
+        &self,
+        session: Option<&str>,
+        pause: bool,
+        span: Option<&str>,
+        by: &str,
+    ) -> Result<PauseView, ClientError> {
+        let verb = if pause { "pause" } else { "resume" };
+        let path: Vec<&str> = match session {
+            Some(id) => vec!["v1", "sessions", id, verb],
+            None => vec!["v1", verb],
+        };
+        let mut body = serde_json::json!({ "by": by });
+        if let Some(span) = span {
+            body["for"] = span.into();
+        }
+        let value = self.call(reqwest::Method::POST, &path, Some(body)).await?;
         serde_json::from_value(value).map_err(|e| self.protocol(e))
     }
 

@@ -47,9 +47,61 @@ pub fn parse_prompt_request(body: &[u8]) -> Result<CustomPromptRequest, BadBody>
     Ok(request)
 }
 
+/// The longest pause a request may ask for (a longer one is a mistake; without `for`
+/// a pause lasts until resumed).
+const LONGEST_PAUSE: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// `POST /v1/…/pause|resume` body: `{"for": "2h", "by": "cli"}`, both optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PauseBody {
+    #[serde(default, rename = "for")]
+    for_: Option<String>,
+    #[serde(default)]
+    by: Option<String>,
+}
+
+/// A pause or resume request, checked: how long (`None`: until resumed) and who asked
+/// (journaled, so bounded and plain: letters, digits, space and `._@-`, ≤ 40
+/// characters; `control API` when not said).
+pub fn parse_pause_request(body: &[u8]) -> Result<(Option<std::time::Duration>, String), BadBody> {
+    let body: PauseBody = if body.iter().all(u8::is_ascii_whitespace) {
+        PauseBody::default()
+    } else {
+        serde_json::from_slice(body).map_err(|e| bad("body", e))?
+    };
+    let span = match body.for_.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(text) => {
+            let d = humantime::parse_duration(text).map_err(|e| bad("for", format!("{text:?}: {e}")))?;
+            if d.is_zero() || d > LONGEST_PAUSE {
+                return Err(bad("for", "must be more than 0 and at most 30 days"));
+            }
+            Some(d)
+        }
+    };
+    let by = body.by.unwrap_or_else(|| "control API".into());
+    let plain = |c: char| c.is_ascii_alphanumeric() || " ._@-".contains(c);
+    if by.trim().is_empty() || by.chars().count() > 40 || !by.chars().all(plain) {
+        return Err(bad("by", "1 to 40 letters, digits, spaces or ._@-"));
+    }
+    Ok((span, by))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pause_request_is_checked_and_bounded() {
+        assert_eq!(parse_pause_request(b"").unwrap(), (None, "control API".to_string()));
+        let (span, by) = parse_pause_request(br#"{"for":"2h","by":"cli"}"#).unwrap();
+        assert_eq!((span, by.as_str()), (Some(std::time::Duration::from_secs(7200)), "cli"));
+        assert_eq!(parse_pause_request(br#"{"for":"soon"}"#).unwrap_err().field, "for");
+        assert_eq!(parse_pause_request(br#"{"for":"90d"}"#).unwrap_err().field, "for");
+        assert_eq!(parse_pause_request(br#"{"by":"x[31m"}"#).unwrap_err().field, "by");
+        assert_eq!(parse_pause_request(br#"{"until":"2h"}"#).unwrap_err().field, "body");
+    }
 
     fn field_of(body: &str) -> String {
         parse_prompt_request(body.as_bytes()).unwrap_err().field

@@ -23,13 +23,14 @@ use anyhow::Context as _;
 use serde_json::json;
 use shepherd_actors::config::ControlConfig;
 use shepherd_actors::control::{
-    ControlError, GetSession, ListSessions, ResumeHandoff, SendCustomPrompt, SessionJournal, StartHandoff,
+    ControlError, GetSession, ListSessions, PauseTarget, ResumeHandoff, SendCustomPrompt, SessionJournal, SetPause,
+    StartHandoff,
 };
 use shepherd_actors::supervisor::{InspectFleet, InspectServers, Supervisor};
 
 use super::auth::{Access, Denied, Gate};
 use super::host::{check_bind, HostCheck};
-use super::request::{parse_prompt_request, BadBody};
+use super::request::{parse_pause_request, parse_prompt_request, BadBody};
 use super::token::{ControlToken, IssuedToken};
 use crate::metrics::fleet::readiness;
 use crate::metrics::Metrics;
@@ -252,6 +253,20 @@ fn app(
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
+            web::resource("/v1/sessions/{id}/pause")
+                .route(web::post().to(pause_session))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/v1/sessions/{id}/resume")
+                .route(web::post().to(resume_session))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(web::resource("/v1/pause").route(web::post().to(pause_fleet)).default_service(web::to(method_not_allowed)))
+        .service(
+            web::resource("/v1/resume").route(web::post().to(resume_fleet)).default_service(web::to(method_not_allowed)),
+        )
+        .service(
             web::resource("/v1/handoffs/{id}/resume")
                 .route(web::post().to(resume_handoff))
                 .default_service(web::to(method_not_allowed)),
@@ -384,6 +399,52 @@ async fn start_handoff(
 ) -> Result<HttpResponse, ApiError> {
     let view = state.supervisor.send(StartHandoff(id.into_inner())).await??;
     Ok(HttpResponse::Accepted().json(view))
+}
+
+/// Pause or resume one session (`Some(id)`) or the fleet: the body says for how long
+/// and who asked.
+async fn set_pause(state: &ApiState, session: Option<String>, pause: bool, body: &[u8]) -> Result<HttpResponse, ApiError> {
+    let (span, by) = parse_pause_request(body)?;
+    let until_ms = match (pause, span) {
+        (true, Some(d)) => Some(now_ms() + d.as_millis() as i64),
+        (false, Some(_)) => {
+            return Err(BadBody { field: "for".into(), reason: "only a pause has a duration".into() }.into());
+        }
+        _ => None,
+    };
+    let target = session.map_or(PauseTarget::Fleet, PauseTarget::Session);
+    let view = state.supervisor.send(SetPause { target, pause, until_ms, by }).await??;
+    Ok(HttpResponse::Ok().json(view))
+}
+
+fn now_ms() -> i64 {
+    shepherd_actors::ports::Clock::wall_ms(&shepherd_actors::ports::SystemClock)
+}
+
+async fn pause_session(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    id: web::Path<String>,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    set_pause(&state, Some(id.into_inner()), true, &body).await
+}
+
+async fn resume_session(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    id: web::Path<String>,
+    body: Bytes,
+) -> Result<HttpResponse, ApiError> {
+    set_pause(&state, Some(id.into_inner()), false, &body).await
+}
+
+async fn pause_fleet(_: Authorized, state: web::Data<ApiState>, body: Bytes) -> Result<HttpResponse, ApiError> {
+    set_pause(&state, None, true, &body).await
+}
+
+async fn resume_fleet(_: Authorized, state: web::Data<ApiState>, body: Bytes) -> Result<HttpResponse, ApiError> {
+    set_pause(&state, None, false, &body).await
 }
 
 async fn resume_handoff(

@@ -380,7 +380,7 @@ mod tests {
         let metrics = Metrics::new();
         let stats = Arc::new(PumpStats::default());
         metrics.add_pump("local", Arc::clone(&stats));
-        let fleet = FleetView { servers: vec![], sessions: vec![] };
+        let fleet = FleetView { servers: vec![], sessions: vec![], fleet_pause: None };
         let info = |s: &_, v, ok| {
             value(s, "shepherd_opencode_info", &[("server", "local"), ("version", v), ("supported", ok)])
         };
