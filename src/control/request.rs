@@ -99,7 +99,7 @@ mod tests {
         assert_eq!((span, by.as_str()), (Some(std::time::Duration::from_secs(7200)), "cli"));
         assert_eq!(parse_pause_request(br#"{"for":"soon"}"#).unwrap_err().field, "for");
         assert_eq!(parse_pause_request(br#"{"for":"90d"}"#).unwrap_err().field, "for");
-        assert_eq!(parse_pause_request(br#"{"by":"x[31m"}"#).unwrap_err().field, "by");
+        assert_eq!(parse_pause_request(br#"{"by":"x\u001b[31m"}"#).unwrap_err().field, "by");
         assert_eq!(parse_pause_request(br#"{"until":"2h"}"#).unwrap_err().field, "body");
     }
 
