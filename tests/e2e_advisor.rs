@@ -6,8 +6,6 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use shepherd::testbed::fake_model::{Behaviour, FakeModel, ADVISOR_MODEL};
@@ -34,7 +32,7 @@ fn advised(c: &mut Config, fake: &FakeModel) {
 }
 
 async fn advised_rig() -> anyhow::Result<Rig> {
-    capture_logs();
+    support::logs::capture_raw(tracing::Level::DEBUG);
     std::env::set_var(KEY_VAR, KEY);
     Rig::start_with_fake(advised, |o| o, Ok).await
 }
@@ -82,35 +80,6 @@ async fn stall_with(rig: &mut Rig, answer: Behaviour, title: &str) -> anyhow::Re
     Ok(advice.numbers.advice_source.unwrap_or_default())
 }
 
-/// Log lines written while the advisor works, to look for the key in.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Every log line of this test binary (both tests, every thread), from the first rig on.
-fn capture_logs() -> &'static Captured {
-    static LOGS: OnceLock<Captured> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = Captured::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber of this test binary");
-        logs
-    })
-}
 
 #[actix::test]
 async fn garbage_a_timeout_and_http_500_fall_back_to_the_heuristic_and_say_why() -> anyhow::Result<()> {
@@ -124,7 +93,7 @@ async fn garbage_a_timeout_and_http_500_fall_back_to_the_heuristic_and_say_why()
     assert_eq!(rig.fake.advisor_requests().len(), 3, "each stall asked the model once");
     rig.stop().await;
 
-    let text = String::from_utf8_lossy(&capture_logs().0.lock().unwrap()).to_string();
+    let text = support::logs::logged();
     assert!(text.contains("shepherd::advisor") && text.contains("fallback"), "the consultations were logged");
     assert!(!text.contains(KEY), "the API key leaked into the logs");
     Ok(())
@@ -133,7 +102,7 @@ async fn garbage_a_timeout_and_http_500_fall_back_to_the_heuristic_and_say_why()
 #[actix::test]
 async fn a_sure_wait_skips_a_nudge_which_comes_back_after_postpone_unasked() -> anyhow::Result<()> {
     let mut rig = {
-        capture_logs();
+        support::logs::capture_raw(tracing::Level::DEBUG);
         std::env::set_var(KEY_VAR, KEY);
         Rig::start_with_fake(
             |c, fake| {

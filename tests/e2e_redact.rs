@@ -5,11 +5,8 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use shepherd::logging::Redacting;
 use shepherd::testbed::fake_model::{Behaviour, ADVISOR_MODEL};
 use shepherd_actors::config::{AdvisorConfig, Config, StoreBackend};
 use shepherd_actors::journal::{Action, Outcome};
@@ -46,38 +43,9 @@ fn assert_clean(what: &str, text: &str) {
     }
 }
 
-/// Log lines written the way `shepherd run` writes them (through [`Redacting`]).
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Every log line of this test binary, from the first rig on.
-fn logs() -> &'static Captured {
-    static LOGS: OnceLock<Captured> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = Captured::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_writer(Redacting(move || writer.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber of this test binary");
-        logs
-    })
-}
 
 fn logged() -> String {
-    String::from_utf8_lossy(&logs().0.lock().unwrap()).to_string()
+    support::logs::logged()
 }
 
 /// A real SQLite ledger (and the hand-off files) in `state`.
@@ -89,7 +57,7 @@ fn persistent(c: &mut Config, state: &TempDir) {
 #[actix::test]
 async fn secrets_in_a_request_reach_neither_the_fresh_session_nor_the_hand_off_file_nor_the_status_nor_the_logs(
 ) -> anyhow::Result<()> {
-    logs();
+    support::logs::capture(tracing::Level::DEBUG);
     let state = tempfile::tempdir()?;
     let mut rig = support::control::start(&state, "SHEPHERD_E2E_REDACT_TOKEN", |c| persistent(c, &state)).await?;
     let old = rig.client.create_session(Some(&title())).await?;
@@ -142,7 +110,7 @@ async fn secrets_in_a_request_reach_neither_the_fresh_session_nor_the_hand_off_f
 
 #[actix::test]
 async fn a_secret_the_model_wrote_reaches_neither_the_journal_nor_the_ledger_nor_the_logs() -> anyhow::Result<()> {
-    logs();
+    support::logs::capture(tracing::Level::DEBUG);
     let state = tempfile::tempdir()?;
     let mut rig = Rig::start_config(|c| {
         persistent(c, &state);
@@ -174,7 +142,7 @@ async fn a_secret_the_model_wrote_reaches_neither_the_journal_nor_the_ledger_nor
 
 #[actix::test]
 async fn the_advisors_model_is_never_sent_a_secret() -> anyhow::Result<()> {
-    logs();
+    support::logs::capture(tracing::Level::DEBUG);
     let mut rig = Rig::start_with_fake(
         |c, fake| {
             c.nudge.enabled = false;

@@ -4,8 +4,7 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -13,38 +12,10 @@ use shepherd::opencode::version::{assess, Support, SUPPORTED};
 use support::faulty_proxy::FaultyProxy;
 use support::{Rig, PATIENCE};
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Every log line of this test binary (every test, every thread), as JSON.
-fn capture_logs() -> &'static Captured {
-    static LOGS: OnceLock<Captured> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = Captured::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber of this test binary");
-        logs
-    })
-}
 
 /// The captured lines about `server` (its `server` field) at `level`.
 fn lines(server: &str, level: &str) -> Vec<Value> {
-    let text = String::from_utf8_lossy(&capture_logs().0.lock().unwrap()).to_string();
+    let text = support::logs::logged();
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["level"] == level && v["fields"]["server"] == server)
@@ -69,7 +40,7 @@ async fn read_version(rig: &Rig) -> anyhow::Result<String> {
 
 #[actix::test]
 async fn a_server_outside_the_supported_range_is_warned_about_once_across_reconnects() -> anyhow::Result<()> {
-    capture_logs();
+    support::logs::capture(tracing::Level::INFO);
     let proxy: Arc<Mutex<Option<FaultyProxy>>> = Arc::default();
     let slot = Arc::clone(&proxy);
     let rig = Rig::start_full(
@@ -116,7 +87,7 @@ async fn a_server_outside_the_supported_range_is_warned_about_once_across_reconn
 
 #[actix::test]
 async fn a_supported_opencode_is_read_at_connect_without_a_warning() -> anyhow::Result<()> {
-    capture_logs();
+    support::logs::capture(tracing::Level::INFO);
     let rig = Rig::start_config(|c| c.servers[0].name = "current".into()).await?;
     let version = read_version(&rig).await?;
     assert!(matches!(assess(&version), Support::Supported(_)), "the OpenCode under test ({version}) is supported");

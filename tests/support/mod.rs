@@ -5,6 +5,7 @@
 
 pub mod control;
 pub mod faulty_proxy;
+pub mod logs;
 pub mod process;
 
 use std::time::Duration;
