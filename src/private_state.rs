@@ -129,9 +129,11 @@ impl Loose {
     }
 }
 
-/// The state folder `dir` and the files directly in it whose mode gives the group or
-/// others any access. A missing folder has none. Links are not followed.
-pub fn loose_entries(dir: &Path) -> Vec<Loose> {
+/// The state folder `dir` and those of Shepherd's own `files` in it (given by name:
+/// the folder may be shared, e.g. `/tmp`, and other people's files are not Shepherd's
+/// to judge) whose mode gives the group or others any access. Missing ones have none.
+/// Links are not followed.
+pub fn loose_entries(dir: &Path, files: &[&str]) -> Vec<Loose> {
     let loose = |path: PathBuf, meta: &std::fs::Metadata| {
         let mode = meta.mode() & 0o7777;
         (mode & 0o077 != 0 && !meta.file_type().is_symlink()).then(|| Loose { path, mode, is_dir: meta.is_dir() })
@@ -139,16 +141,16 @@ pub fn loose_entries(dir: &Path) -> Vec<Loose> {
     let Ok(meta) = std::fs::symlink_metadata(dir) else { return Vec::new() };
     let mut found: Vec<Loose> = loose(dir.to_path_buf(), &meta).into_iter().collect();
     if meta.is_dir() {
-        let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
-        found.extend(entries.filter_map(|e| e.metadata().ok().and_then(|m| loose(e.path(), &m))));
+        let ours = files.iter().map(|name| dir.join(name));
+        found.extend(ours.filter_map(|p| std::fs::symlink_metadata(&p).ok().and_then(|m| loose(p, &m))));
     }
     found
 }
 
 /// Logs a warning for every loose entry of the state folder `dir` (see
 /// [`loose_entries`]), naming the path and the `chmod` that fixes it. Returns them.
-pub fn warn_if_loose(dir: &Path) -> Vec<Loose> {
-    let found = loose_entries(dir);
+pub fn warn_if_loose(dir: &Path, files: &[&str]) -> Vec<Loose> {
+    let found = loose_entries(dir, files);
     for l in &found {
         tracing::warn!(
             path = %l.path.display(),
@@ -204,10 +206,12 @@ mod tests {
         let dir = root.path().join("shepherd");
         create_dir(&dir).unwrap();
         write_file(&dir.join("ledger.sqlite3"), b"").unwrap();
-        assert!(loose_entries(&dir).is_empty());
+        std::fs::write(dir.join("someone-elses.txt"), b"").unwrap();
+        std::fs::set_permissions(dir.join("someone-elses.txt"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(loose_entries(&dir, &["ledger.sqlite3"]).is_empty(), "only Shepherd's files are judged");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::set_permissions(dir.join("ledger.sqlite3"), std::fs::Permissions::from_mode(0o644)).unwrap();
-        let found = warn_if_loose(&dir);
+        let found = warn_if_loose(&dir, &["ledger.sqlite3", "ledger.sqlite3-wal"]);
         assert_eq!(found.len(), 2, "{found:?}");
         assert_eq!(found[0].fix(), format!("chmod 700 {}", dir.display()));
         assert_eq!(found[1].fix(), format!("chmod 600 {}", dir.join("ledger.sqlite3").display()));

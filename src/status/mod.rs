@@ -247,7 +247,8 @@ impl StatusWriter {
     ) -> anyhow::Result<Self> {
         if let Some(path) = &path {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                crate::private_state::warn_if_loose(dir);
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                crate::private_state::warn_if_loose(dir, &[name]);
                 crate::private_state::create_dir(dir).with_context(|| format!("status: creating {}", dir.display()))?;
             }
             remove_stale_temp_files(path);

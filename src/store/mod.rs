@@ -39,8 +39,13 @@ pub fn open_ledger(cfg: &StoreConfig) -> Result<Arc<dyn Ledger>, LedgerError> {
         }
         StoreBackend::Sqlite => {
             let path = ledger_path(cfg, &|name| std::env::var_os(name))?;
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                crate::private_state::warn_if_loose(dir);
+            if let (Some(dir), Some(name)) =
+                (path.parent().filter(|d| !d.as_os_str().is_empty()), path.file_name().and_then(|n| n.to_str()))
+            {
+                let companions = ["-wal", "-shm", "-journal"].map(|suffix| format!("{name}{suffix}"));
+                let mut files = vec![name];
+                files.extend(companions.iter().map(String::as_str));
+                crate::private_state::warn_if_loose(dir, &files);
             }
             let ledger = SqliteLedger::open_with_cache(&path, cfg.cache_kib)?;
             tracing::info!(path = %path.display(), "ledger opened");
