@@ -27,7 +27,10 @@ pub fn set_redactor(redactor: Redactor) {
     }
 }
 
-fn redactor() -> Redactor {
+/// The redactor in force (the configured one once the daemon started; the built-in
+/// shapes before): for every text leaving by another way than the log, on the thread
+/// that sends it.
+pub fn redactor() -> Redactor {
     LOG_REDACTOR.read().ok().and_then(|r| r.clone()).unwrap_or_default()
 }
 

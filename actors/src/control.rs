@@ -10,6 +10,20 @@ use serde::{Deserialize, Serialize};
 use crate::event::Todo;
 use crate::journal::{ActionRecord, LastAction};
 
+impl SessionDetail {
+    /// The detail as it may leave Shepherd: title and todos redacted. Session actors
+    /// answer raw; the thread that sends it out (control API, status writer) redacts.
+    pub fn redacted(mut self, r: &crate::redact::Redactor) -> Self {
+        if let Some(title) = self.title.as_mut() {
+            r.redact_in_place(title);
+        }
+        for todo in &mut self.todos {
+            r.redact_in_place(&mut todo.content);
+        }
+        self
+    }
+}
+
 /// What Shepherd knows about one session, and what it last did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionDetail {

@@ -320,7 +320,8 @@ async fn metrics(_: Authorized, state: web::Data<ApiState>) -> Result<HttpRespon
 }
 
 async fn list_sessions(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
-    let sessions = state.supervisor.send(ListSessions).await?;
+    let r = crate::logging::redactor();
+    let sessions: Vec<_> = state.supervisor.send(ListSessions).await?.into_iter().map(|d| d.redacted(&r)).collect();
     Ok(HttpResponse::Ok().json(sessions))
 }
 
@@ -330,7 +331,7 @@ async fn get_session(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let detail = state.supervisor.send(GetSession(id.into_inner())).await??;
-    Ok(HttpResponse::Ok().json(detail))
+    Ok(HttpResponse::Ok().json(detail.redacted(&crate::logging::redactor())))
 }
 
 /// `?history=N` on `/v1/status`: keep the newest N history entries per session (a

@@ -178,7 +178,21 @@ impl StatusBoard {
             .unwrap_or_default();
         LiveFleet {
             reconciled: fleet.servers.iter().filter(|s| s.connected && s.reconciled).map(|s| s.name.clone()).collect(),
-            sessions: fleet.sessions.iter().map(LiveSession::from).collect(),
+            // Redacted here, on the status thread, not by each session actor.
+            sessions: {
+                let r = crate::logging::redactor();
+                fleet
+                    .sessions
+                    .iter()
+                    .map(|d| {
+                        let mut live = LiveSession::from(d);
+                        if let Some(title) = live.title.as_mut() {
+                            r.redact_in_place(title);
+                        }
+                        live
+                    })
+                    .collect()
+            },
         }
     }
 

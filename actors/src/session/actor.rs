@@ -647,7 +647,10 @@ impl Handler<Inspect> for SessionActor {
         MessageResult(SessionDetail {
             server: self.env.server.to_string(),
             id: self.core.id().to_string(),
-            title: self.core.title().map(|t| self.cfg.redactor.redact(t).into_owned()),
+            // Raw: redacted where it leaves, on the reader's thread (`SessionDetail::redacted`):
+            // the status writer reads every session at each refresh, and redacting here
+            // would cost the actors' thread that much per refresh.
+            title: self.core.title().map(str::to_string),
             directory: self.core.directory().map(str::to_string),
             busy: self.core.is_busy(),
             waiting_on_person: self.core.waits_on_person(),
@@ -660,7 +663,7 @@ impl Handler<Inspect> for SessionActor {
                 .core
                 .todos()
                 .iter()
-                .map(|t| Todo { content: self.cfg.redactor.redact_owned(t.content.clone()), ..t.clone() })
+                .cloned()
                 .collect(),
             context_tokens: self.core.context().0,
             context_window: self.core.context().1,
