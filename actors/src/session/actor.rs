@@ -659,12 +659,7 @@ impl Handler<Inspect> for SessionActor {
             recovering: self.core.is_recovering(),
             paused: self.core.pause().map(|p| p.as_str().to_string()),
             attempts: self.core.attempts(),
-            todos: self
-                .core
-                .todos()
-                .iter()
-                .cloned()
-                .collect(),
+            todos: self.core.todos().to_vec(),
             context_tokens: self.core.context().0,
             context_window: self.core.context().1,
             context_percent: self.core.context_share().map(|s| (s * 1000.0).round() / 10.0),
