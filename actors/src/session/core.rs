@@ -223,6 +223,12 @@ struct Recovering {
 /// is per session, so it is most of a long-lived session's footprint (fleet bench).
 const ROLE_MEMORY: usize = 32;
 
+/// At most this many running tools and open questions/permissions are remembered per
+/// session: ids come from the server, and a server that never ends them must not grow a
+/// session without bound. Past it new ones are not remembered; the session still counts
+/// as running a tool, or waiting on the person, until those it has end.
+const MAX_OPEN_PER_SESSION: usize = 256;
+
 /// Where the verification of a request whose answer was lost stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verify {
@@ -975,7 +981,9 @@ impl SessionCore {
                 }
             }
             Event::PermissionAsked { id, .. } | Event::QuestionAsked { id, .. } => {
-                self.waiting_on_person.insert(id.clone());
+                if self.waiting_on_person.len() < MAX_OPEN_PER_SESSION {
+                    self.waiting_on_person.insert(id.clone());
+                }
                 self.activity(now);
             }
             Event::PermissionReplied { request_id, .. }
@@ -1194,9 +1202,12 @@ impl SessionCore {
                     self.last_reply.used_question_tool = true;
                 }
                 match status {
-                    ToolStatus::Running => {
+                    ToolStatus::Running
+                        if self.running_tools.len() < MAX_OPEN_PER_SESSION || self.running_tools.contains_key(&p.id) =>
+                    {
                         self.running_tools.insert(p.id.clone(), tool.clone());
                     }
+                    ToolStatus::Running => {}
                     ToolStatus::Completed => {
                         self.running_tools.remove(&p.id);
                         if !spinning {
@@ -2528,6 +2539,21 @@ mod tests {
         assert!(b.tick(180).is_empty());
         assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(720)));
         assert!(recovers(&b.tick(720)));
+    }
+
+    /// A server that starts tools and never ends them grows no session without bound;
+    /// the session still counts as running tools (the grace holds).
+    #[test]
+    fn running_tools_a_server_never_ends_are_remembered_up_to_a_bound() {
+        let mut b = Bench::new();
+        b.busy(0);
+        for n in 0..(MAX_OPEN_PER_SESSION + 500) {
+            b.feed(0, &format!(r#"{{"type":"message.part.updated","properties":{{"sessionID":"ses_A","part":{{"id":"prt_T{n}","messageID":"msg_B","sessionID":"ses_A","type":"tool","tool":"bash","state":{{"status":"running"}}}}}}}}"#));
+        }
+        assert_eq!(b.core.running_tools.len(), MAX_OPEN_PER_SESSION);
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(720)), "still a running tool's grace");
+        b.feed(1, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_T0","messageID":"msg_B","sessionID":"ses_A","type":"tool","tool":"bash","state":{"status":"completed"}}}}"#);
+        assert_eq!(b.core.running_tools.len(), MAX_OPEN_PER_SESSION - 1, "one that ends is forgotten");
     }
 
     #[test]
