@@ -199,8 +199,9 @@ pub async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
         log.iter().filter(|r| r.action == Action::Handoff && r.numbers.phase.as_deref() == Some("completed")).count()
     );
     println!(
-        "Each `shepherd ->` line is one decision from Shepherd's journal; the same decisions are its structured log on stderr \
-         (`--log-format json` for JSON lines). Cleaning up."
+        "Each `shepherd ->` line is one decision from Shepherd's journal; the same decisions, with their numbers, are its \
+         structured log (in the file named at the top, or on stderr with --verbose; --log-format json for JSON lines). \
+         Cleaning up."
     );
     daemon.shutdown().await;
     opencode.stop().await;

@@ -84,6 +84,18 @@ pub fn init(format: LogFormat, level: &str) {
     let _ = if json { builder.json().flatten_event(true).try_init() } else { builder.try_init() };
 }
 
+/// Like [`init`], but every line goes to the file at `path` (created private, 0600),
+/// in the plain format: the demo keeps its terminal for the narrative.
+pub fn init_file(level: &str, path: &std::path::Path) -> std::io::Result<()> {
+    let file = crate::private_state::create_new(path)?;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let writer = Redacting(std::sync::Mutex::new(file));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(writer).try_init();
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};

@@ -229,8 +229,12 @@ struct DemoArgs {
     /// Stall timeout used in the demo (the default is minutes; the demo shows seconds).
     #[arg(long, default_value = "4s")]
     stall_timeout: String,
-    /// Log format for Shepherd's own log lines (on stderr).
-    #[arg(long, value_enum)]
+    /// Print Shepherd's own log lines too (on stderr, interleaved with the narrative);
+    /// by default they go to a file whose path the demo prints.
+    #[arg(long, short)]
+    verbose: bool,
+    /// Log format for Shepherd's own log lines with `--verbose`.
+    #[arg(long, value_enum, requires = "verbose")]
     log_format: Option<LogFormatArg>,
 }
 
@@ -309,10 +313,15 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
             actix::System::new().block_on(run(cfg, loader))
         }
         Command::Demo(args) => {
-            shepherd::logging::init(
-                args.log_format.map(Into::into).unwrap_or(LogFormat::Pretty),
-                "warn,shepherd=info,shepherd_actors=info",
-            );
+            let level = "warn,shepherd=info,shepherd_actors=info";
+            if args.verbose {
+                shepherd::logging::init(args.log_format.map(Into::into).unwrap_or(LogFormat::Pretty), level);
+            } else {
+                // The narrative alone on the terminal; the decisions in detail in a file.
+                let path = std::env::temp_dir().join(format!("shepherd-demo-{}.log", std::process::id()));
+                shepherd::logging::init_file(level, &path).with_context(|| format!("creating {}", path.display()))?;
+                println!("Shepherd's own log: {} (or run with --verbose)", path.display());
+            }
             let stall = humantime::parse_duration(&args.stall_timeout)
                 .with_context(|| format!("--stall-timeout {:?}", args.stall_timeout))?;
             actix::System::new().block_on(shepherd::demo::run(stall))
