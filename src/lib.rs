@@ -11,6 +11,7 @@ pub mod demo;
 pub mod doctor;
 pub mod guard;
 pub mod http_thread;
+pub mod init;
 pub mod logging;
 pub mod memory;
 pub mod metrics;

@@ -56,6 +56,10 @@ enum Command {
     /// A live view of the fleet from the running daemon (q quits; a plain refreshing
     /// table when stdout is not a terminal).
     Top(TopArgs),
+    /// Write a first, commented configuration (default: the user's,
+    /// `$XDG_CONFIG_HOME/shepherd/shepherd.toml`), after asking whether an OpenCode
+    /// server answers at its default address.
+    Init(InitArgs),
     /// Print a completion script for a shell, e.g.
     /// `shepherd completions bash > ~/.local/share/bash-completion/completions/shepherd`.
     Completions {
@@ -161,6 +165,19 @@ struct HandoffArgs {
     resume: Option<String>,
     #[command(flatten)]
     daemon: DaemonArgs,
+}
+
+#[derive(Args, Clone)]
+struct InitArgs {
+    /// Write here instead of the user's configuration file.
+    #[arg(long)]
+    path: Option<PathBuf>,
+    /// The OpenCode server to configure (asked whether it answers).
+    #[arg(long, default_value = shepherd::init::DEFAULT_OPENCODE_URL)]
+    server: String,
+    /// Replace an existing file.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Args, Clone)]
@@ -348,6 +365,17 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Status(args) => status(args),
         Command::Top(args) => top(args),
+        Command::Init(args) => {
+            let path = match args.path {
+                Some(p) => p,
+                None => shepherd::config::user_config_path(&|name| std::env::var_os(name))
+                    .context("neither XDG_CONFIG_HOME nor HOME is set to an absolute path: pass --path")?,
+            };
+            let found = client_runtime()?.block_on(shepherd::init::write(&path, &args.server, args.force))?;
+            println!("wrote {} ({}: {found})", path.display(), args.server);
+            println!("next: `shepherd doctor` checks it, `shepherd run` uses it");
+            Ok(())
+        }
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "shepherd", &mut std::io::stdout());
             Ok(())

@@ -242,3 +242,42 @@ async fn doctor_names_a_wrong_password_and_an_unreachable_server_and_passes_a_go
     opencode.stop().await;
     Ok(())
 }
+
+/// `shepherd init` on a machine with an OpenCode running: it finds the server, writes the
+/// user's configuration (`$XDG_CONFIG_HOME/shepherd/shepherd.toml`), refuses to overwrite
+/// it, and `config check` — with no `--config`, from another folder — reads that file.
+#[actix::test]
+async fn init_writes_a_config_that_config_check_finds_and_accepts() -> anyhow::Result<()> {
+    use shepherd::testbed::fake_model::FakeModel;
+    use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer, OPENCODE_VERSION};
+    let fake = FakeModel::start()?;
+    let mut opencode = OpenCodeServer::start(OpenCodeOptions::for_fake(&fake)).await?;
+    let xdg = tempfile::tempdir()?;
+    let elsewhere = tempfile::tempdir()?;
+    let shepherd = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(args)
+            .current_dir(elsewhere.path())
+            .env("XDG_CONFIG_HOME", xdg.path())
+            .env_remove("SHEPHERD_KILL_AT")
+            .output()
+    };
+    let out = shepherd(&["init", "--server", &opencode.url()])?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let file = xdg.path().join("shepherd").join("shepherd.toml");
+    assert!(said.contains(&format!("OpenCode {OPENCODE_VERSION}")), "{said}");
+    let text = std::fs::read_to_string(&file)?;
+    assert!(text.contains(&format!("url = \"{}\"", opencode.url())), "{text}");
+
+    let again = shepherd(&["init", "--server", &opencode.url()])?;
+    assert!(!again.status.success(), "an existing file is not overwritten");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+
+    let check = shepherd(&["config", "check"])?;
+    let effective = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    assert!(effective.contains(&format!("url = \"{}\" # from file {}", opencode.url(), file.display())), "{effective}");
+    opencode.stop().await;
+    Ok(())
+}

@@ -71,20 +71,27 @@ pub struct ConfigSources {
 
 impl ConfigSources {
     /// Without an explicit file: [`DEFAULT_FILE_NAME`] in the current directory if it
-    /// exists. [`load`] does this itself; call it to learn which file will be read.
+    /// exists, else the user's ([`user_config_path`]) if that exists. [`load`] does this
+    /// itself; call it to learn which file will be read.
     pub fn or_default_file(self) -> Self {
-        self.or_default_file_in(Path::new("."))
+        self.or_default_file_in(Path::new("."), &|name| std::env::var_os(name))
     }
 
-    fn or_default_file_in(mut self, dir: &Path) -> Self {
+    fn or_default_file_in(mut self, dir: &Path, lookup: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> Self {
         if self.file.is_none() {
-            let candidate = dir.join(DEFAULT_FILE_NAME);
-            if candidate.is_file() {
-                self.file = Some(candidate);
-            }
+            let here = dir.join(DEFAULT_FILE_NAME);
+            self.file = [Some(here), user_config_path(lookup)].into_iter().flatten().find(|p| p.is_file());
         }
         self
     }
+}
+
+/// The user's configuration file: `$XDG_CONFIG_HOME/shepherd/shepherd.toml`, else
+/// `~/.config/shepherd/shepherd.toml` (where `shepherd init` writes).
+pub fn user_config_path(lookup: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
+    let absolute = |name: &str| lookup(name).map(PathBuf::from).filter(|p| p.is_absolute());
+    let base = absolute("XDG_CONFIG_HOME").or_else(|| absolute("HOME").map(|h| h.join(".config")))?;
+    Some(base.join("shepherd").join(DEFAULT_FILE_NAME))
 }
 
 /// Why the configuration could not be loaded. Every variant names what to fix.
@@ -302,12 +309,29 @@ mod tests {
     #[test]
     fn the_default_file_is_read_only_when_it_is_there() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(ConfigSources::default().or_default_file_in(dir.path()).file, None);
+        let none = |_: &str| None;
+        assert_eq!(ConfigSources::default().or_default_file_in(dir.path(), &none).file, None);
         std::fs::write(dir.path().join(DEFAULT_FILE_NAME), "").unwrap();
-        let found = ConfigSources::default().or_default_file_in(dir.path()).file;
+        let found = ConfigSources::default().or_default_file_in(dir.path(), &none).file;
         assert_eq!(found, Some(dir.path().join(DEFAULT_FILE_NAME)));
         let named = ConfigSources { file: Some("other.toml".into()), ..ConfigSources::default() };
-        assert_eq!(named.or_default_file_in(dir.path()).file, Some("other.toml".into()));
+        assert_eq!(named.or_default_file_in(dir.path(), &none).file, Some("other.toml".into()));
+    }
+
+    #[test]
+    fn the_user_s_file_is_read_when_the_current_directory_has_none() {
+        let cwd = tempfile::tempdir().unwrap();
+        let xdg = tempfile::tempdir().unwrap();
+        let config_home = xdg.path().as_os_str().to_owned();
+        let env = move |name: &str| (name == "XDG_CONFIG_HOME").then(|| config_home.clone());
+        assert_eq!(ConfigSources::default().or_default_file_in(cwd.path(), &env).file, None, "only if it exists");
+        let user = xdg.path().join("shepherd").join(DEFAULT_FILE_NAME);
+        std::fs::create_dir_all(user.parent().unwrap()).unwrap();
+        std::fs::write(&user, "").unwrap();
+        assert_eq!(ConfigSources::default().or_default_file_in(cwd.path(), &env).file, Some(user));
+        std::fs::write(cwd.path().join(DEFAULT_FILE_NAME), "").unwrap();
+        let here = ConfigSources::default().or_default_file_in(cwd.path(), &env).file;
+        assert_eq!(here, Some(cwd.path().join(DEFAULT_FILE_NAME)), "./shepherd.toml comes first");
     }
 
     #[test]
