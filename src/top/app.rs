@@ -3,7 +3,7 @@
 //! the event loop ([`super::run`]) carries them out against the control API.
 
 use shepherd_actors::journal::ActionRecord;
-use shepherd_actors::stats::StatusDocument;
+use shepherd_actors::stats::{SessionState, StatusDocument};
 
 use super::model::{visible, Filter, Fleet, Row, SortKey};
 
@@ -37,6 +37,8 @@ pub enum Command {
     },
     /// `POST /v1/sessions/{id}/handoff`.
     Handoff(String),
+    /// `POST /v1/sessions/{id}/pause` (`pause`) or `…/resume`.
+    SetPause { session: String, pause: bool },
 }
 
 /// What the keyboard is doing.
@@ -195,6 +197,12 @@ impl App {
                     self.mode = Mode::ConfirmHandoff { session: row.id.clone() };
                 }
             }
+            // The off switch: a paused session is resumed, any other paused.
+            Key::Char('z') => {
+                let row = self.selected_row()?;
+                let pause = row.state != SessionState::Paused;
+                return Some(Command::SetPause { session: row.id.clone(), pause });
+            }
             _ => {}
         }
         None
@@ -291,6 +299,18 @@ mod tests {
         assert_eq!(keys(&mut a, "n"), vec![]);
         assert_eq!(a.message.as_deref(), Some("hand-off cancelled"));
         assert_eq!(keys(&mut a, "hy"), vec![Command::Handoff(id)]);
+    }
+
+    #[test]
+    fn z_pauses_the_selected_session_and_resumes_a_paused_one() {
+        let mut a = app();
+        let row = a.selected_row().unwrap().clone();
+        let pause = row.state != SessionState::Paused;
+        assert_eq!(keys(&mut a, "z"), vec![Command::SetPause { session: row.id.clone(), pause }]);
+        let paused = a.visible().into_iter().find(|r| r.state == SessionState::Paused).map(|r| r.id.clone());
+        let paused = paused.expect("the fixture fleet has a paused session");
+        a.selected = Some(paused.clone());
+        assert_eq!(keys(&mut a, "z"), vec![Command::SetPause { session: paused, pause: false }]);
     }
 
     #[test]

@@ -99,6 +99,7 @@ enum Request {
     Journal(String, u32),
     Prompt(String, String),
     Handoff(String),
+    Pause(String, bool),
 }
 
 /// Its answer.
@@ -152,6 +153,13 @@ async fn answer(client: &ControlClient, request: Request) -> Reply {
         Request::Handoff(id) => Reply::Done(match client.handoff(&id).await {
             Ok(view) => format!("hand-off of {id}: {}", view.phase),
             Err(e) => format!("hand-off of {id} not started: {e}"),
+        }),
+        Request::Pause(id, pause) => Reply::Done(match client.set_pause(Some(&id), pause, None, "top").await {
+            Ok(view) => match view.paused {
+                Some(why) => format!("{id} paused ({why})"),
+                None => format!("{id} resumed"),
+            },
+            Err(e) => format!("{id}: {e}"),
         }),
     }
 }
@@ -259,6 +267,9 @@ fn interactive(client: ControlClient, opts: &TopOptions, palette: Palette) -> an
             }
             Some(Command::Handoff(session)) => {
                 let _ = requests.send(Request::Handoff(session));
+            }
+            Some(Command::SetPause { session, pause }) => {
+                let _ = requests.send(Request::Pause(session, pause));
             }
         }
         // The detail pane moved to another session: read that one's journal.

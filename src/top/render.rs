@@ -349,7 +349,7 @@ fn footer_text(app: &App, palette: Palette) -> Line<'static> {
         Mode::Browse => match &app.message {
             Some(m) => Line::raw(m.clone()),
             None => Line::from(Span::styled(
-                "q quit ↑↓ select ⏎ detail s sort / filter a attention p prompt h hand-off",
+                "q quit ↑↓ select ⏎ detail s sort / filter a attention p prompt h handoff z pause",
                 hint,
             )),
         },
