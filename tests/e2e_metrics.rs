@@ -179,6 +179,29 @@ async fn a_scripted_run_reads_back_from_metrics_with_exact_counts_and_no_secrets
     for secret in [&api.token, &stalled, &nudged, &prompted, &rig.opencode.url()] {
         assert!(!text.contains(secret.as_str()), "/metrics must not show {secret}");
     }
+    // The Grafana dashboard in contrib/ queries only metrics this scrape declares.
+    let dashboard: Value = serde_json::from_str(include_str!("../contrib/grafana/shepherd.json"))?;
+    let exprs: Vec<&str> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        .filter_map(|t| t["expr"].as_str())
+        .chain(dashboard["templating"]["list"].as_array().into_iter().flatten().filter_map(|v| v["query"].as_str()))
+        .collect();
+    let mut queried = std::collections::BTreeSet::new();
+    for expr in &exprs {
+        for (at, _) in expr.match_indices("shepherd_") {
+            let name: String = expr[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            // A histogram's series are declared under its base name.
+            let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name);
+            queried.insert(base.to_string());
+        }
+    }
+    assert!(queried.len() >= 10, "{queried:?}");
+    for name in &queried {
+        assert!(text.contains(&format!("# TYPE {name} ")), "the dashboard queries {name}, which /metrics does not declare");
+    }
     assert_eq!(api.get("/metrics", false).await?.0, 401, "metrics need the token");
     rig.stop().await;
     Ok(())
