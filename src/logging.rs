@@ -70,10 +70,13 @@ impl<W: Write> Write for RedactingWriter<W> {
 }
 
 /// Installs the global subscriber. `RUST_LOG` overrides the configured level.
+/// `RUST_LOG` if set, else `level`, else `info`.
+fn env_filter(level: &str) -> EnvFilter {
+    EnvFilter::try_from_default_env().or_else(|_| EnvFilter::try_new(level)).unwrap_or_else(|_| EnvFilter::new("info"))
+}
+
 pub fn init(format: LogFormat, level: &str) {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = env_filter(level);
     let json = match format {
         LogFormat::Json => true,
         LogFormat::Pretty => false,
@@ -88,9 +91,7 @@ pub fn init(format: LogFormat, level: &str) {
 /// in the plain format: the demo keeps its terminal for the narrative.
 pub fn init_file(level: &str, path: &std::path::Path) -> std::io::Result<()> {
     let file = crate::private_state::create_new(path)?;
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = env_filter(level);
     let writer = Redacting(std::sync::Mutex::new(file));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(writer).try_init();
     Ok(())

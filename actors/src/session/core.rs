@@ -728,7 +728,9 @@ impl SessionCore {
         self.touch();
         self.attempts = d.attempts;
         self.auto_submits = d.auto_submits;
-        self.pause = d.paused.as_deref().and_then(Pause::parse);
+        // A fleet pause is the supervisor's to give (it tells every actor it creates while
+        // the fleet is paused): one remembered from before is not kept.
+        self.pause = d.paused.as_deref().and_then(Pause::parse).filter(|p| *p != Pause::Fleet);
         self.hold_until = match (self.pause, d.paused_until_ms) {
             (Some(Pause::Person), Some(wall_ms)) => Some(Box::new(hold::HoldUntil::at(wall_ms, now))),
             _ => None,

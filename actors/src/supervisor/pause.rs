@@ -26,15 +26,12 @@ impl Supervisor {
         }));
     }
 
-    /// A session actor just created: held if the fleet is; if not, released from a
-    /// fleet pause its ledgered state may still carry (the fleet was resumed while the
-    /// session was out of memory).
+    /// A session actor just created: held if the fleet is (a fleet pause in its ledgered
+    /// state is not restored: `SessionCore::restore`).
     pub(super) fn hold_if_fleet_paused(&self, addr: &Addr<SessionActor>) {
-        let hold = match &self.fleet_pause {
-            Some(p) => SetHold { scope: HoldScope::Fleet, hold: true, until_ms: None, by: p.by.clone() },
-            None => SetHold { scope: HoldScope::Fleet, hold: false, until_ms: None, by: "the fleet's resume".into() },
-        };
-        addr.do_send(hold);
+        if let Some(p) = &self.fleet_pause {
+            addr.do_send(SetHold { scope: HoldScope::Fleet, hold: true, until_ms: None, by: p.by.clone() });
+        }
     }
 
     /// The fleet's pause, if any (status, metrics).

@@ -234,5 +234,13 @@ mod tests {
         again.core.restore(&saved, again.at(60));
         assert_eq!(again.core.pause(), Some(Pause::Person));
         assert_eq!(again.core.deadline(), Some(again.at(3600).mono), "the same end, not an hour from the restart");
+
+        // The fleet's pause is the supervisor's to give again, not the session's to keep.
+        let mut fleet = bench();
+        let at = fleet.at(0);
+        fleet.core.on_hold(HoldScope::Fleet, None, "cli", at);
+        let mut again = bench();
+        again.core.restore(&fleet.core.export(at), again.at(1));
+        assert_eq!(again.core.pause(), None);
     }
 }
