@@ -39,6 +39,21 @@ pub struct TurnSettings {
     pub model: Option<ModelRef>,
 }
 
+/// A session's latest messages (oldest first) and its last turn's settings, from one
+/// read ([`Engine::recent`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recent {
+    pub messages: Vec<HistoryMessage>,
+    pub turn: TurnSettings,
+}
+
+impl Recent {
+    /// The newest `n` of the messages.
+    pub fn last(&self, n: u32) -> &[HistoryMessage] {
+        &self.messages[self.messages.len().saturating_sub(n as usize)..]
+    }
+}
+
 /// A prompt Shepherd sends: one synthetic text part tagged as ours.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prompt {
@@ -182,6 +197,16 @@ pub trait Engine: Send + Sync + 'static {
     async fn todos(&self, session_id: &str) -> Result<Vec<Todo>, EngineError>;
     /// Agent and model of the session's last user message, read from its history.
     async fn last_turn_settings(&self, session_id: &str) -> Result<TurnSettings, EngineError>;
+    /// The session's latest `limit` messages and its last turn's settings — what a
+    /// prompt's delivery reads — from one request where the engine can (the HTTP
+    /// adapter does: one `GET /session/{id}/message` instead of three per prompt).
+    /// The default reads [`Engine::history`], then [`Engine::last_turn_settings`]
+    /// (its failure leaves the settings empty).
+    async fn recent(&self, session_id: &str, limit: u32) -> Result<Recent, EngineError> {
+        let messages = self.history(session_id, limit).await?;
+        let turn = self.last_turn_settings(session_id).await.unwrap_or_default();
+        Ok(Recent { messages, turn })
+    }
     /// The latest assistant message of the session, if any.
     async fn last_turn(&self, session_id: &str) -> Result<Option<LastTurn>, EngineError>;
     /// `POST /session/{id}/summarize` with the session's own model; returns when the

@@ -165,12 +165,29 @@ impl Outbound<'_> {
         not_before_ms: Option<i64>,
     ) -> Verdict {
         let n = self.guard.history_messages();
+        let history = if n == 0 { Ok(Vec::new()) } else { self.engine.history(session, n).await };
+        self.admit_after_reading(session, kind, text, decision, not_before_ms, history.as_deref()).await
+    }
+
+    /// [`Outbound::admit`] over the session's recent messages already read (the
+    /// guard looks at the newest [`PromptGuard::history_messages`] of them).
+    pub async fn admit_after_reading(
+        &self,
+        session: &str,
+        kind: PromptKind,
+        text: &str,
+        decision: &str,
+        not_before_ms: Option<i64>,
+        history: Result<&[HistoryMessage], &EngineError>,
+    ) -> Verdict {
+        let n = self.guard.history_messages() as usize;
         let recent = if n == 0 {
             Some(Vec::new())
         } else {
-            match self.engine.history(session, n).await {
+            match history {
                 Ok(h) => Some(
-                    h.into_iter()
+                    h[h.len().saturating_sub(n)..]
+                        .iter()
                         .filter(|m| m.role == Role::User)
                         .filter(|m| !(kind.is_automatic() && self.own_other_decision(m, decision)))
                         .filter_map(|m| {
@@ -252,20 +269,20 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
     if order.require_open_todos && TodoCounts::of(&todos).open == 0 {
         return Delivery::Skipped { reason: "no open todos any more", todos };
     }
-    let mut turn = match engine.last_turn_settings(&order.session_id).await {
-        Ok(t) if t.agent.is_some() || t.model.is_some() => t,
+    // One read for the turn's settings, the tool-call scan and the guard's comparison.
+    let scan_messages = order.tool_text_scan.as_ref().map_or(0, |scan| scan.messages);
+    let recent = engine.recent(&order.session_id, scan_messages.max(out.guard.history_messages())).await;
+    let mut turn = match &recent {
+        Ok(r) if r.turn.agent.is_some() || r.turn.model.is_some() => r.turn.clone(),
         _ => order.known_turn.clone().unwrap_or_default(),
     };
     if let Some(model) = &order.model {
         turn.model = Some(model.clone());
     }
     // A failed read is no reason not to send: the plain prompt goes out.
-    let found = match &order.tool_text_scan {
-        Some(scan) => match engine.history(&order.session_id, scan.messages).await {
-            Ok(messages) => detect(&assistant_texts(&messages)).map(|f| (f, scan)),
-            Err(_) => None,
-        },
-        None => None,
+    let found = match (&order.tool_text_scan, &recent) {
+        (Some(scan), Ok(r)) => detect(&assistant_texts(r.last(scan.messages))).map(|f| (f, scan)),
+        _ => None,
     };
     let text = match &found {
         Some((f, scan)) => render(&fill(&scan.template, &[("pattern", f.pattern.to_string())]), &todos, &order.facts),
@@ -277,7 +294,9 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
             render(template, &todos, &order.facts)
         }
     };
-    let verdict = out.admit(&order.session_id, order.kind, &text, &order.decision, order.not_before_ms).await;
+    let history = recent.as_ref().map(|r| r.messages.as_slice());
+    let verdict =
+        out.admit_after_reading(&order.session_id, order.kind, &text, &order.decision, order.not_before_ms, history).await;
     let (waited_ms, lease) = match verdict {
         Verdict::Send { waited_ms, lease } => (waited_ms, lease),
         other => {
