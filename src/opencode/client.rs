@@ -319,7 +319,8 @@ fn check_session(s: &SessionInfo, what: &str) -> Result<(), EngineError> {
 
 #[derive(Deserialize)]
 struct MessageWithParts {
-    info: serde_json::Value,
+    /// Decoded only where needed ([`decode_message`]), straight from its text.
+    info: Box<serde_json::value::RawValue>,
     #[serde(default)]
     parts: Vec<serde_json::Value>,
 }
@@ -495,7 +496,7 @@ impl Engine for OpenCodeClient {
             .timeout(self.long_call_timeout())
             .json(&prompt_body(prompt));
         let reply: MessageWithParts = self.get_json(rb, "POST /session/{id}/message").await?;
-        if let Some(err) = reply.info.pointer("/error/name").and_then(|v| v.as_str()) {
+        if let Some(err) = decode_message(&reply.info).and_then(|m| m.error).map(|e| e.name) {
             return Err(EngineError::Http { status: 200, body: format!("the model's turn ended with {err}") });
         }
         let text: Vec<&str> =
@@ -642,12 +643,8 @@ fn status_of(body: &[u8], session_id: &str) -> Result<Option<Status>, serde_json
 }
 
 /// A message's `info` through the same decoder the event stream uses.
-fn decode_message(info: &serde_json::Value) -> Option<MessageInfo> {
-    let frame = json!({"type": "message.updated", "properties": {"info": info}});
-    match shepherd_actors::event::decode(&frame.to_string()).ok()?.event {
-        shepherd_actors::event::Event::MessageUpdated(m) => Some(m),
-        _ => None,
-    }
+fn decode_message(info: &serde_json::value::RawValue) -> Option<MessageInfo> {
+    shepherd_actors::event::decode_message_info(info.get()).ok()
 }
 
 #[cfg(test)]
