@@ -404,13 +404,14 @@ mod tests {
             .collect()
     }
 
-    const HTTP429: &str = include_str!("../../tests/fixtures/captures/http429_retries_then_apierror.jsonl");
-    const HTTP500: &str = include_str!("../../tests/fixtures/captures/http500_retries_then_apierror.jsonl");
-    const OVERFLOW: &str = include_str!("../../tests/fixtures/captures/context_overflow_autocompact_disabled.jsonl");
-    const ABORT: &str = include_str!("../../tests/fixtures/captures/stall_then_abort.jsonl");
-    const NO_MODEL: &str = include_str!("../../tests/fixtures/captures/prompt_with_unknown_model.jsonl");
+    const HTTP429: &str = include_str!("../../../actors/tests/fixtures/captures/http429_retries_then_apierror.jsonl");
+    const HTTP500: &str = include_str!("../../../actors/tests/fixtures/captures/http500_retries_then_apierror.jsonl");
+    const OVERFLOW: &str =
+        include_str!("../../../actors/tests/fixtures/captures/context_overflow_autocompact_disabled.jsonl");
+    const ABORT: &str = include_str!("../../../actors/tests/fixtures/captures/stall_then_abort.jsonl");
+    const NO_MODEL: &str = include_str!("../../../actors/tests/fixtures/captures/prompt_with_unknown_model.jsonl");
     const HEADER_TIMEOUT: &str =
-        include_str!("../../tests/fixtures/captures/hang_before_headers_headertimeout_3s.jsonl");
+        include_str!("../../../actors/tests/fixtures/captures/hang_before_headers_headertimeout_3s.jsonl");
 
     #[test]
     fn captured_429_and_500_after_opencodes_retries_are_provider_errors_with_their_status() {

@@ -42,17 +42,17 @@ use crate::event::{
 use crate::journal::{Action, ActionRecord, Numbers, Outcome};
 use crate::ledger::{DurableState, Intent, IntentKind, OutageMemory};
 use crate::ports::{EngineError, TurnSettings};
-use crate::session::delivery::{Delivery, PromptKind, PromptOrder, ToolTextScan};
+use crate::session::effect::{
+    Delivery, FinishOrder, FinishReport, HandoffOrder, PromptKind, PromptOrder, StepReport, ToolTextScan,
+};
 use crate::session::family::{ChildNews, Family};
 use crate::session::followup::{self, Decision, Delivered, Facts, FollowUp, LastReply};
 use crate::session::handoff::{Phase, Rollover, Step};
-use crate::session::handover::{HandoffOrder, StepReport};
 pub use crate::session::loops::Escalation;
 use crate::session::loops::{ContinueHistory, SpinVerdict, ToolSpin};
 use crate::session::outage::{classify, ErrorClass, Outage};
 use crate::session::planning::Planning;
 use crate::session::prompt::PromptFacts;
-use crate::session::unfinished::{FinishOrder, FinishReport};
 use crate::session::textual_tool_call::TextualToolCall;
 
 /// A moment, in both of the clocks the core compares with.
@@ -1366,7 +1366,7 @@ impl SessionCore {
     /// open, and the session is read once the request had time to land
     /// (`recovery.abort_poll_max`), so it is neither lost nor sent twice.
     fn verify_later(&mut self, error: &EngineError, now: Now) {
-        if crate::session::recovery::may_have_arrived(error) {
+        if crate::ports::may_have_arrived(error) {
             self.verify = Verify::At(now.mono + self.cfg.recovery.abort_poll_max);
         }
     }
@@ -1940,7 +1940,7 @@ impl SessionCore {
         }
         let mut out = Vec::new();
         for intent in intents {
-            let resuming = self.resuming.iter().any(|d| crate::session::unfinished::same_action(d, &intent.decision));
+            let resuming = self.resuming.iter().any(|d| crate::session::effect::same_action(d, &intent.decision));
             if intent.session != self.id || resuming {
                 continue;
             }
@@ -1961,7 +1961,7 @@ impl SessionCore {
         let mut order = match intent.kind {
             IntentKind::Recover => {
                 let recovery = RecoveryOrder { attempt: intent.attempt, ..self.recovery_order(intent.attempt, None, now) };
-                crate::session::recovery::continue_order(&self.cfg.recovery, &recovery, self.directory.clone())
+                crate::session::effect::continue_order(&self.cfg.recovery, &recovery, self.directory.clone())
             }
             IntentKind::Continue => self.continue_when_idle("resume", now),
             IntentKind::Nudge | IntentKind::Review => {
