@@ -3732,5 +3732,4 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "core_intelligence_tests.rs"]
 mod intelligence_tests;
