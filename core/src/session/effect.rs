@@ -2,12 +2,16 @@
 //! `shepherd-actors` (delivery, hand-over, finishing an unfinished action) is asked to
 //! do, and how it ended. Plain data; the procedures that carry them out do the I/O.
 
+use std::time::Duration;
+
+use crate::advisor::gate::AdviceRequest;
 use crate::config::{HandoffMode, RecoveryConfig};
 use crate::event::{ModelRef, Todo};
+use crate::journal::ActionRecord;
 use crate::ledger::Intent;
 use crate::ports::{EngineError, TurnSettings};
-use crate::session::core::RecoveryOrder;
 use crate::session::handoff::Phase;
+use crate::session::loops::Escalation;
 use crate::session::prompt::PromptFacts;
 use crate::session::textual_tool_call::TextualToolCall;
 
@@ -235,6 +239,113 @@ pub fn continue_order(cfg: &RecoveryConfig, order: &RecoveryOrder, directory: Op
         tool_text_scan: ToolTextScan::from_config(cfg),
         model: None,
     }
+}
+
+/// What the actor must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Write this record to the journal.
+    Record(ActionRecord),
+    /// Run the abort + continue procedure.
+    Recover(RecoveryOrder),
+    /// Deliver a nudge or a review.
+    Prompt(PromptOrder),
+    /// Compact the session (`POST /summarize` with its own model).
+    Compact(CompactOrder),
+    /// Run one step of a hand-off.
+    HandOff(HandoffOrder),
+    /// Ask the advisor; its answer goes to [`SessionCore::on_advice`](crate::session::SessionCore::on_advice).
+    Advise(AdviceRequest),
+    /// Finish an action a crash left open (its intent); the report goes to
+    /// [`SessionCore::on_unfinished_done`](crate::session::SessionCore::on_unfinished_done).
+    Finish(FinishOrder),
+    /// Read this session's open intents from the ledger and hand them to
+    /// [`SessionCore::on_open_intents`](crate::session::SessionCore::on_open_intents) (a request that may have arrived is verified).
+    FindIntents,
+    /// Tell the server's provider breaker, or ask it (its answer goes to
+    /// [`SessionCore::on_breaker_permit`](crate::session::SessionCore::on_breaker_permit)).
+    Breaker(BreakerCall),
+    /// The session is gone: stop the actor.
+    Stop,
+}
+
+/// What the core tells or asks the server's provider breaker (`session::breaker`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerCall {
+    /// This session's turn ended on a provider error.
+    Failed,
+    /// This session, which had failed on provider errors, finished a turn normally.
+    Recovered,
+    /// May this session resume now?
+    Ask,
+}
+
+/// Everything the recovery procedure needs to know, decided by the core.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoveryOrder {
+    pub session_id: String,
+    pub directory: Option<String>,
+    /// 1-based attempt number, rendered into the continue prompt.
+    pub attempt: u32,
+    /// Todos as last seen in events (the procedure re-reads them before writing).
+    pub known_todos: Vec<Todo>,
+    /// Agent/model of the last user message, if seen in events.
+    pub known_turn: Option<TurnSettings>,
+    /// A fresh id naming this decision in the prompt's metadata and the log.
+    pub decision: String,
+    /// When it was decided (epoch ms): prompts before it are not repeated by its continue.
+    pub decided_ms: i64,
+    /// Past `handoff.hard`: compact (with this model, waiting at most this long)
+    /// between the abort and the continue.
+    pub compact_first: Option<(ModelRef, Duration)>,
+    /// Send the continue after the abort (false: a runaway loop that came back).
+    pub continue_after: bool,
+    /// The session is planning: the continue uses `continue_with_plan_message`.
+    pub planning: bool,
+    /// Repeated continues did not help: this instead of a plain continue (`Compact`,
+    /// carried out as `compact_first`; a hand-off runs as its own procedure instead).
+    pub escalation: Option<Escalation>,
+}
+
+/// A compaction to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactOrder {
+    pub session_id: String,
+    pub model: ModelRef,
+    pub reason: String,
+}
+
+/// How the recovery procedure ended.
+#[derive(Debug, Clone)]
+pub enum RecoveryReport {
+    /// `GET /session/status` says the session is not busy: nothing was done.
+    NotBusy,
+    /// The status could not be read: nothing was done (no abort on a guess).
+    StatusUnavailable(EngineError),
+    /// The abort request failed: nothing else was done.
+    AbortFailed(EngineError),
+    /// Shutdown began before the abort: nothing was done.
+    Cancelled,
+    /// Another Shepherd instance holds the session's lease: it acts, this one did nothing.
+    NotOurs(String),
+    /// Aborted, then continued.
+    /// Aborted, then continued (`compacted`: the hard gate's compaction, if one ran).
+    /// `tool_call_as_text`: the specialised prompt was sent because of this;
+    /// `waited_ms`: the guard's rate limit held the continue back this long.
+    Continued {
+        idle_after_ms: Option<u64>,
+        open_todos: u32,
+        compacted: Option<Result<(), String>>,
+        tool_call_as_text: Option<TextualToolCall>,
+        waited_ms: u64,
+    },
+    /// Aborted; no continue was wanted.
+    AbortedOnly { idle_after_ms: Option<u64> },
+    /// Aborted, but the continue could not be sent.
+    ContinueFailed { idle_after_ms: Option<u64>, error: EngineError },
+    /// Aborted; the guard held the continue back (a similar prompt reached the session
+    /// after the stall was decided — e.g. from another instance or the person).
+    ContinueDeclined { idle_after_ms: Option<u64>, reason: String },
 }
 
 #[cfg(test)]

@@ -230,7 +230,7 @@ impl SessionCore {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{test_core, unadvised};
+    use super::super::testkit::{test_core, unadvised};
     use super::*;
     use crate::event::decode;
 
