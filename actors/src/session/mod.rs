@@ -20,7 +20,7 @@ pub mod recovery;
 pub mod unfinished;
 
 pub use shepherd_core::session::{
-    breaker, continuation, core, effect, family, followup, handoff, loops, outage, planning, prompt, question,
+    breaker, continuation, core, effect, family, followup, handoff, loops, outage, pause, planning, prompt, question,
     textual_tool_call,
 };
 

@@ -36,7 +36,7 @@ pub use daemon::{
 pub use followup::{NudgeConfig, ReviewConfig};
 pub use guard::{GuardBackend, GuardConfig, MIN_RENEWED_LEASE_TTL};
 pub use loops::LoopsConfig;
-pub use recovery::RecoveryConfig;
+pub use recovery::{parse_model, RecoveryConfig};
 pub use server::ServerConfig;
 pub use window::{CompactionConfig, ContextConfig, HandoffConfig, HandoffMode};
 

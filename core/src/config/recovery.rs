@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{bad, duration_str, Config, InvalidValue};
+use crate::event::ModelRef;
 
 /// Stall detection and recovery (abort + continue).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -161,6 +162,13 @@ impl Default for RecoveryConfig {
     }
 }
 
+/// `provider/model` pairs of `recovery.fallback_models` (validated at start-up).
+pub fn parse_model(key: &str) -> Option<ModelRef> {
+    let (provider, model) = key.split_once('/')?;
+    (!provider.trim().is_empty() && !model.trim().is_empty())
+        .then(|| ModelRef { provider_id: provider.trim().to_string(), model_id: model.trim().to_string() })
+}
+
 /// Checks `recovery.*`: ranges, and the relations between its durations.
 pub(super) fn validate(c: &Config) -> Result<(), InvalidValue> {
     let r = &c.recovery;
@@ -224,7 +232,7 @@ pub(super) fn validate(c: &Config) -> Result<(), InvalidValue> {
         }
     }
     for (i, m) in r.fallback_models.iter().enumerate() {
-        if crate::session::outage::parse_model(m).is_none() {
+        if parse_model(m).is_none() {
             return Err(bad(
                 &format!("recovery.fallback_models[{i}]"),
                 "must be provider/model, e.g. \"anthropic/claude-sonnet-4\"",

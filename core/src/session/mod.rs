@@ -13,6 +13,7 @@
 //! - [`outage`]: provider errors — what they are, and one session's resume back-off;
 //!   [`breaker`]: the server's circuit breaker shared by its sessions.
 //! - [`family`]: a parent's subagents (children busy or failed, orphan waits).
+//! - [`pause`]: why automation is off for a session.
 
 pub mod breaker;
 pub mod continuation;
@@ -23,6 +24,7 @@ pub mod followup;
 pub mod handoff;
 pub mod loops;
 pub mod outage;
+pub mod pause;
 pub mod planning;
 pub mod prompt;
 pub mod question;

@@ -70,6 +70,7 @@ use crate::session::followup::{self, Decision, Delivered, Facts, FollowUp, LastR
 use crate::session::handoff::{Phase, Rollover, Step};
 pub use crate::session::effect::{BreakerCall, CompactOrder, Effect, RecoveryOrder, RecoveryReport};
 pub use crate::session::loops::Escalation;
+pub use crate::session::pause::Pause;
 use crate::session::loops::{ContinueHistory, SpinVerdict, ToolSpin};
 use crate::session::outage::{classify, ErrorClass, Outage};
 use crate::session::planning::Planning;
@@ -88,40 +89,6 @@ enum RunState {
     Idle,
     Busy,
     Retry,
-}
-
-/// Why automation is off for this session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pause {
-    /// The person aborted the session.
-    UserAbort,
-    /// Shepherd's limits were reached.
-    GaveUp,
-    /// A person paused Shepherd for this session (`shepherd pause SESSION`): see
-    /// `core/hold.rs`. The person writing does not lift it.
-    Person,
-    /// The fleet is paused (`shepherd pause --all`).
-    Fleet,
-}
-
-impl Pause {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Pause::UserAbort => "user_abort",
-            Pause::GaveUp => "gave_up",
-            Pause::Person => "person",
-            Pause::Fleet => "fleet",
-        }
-    }
-
-    fn parse(text: &str) -> Option<Pause> {
-        [Pause::UserAbort, Pause::GaveUp, Pause::Person, Pause::Fleet].into_iter().find(|p| p.as_str() == text)
-    }
-
-    /// Whether the person writing in the session lifts it (not a hold they asked for).
-    fn lifted_by_the_person_writing(self) -> bool {
-        matches!(self, Pause::UserAbort | Pause::GaveUp)
-    }
 }
 
 #[derive(Debug, Clone)]
