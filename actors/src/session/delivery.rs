@@ -8,134 +8,13 @@
 //! busy again, the todos were all done meanwhile) is decided here only as far as
 //! "do not send": the caller's core records why.
 
-use crate::config::RecoveryConfig;
-use crate::event::{ModelRef, Role, ShepherdTag, Status, Todo};
+use crate::event::{Role, ShepherdTag, Status};
 use crate::guard::{GuardRequest, PromptGuard, Verdict};
-use crate::ports::{Engine, EngineError, HistoryMessage, HistoryPart, Prompt, TurnSettings};
-use crate::session::prompt::{fill, render, PromptFacts, TodoCounts};
-use crate::session::textual_tool_call::{detect, AssistantText, TextualToolCall};
+use crate::ports::{Engine, EngineError, HistoryMessage, HistoryPart, Prompt};
+use crate::session::prompt::{fill, render, TodoCounts};
+use crate::session::textual_tool_call::{detect, AssistantText};
 
-/// Which kind of prompt; written into the part metadata (`shepherd.kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PromptKind {
-    Continue,
-    Nudge,
-    Review,
-    Custom,
-    /// A `noReply` note: stored for the model's next turn, no turn of its own.
-    Note,
-    /// The hand-off's resume prompt to the fresh session.
-    Handoff,
-}
-
-impl PromptKind {
-    /// Decided by Shepherd itself (everything but a person's or tool's custom prompt).
-    pub fn is_automatic(self) -> bool {
-        self != PromptKind::Custom
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PromptKind::Continue => "continue",
-            PromptKind::Nudge => "nudge",
-            PromptKind::Review => "review",
-            PromptKind::Custom => "custom",
-            PromptKind::Note => "note",
-            PromptKind::Handoff => "handoff",
-        }
-    }
-}
-
-/// A prompt to deliver, as decided by a core.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PromptOrder {
-    pub session_id: String,
-    pub directory: Option<String>,
-    pub kind: PromptKind,
-    pub template: String,
-    /// Used instead of `template` when the fresh todo list has no open items.
-    pub template_without_open_todos: Option<String>,
-    pub facts: PromptFacts,
-    /// Todos as last seen in events (used when the fresh read fails).
-    pub known_todos: Vec<Todo>,
-    pub known_turn: Option<TurnSettings>,
-    /// Send only if `GET /session/status` says the session is idle.
-    pub require_idle: bool,
-    /// Send only if the fresh todo list still has open items.
-    pub require_open_todos: bool,
-    /// Names this decision in the prompt's metadata and the log.
-    pub decision: String,
-    /// For the guard: prompts that reached the session before this moment (epoch ms)
-    /// are not repeated by this one (the continue after Shepherd's own abort).
-    pub not_before_ms: Option<i64>,
-    /// Look for a tool call written as text first; on a match send its template instead.
-    pub tool_text_scan: Option<ToolTextScan>,
-    /// Send with this model instead of the last turn's (a fallback after provider
-    /// errors, or the session's own model again after the fallback's cool-down).
-    pub model: Option<ModelRef>,
-}
-
-/// The tool-call-as-text check of a continue or a nudge (see
-/// [`crate::session::textual_tool_call`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolTextScan {
-    /// How many recent messages to read.
-    pub messages: u32,
-    /// Sent on a match; `{pattern}` names what was found.
-    pub template: String,
-}
-
-impl ToolTextScan {
-    /// The scan as configured, or none when it is switched off.
-    pub fn from_config(cfg: &RecoveryConfig) -> Option<Self> {
-        cfg.detect_tool_calls_as_text.then(|| ToolTextScan {
-            messages: cfg.tool_call_scan_messages,
-            template: cfg.tool_call_as_text_message.clone(),
-        })
-    }
-}
-
-/// How the delivery ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Delivery {
-    Sent {
-        text: String,
-        todos: Vec<Todo>,
-        /// Held back by a rate limit this long before it went out.
-        waited_ms: u64,
-        /// The specialised prompt was sent because of this.
-        tool_call_as_text: Option<TextualToolCall>,
-    },
-    /// Not sent, for this reason (fresh facts contradicted the decision).
-    Skipped {
-        reason: &'static str,
-        todos: Vec<Todo>,
-    },
-    Failed {
-        error: EngineError,
-    },
-    /// The guard held it back (a duplicate, over a rate limit, another instance's session).
-    Guarded {
-        reason: String,
-        todos: Vec<Todo>,
-        /// Over a rate limit after waiting `guard.max_wait`: deferred, try again after
-        /// this long (`None`: not to be retried — a duplicate, another instance's session).
-        retry_after_ms: Option<u64>,
-    },
-}
-
-impl Delivery {
-    /// The todo list the delivery saw, if it read one.
-    pub fn todos(&self) -> Option<&[Todo]> {
-        match self {
-            Delivery::Sent { todos, .. } | Delivery::Skipped { todos, .. } | Delivery::Guarded { todos, .. } => {
-                Some(todos)
-            }
-            Delivery::Failed { .. } => None,
-        }
-    }
-}
+pub use shepherd_core::session::effect::{Delivery, PromptKind, PromptOrder, ToolTextScan};
 
 /// Where a prompt goes and who watches it: the server, its engine, the guard, and this
 /// instance's id (written into every prompt's metadata).
