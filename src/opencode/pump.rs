@@ -17,7 +17,7 @@ use actix::Addr;
 use futures::FutureExt as _;
 use shepherd_actors::config::ServerConfig;
 use shepherd_actors::event::decode;
-use shepherd_actors::supervisor::{Ingest, StreamDown, StreamUp, Supervisor};
+use shepherd_actors::supervisor::{Ingest, ReadMark, StreamDown, StreamUp, Supervisor};
 use tokio::sync::watch;
 
 use super::client::Credentials;
@@ -44,6 +44,9 @@ pub struct PumpStats {
     /// Since when (ms on [`lag_clock`]) every read found more already waiting: Shepherd
     /// reads behind the server. 0 while caught up (a read had to wait for data).
     behind_since_ms: AtomicI64,
+    /// How long the supervisor took to reach the end of the latest read's events
+    /// ([`ReadMark`]): what was read but is not handled yet.
+    handling_lag_ms: Arc<AtomicU64>,
 }
 
 /// Milliseconds since the first call, on the monotonic clock (the lag's timeline; the
@@ -64,10 +67,15 @@ impl PumpStats {
         self.opencode_version.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    /// How long every read has found more already waiting, if the latest did.
+    /// How far behind the server Shepherd works, if it is: the longer of the time every
+    /// read has found more already waiting (unread) and the time the supervisor took to
+    /// handle the latest read's events (read, not handled).
     pub fn lag(&self) -> Option<std::time::Duration> {
         let since = self.behind_since_ms.load(Ordering::Relaxed);
-        (since > 0).then(|| std::time::Duration::from_millis((lag_clock() - since).max(0) as u64))
+        let unread = if since > 0 { (lag_clock() - since).max(0) as u64 } else { 0 };
+        let unhandled = self.handling_lag_ms.load(Ordering::Relaxed);
+        let lag = unread.max(unhandled);
+        (lag > 0).then(|| std::time::Duration::from_millis(lag))
     }
 
     /// A read found more already waiting (the lag counts from the first such read).
@@ -176,6 +184,7 @@ impl EventPump {
             };
             let Some(chunk) = next else { break };
             let chunk = chunk?;
+            let read_at = std::time::Instant::now();
             let dropped = decoder.push_each(&chunk, |data| {
                 self.stats.frames.fetch_add(1, Ordering::Relaxed);
                 self.stats.last_frame_ms.store(epoch_ms(), Ordering::Relaxed);
@@ -192,6 +201,7 @@ impl EventPump {
                 self.stats.malformed.fetch_add(dropped as u64, Ordering::Relaxed);
                 tracing::warn!(server = %name, dropped, "dropped oversized or non-UTF-8 event frames");
             }
+            self.supervisor.do_send(ReadMark { read_at, lag_ms: Arc::clone(&self.stats.handling_lag_ms) });
             // More already waiting means Shepherd reads behind the server.
             waiting = stream.next_chunk().now_or_never();
             if waiting.is_some() {

@@ -661,6 +661,25 @@ pub struct Ingest {
     pub envelope: Envelope,
 }
 
+/// Sent by a pump after the events of one read: when the supervisor reaches it, every
+/// event read before it has been handled (the mailbox keeps order), so the time since
+/// `read_at` is how far behind the server the supervisor works. Stored into `lag_ms`,
+/// which the pump shares with the engine's `stream_lag`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReadMark {
+    pub read_at: std::time::Instant,
+    pub lag_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Handler<ReadMark> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReadMark, _: &mut Context<Self>) {
+        msg.lag_ms.store(msg.read_at.elapsed().as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Handler<Ingest> for Supervisor {
     type Result = ();
 
