@@ -961,6 +961,7 @@ impl SessionCore {
     /// Feeds one event of this session in.
     pub fn observe(&mut self, event: &Event, now: Now) -> Vec<Effect> {
         let mut out = Vec::new();
+        let waited_on = if self.waits_on_person() { self.waits_on() } else { None }; // no allocation in the usual case
         match event {
             Event::SessionCreated(info) | Event::SessionUpdated(info) => self.hydrate(info),
             Event::SessionDeleted(_) => out.push(Effect::Stop),
@@ -1013,6 +1014,7 @@ impl SessionCore {
             _ => {}
         }
         self.report_recovered(now, &mut out);
+        self.person_edge(waited_on, now, &mut out);
         out
     }
 
@@ -2366,6 +2368,7 @@ fn ms(d: Duration) -> u64 {
 
 mod advice;
 mod hold;
+mod person;
 mod resume;
 
 pub use hold::HoldScope;
