@@ -12,6 +12,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod notify;
+pub use notify::{check_url, NotifyConfig, NotifyEvent, NotifyKind};
+pub use notify::{CATCH_UP_MAX_RECORDS, NOTIFIED_KEEP};
+
 /// The whole effective configuration.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -34,6 +38,8 @@ pub struct Config {
     pub toasts: ToastsConfig,
     pub top: TopConfig,
     pub log: LogConfig,
+    /// `[[notify]]`: where a person is told what needs them (several allowed).
+    pub notify: Vec<NotifyConfig>,
 }
 
 /// One OpenCode server (`opencode serve`).
@@ -1292,6 +1298,9 @@ impl Config {
             if s.max_response_bytes < 64 * 1024 {
                 return Err(bad(&format!("servers[{i}].max_response_bytes"), "must be at least 65536 (64 KiB)"));
             }
+        }
+        for (i, n) in self.notify.iter().enumerate() {
+            n.validate(i)?;
         }
         Ok(())
     }
