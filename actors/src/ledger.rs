@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 use crate::event::Todo;
 use crate::journal::ActionRecord;
 
+mod notified;
+pub use notified::NotifyLedger;
+
 /// What survives: counters, flags and the last todo snapshot. Times are wall-clock
 /// epoch milliseconds (monotonic instants do not survive a restart).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -108,6 +111,8 @@ pub struct MemoryLedger {
     /// Open intents by (server, decision).
     intents: Mutex<HashMap<(String, String), Intent>>,
     fleet_pause: Mutex<Option<FleetPause>>,
+    /// Notification keys and when each was sent (`NotifyLedger`).
+    notified: Mutex<HashMap<String, i64>>,
 }
 
 #[async_trait]
