@@ -107,6 +107,7 @@ pub fn keep_restart_only(running: &Config, new: Config) -> Config {
     kept.control = running.control.clone();
     kept.log = running.log.clone();
     kept.status = running.status.clone();
+    kept.notify = running.notify.clone(); // the notifiers start with the daemon
     kept.guard.enabled = running.guard.enabled;
     kept.guard.backend = running.guard.backend;
     kept.guard.redis_url = running.guard.redis_url.clone();
