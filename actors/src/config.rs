@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 mod notify;
 pub use notify::{check_url, NotifyConfig, NotifyEvent, NotifyKind};
-pub use notify::{CATCH_UP_MAX_RECORDS, NOTIFIED_KEEP};
+pub use notify::{CATCH_UP_MAX_RECORDS, NOTIFIED_KEEP, SHUTDOWN_GRACE as NOTIFY_SHUTDOWN_GRACE};
 
 /// The whole effective configuration.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

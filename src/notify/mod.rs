@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Addr;
-use shepherd_actors::config::{check_url, NotifyConfig, CATCH_UP_MAX_RECORDS, NOTIFIED_KEEP};
+use shepherd_actors::config::{check_url, NotifyConfig, CATCH_UP_MAX_RECORDS, NOTIFIED_KEEP, NOTIFY_SHUTDOWN_GRACE};
 use shepherd_actors::control::GetSession;
 use shepherd_actors::journal::{ActionRecord, Journal};
 use shepherd_actors::ledger::NotifyLedger;
@@ -63,7 +63,7 @@ pub struct Wiring {
 pub struct Notifiers {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
-    /// How long shutdown waits for the queues to empty.
+    /// How long shutdown waits for the queues to empty (`NOTIFY_SHUTDOWN_GRACE` at most).
     grace: Duration,
 }
 
@@ -108,12 +108,13 @@ impl Notifiers {
             let (queue, messages) = mpsc::channel(cfg.queue.max(1));
             tasks.push(tokio::spawn(decide_loop(Arc::clone(&notifier), records, queue, w.clone(), stop.subscribe())));
             tasks.push(tokio::spawn(send_loop(Arc::clone(&notifier), messages, w.clone())));
-            grace = grace.max(cfg.timeout);
+            grace = grace.max(cfg.timeout.min(NOTIFY_SHUTDOWN_GRACE));
         }
         Ok(Notifiers { stop, tasks, grace })
     }
 
-    /// Sends what is batched and waits (at most the longest `timeout`) for the queues.
+    /// Sends what is batched and waits for the queues, at most `NOTIFY_SHUTDOWN_GRACE`;
+    /// what is still queued then is lost (logged by nothing: the process is stopping).
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let deadline = tokio::time::Instant::now() + self.grace;

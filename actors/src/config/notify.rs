@@ -103,6 +103,9 @@ fn default_catch_up() -> Duration {
 /// the shortest of `after`, `unreachable_after` and `batch_window`, between these bounds.
 pub const TICK_MIN: Duration = Duration::from_millis(50);
 pub const TICK_MAX: Duration = Duration::from_secs(5);
+/// At shutdown, what is batched or queued gets at most this long (and each target at
+/// most its `timeout`): a dead receiver does not hold up a stop.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 /// At most this many journal records are read back at start-up (`catch_up`).
 pub const CATCH_UP_MAX_RECORDS: u32 = 10_000;
 /// What was notified is remembered (against a resend after a restart) this long.
