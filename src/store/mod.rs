@@ -36,9 +36,13 @@ pub fn open_ledger(cfg: &StoreConfig) -> Result<Arc<dyn Ledger>, LedgerError> {
     open_ledgers(cfg).map(|(ledger, _)| ledger)
 }
 
+/// One store seen through two ports: the sessions' [`Ledger`] and the notifiers'
+/// [`NotifyLedger`].
+pub type Ledgers = (Arc<dyn Ledger>, Arc<dyn NotifyLedger>);
+
 /// [`open_ledger`], with the same store as the notifiers' [`NotifyLedger`] port.
-pub fn open_ledgers(cfg: &StoreConfig) -> Result<(Arc<dyn Ledger>, Arc<dyn NotifyLedger>), LedgerError> {
-    fn both<L: Ledger + NotifyLedger>(l: L) -> (Arc<dyn Ledger>, Arc<dyn NotifyLedger>) {
+pub fn open_ledgers(cfg: &StoreConfig) -> Result<Ledgers, LedgerError> {
+    fn both<L: Ledger + NotifyLedger>(l: L) -> Ledgers {
         let l = Arc::new(l);
         (Arc::clone(&l) as Arc<dyn Ledger>, l)
     }
