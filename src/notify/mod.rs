@@ -23,6 +23,8 @@
 pub mod batch;
 pub mod body;
 pub mod decide;
+#[cfg(test)]
+mod driver_tests;
 pub mod send;
 
 use std::sync::Arc;
@@ -57,6 +59,26 @@ pub struct Wiring {
     pub redactor: Redactor,
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
+}
+
+/// What a decider reads besides the journal.
+#[derive(Clone)]
+struct Watch {
+    ledger: Arc<dyn NotifyLedger>,
+    pumps: PumpTable,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+}
+
+impl Watch {
+    fn of(w: &Wiring) -> Self {
+        Watch {
+            ledger: Arc::clone(&w.ledger),
+            pumps: Arc::clone(&w.pumps),
+            clock: Arc::clone(&w.clock),
+            metrics: Arc::clone(&w.metrics),
+        }
+    }
 }
 
 /// The running notifiers.
@@ -106,7 +128,7 @@ impl Notifiers {
             // Subscribed before the journal is read back: no record falls between.
             let records = w.journal.subscribe();
             let (queue, messages) = mpsc::channel(cfg.queue.max(1));
-            tasks.push(tokio::spawn(decide_loop(Arc::clone(&notifier), records, queue, w.clone(), stop.subscribe())));
+            tasks.push(tokio::spawn(decide_loop(Arc::clone(&notifier), records, queue, Watch::of(&w), stop.subscribe())));
             tasks.push(tokio::spawn(send_loop(Arc::clone(&notifier), messages, w.clone())));
             grace = grace.max(cfg.timeout.min(NOTIFY_SHUTDOWN_GRACE));
         }
@@ -145,7 +167,7 @@ async fn decide_loop(
     n: Arc<Notifier>,
     mut records: broadcast::Receiver<ActionRecord>,
     queue: mpsc::Sender<Message>,
-    w: Wiring,
+    w: Watch,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut decider = Decider::new(&n.cfg);
