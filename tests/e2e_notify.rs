@@ -107,9 +107,12 @@ async fn a_paused_session_is_one_webhook_post_with_its_fields_redacted_and_a_res
 }
 
 #[actix::test]
-async fn a_question_unanswered_for_after_is_notified_once_and_not_before() -> anyhow::Result<()> {
+async fn a_question_unanswered_for_after_is_notified_once_not_before_and_not_again_after_a_restart(
+) -> anyhow::Result<()> {
     let receiver = Receiver::start(&[]);
+    let dir = tempfile::tempdir()?;
     let mut rig = Rig::start_config(|c| {
+        sqlite(c, &dir);
         let mut n = target(NotifyKind::Webhook, &receiver.url);
         n.events = vec![NotifyEvent::WaitingOnPerson];
         c.notify = vec![n];
@@ -119,7 +122,7 @@ async fn a_question_unanswered_for_after_is_notified_once_and_not_before() -> an
     rig.client.prompt_async(&id, "[[fake:question]] which one?", None, None, false).await?;
     let asked = rig.wait_record(&id, Action::WaitsOnPerson, Outcome::Done, PATIENCE).await?;
     let asked_at = Instant::now();
-    assert!(asked.numbers.waits_on.is_some(), "{asked:?}");
+    assert!(asked.numbers.waits_on.as_deref().is_some_and(|q| q.starts_with("que")), "{asked:?}");
 
     let got = receiver.wait_for(1, PATIENCE).await;
     assert_eq!(got.len(), 1);
@@ -130,6 +133,70 @@ async fn a_question_unanswered_for_after_is_notified_once_and_not_before() -> an
     assert!(v["reason"].as_str().unwrap().contains("unanswered for"), "{v}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(receiver.received().len(), 1, "once per wait");
+
+    // The question is still open: the restarted daemon reads the wait back from the
+    // journal, finds it past `after`, and the ledger says it was told.
+    rig.restart_daemon().await?;
+    let deadline = Instant::now() + PATIENCE;
+    while notifications(&rig, "webhook", "waiting_on_person", "skipped") == 0 {
+        assert!(Instant::now() < deadline, "the restarted daemon never re-decided the wait");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(receiver.received().len(), 1, "not sent again after the restart");
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn a_session_shepherd_gives_up_on_is_one_notification_with_the_reason() -> anyhow::Result<()> {
+    let receiver = Receiver::start(&[]);
+    let mut rig = Rig::start_config(|c| {
+        // Every continue stalls again: no real progress, ever.
+        c.recovery.continue_message = "[[fake:stall]] continue (attempt {attempts} of {maxAttempts})".into();
+        c.recovery.max_auto_submits = 1;
+        let mut n = target(NotifyKind::Webhook, &receiver.url);
+        n.events = vec![NotifyEvent::GaveUp];
+        c.notify = vec![n];
+    })
+    .await?;
+    let id = rig.client.create_session(Some("no progress")).await?;
+    rig.client.prompt_async(&id, "[[fake:stall]] go", None, None, false).await?;
+    rig.wait_record(&id, Action::GiveUp, Outcome::Done, Duration::from_secs(60)).await?;
+    let got = receiver.wait_for(1, PATIENCE).await;
+    assert_eq!(got.len(), 1);
+    let v = got[0].json();
+    assert_eq!((v["event"].as_str(), v["session"].as_str()), (Some("gave_up"), Some(id.as_str())), "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("max_auto_submits"), "{v}");
+    assert!(v["text"].as_str().unwrap().starts_with(&format!("Shepherd: session {id} was given up")), "{v}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(receiver.received().len(), 1);
+    rig.stop().await;
+    Ok(())
+}
+
+#[actix::test]
+async fn a_server_whose_event_stream_is_down_past_the_grace_is_told_once_and_so_is_its_return() -> anyhow::Result<()> {
+    let receiver = Receiver::start(&[]);
+    let mut rig = Rig::start_config(|c| {
+        let mut n = target(NotifyKind::Webhook, &receiver.url);
+        n.events = vec![NotifyEvent::ServerUnreachable];
+        n.unreachable_after = Duration::from_secs(1);
+        c.notify = vec![n];
+    })
+    .await?;
+    rig.opencode.stop().await;
+    let got = receiver.wait_for(1, PATIENCE).await;
+    assert_eq!(got.len(), 1);
+    let v = got[0].json();
+    assert_eq!((v["event"].as_str(), v["phase"].as_str()), (Some("server_unreachable"), Some("began")), "{v}");
+    assert_eq!((v["server"].as_str(), v["session"].as_str()), (Some("local"), None), "{v}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(receiver.received().len(), 1, "once per outage");
+    rig.opencode.respawn().await?;
+    let got = receiver.wait_for(2, PATIENCE).await;
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1].json()["phase"], "ended");
     rig.stop().await;
     Ok(())
 }
