@@ -297,3 +297,37 @@ async fn ntfy_and_slack_get_their_own_bodies_and_headers_and_a_fleet_pause_is_on
     rig.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn a_provider_outage_is_told_when_the_breaker_opens_and_when_it_closes() -> anyhow::Result<()> {
+    let receiver = Receiver::start(&[]);
+    let rig = Rig::start_config(|c| {
+        let r = &mut c.recovery;
+        r.provider_backoff = Duration::from_secs(2);
+        r.provider_max_backoff = Duration::from_secs(4);
+        r.breaker_sessions = 2;
+        r.breaker_window = Duration::from_secs(60);
+        c.guard.window = Duration::from_secs(1);
+        let mut n = target(NotifyKind::Webhook, &receiver.url);
+        n.events = vec![NotifyEvent::ProviderOutage];
+        c.notify = vec![n];
+    })
+    .await?;
+    rig.fake.set_outage(Some(shepherd::testbed::fake_model::Behaviour::Err429(1)));
+    for tag in ["outage-alpha", "outage-bravo"] {
+        let id = rig.client.create_session(Some(tag)).await?;
+        rig.client.prompt_async(&id, &format!("work on {tag} [[fake:ok]]"), None, None, false).await?;
+    }
+    let got = receiver.wait_for(1, PATIENCE).await;
+    assert_eq!(got.len(), 1, "the breaker opened");
+    let v = got[0].json();
+    assert_eq!((v["event"].as_str(), v["phase"].as_str()), (Some("provider_outage"), Some("began")), "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("provider breaker opened"), "{v}");
+    assert!(v["text"].as_str().unwrap().starts_with("Shepherd: provider outage on server local"), "{v}");
+    rig.fake.set_outage(None);
+    let got = receiver.wait_for(2, PATIENCE).await;
+    assert_eq!(got.len(), 2, "the breaker closed");
+    assert_eq!(got[1].json()["phase"], "ended");
+    rig.stop().await;
+    Ok(())
+}
