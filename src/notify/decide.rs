@@ -158,9 +158,10 @@ impl Decider {
         found.filter(|o| self.cfg.wants(o.event))
     }
 
-    /// A server left the configuration: nothing more about it.
-    pub fn forget_server(&mut self, server: &str) {
-        self.streams.remove(server);
+    /// Only these servers are configured now (a reload removed the others): nothing
+    /// more about the rest.
+    pub fn keep_servers(&mut self, configured: &[&str]) {
+        self.streams.retain(|s, _| configured.contains(&s.as_str()));
     }
 
     /// What has become due by `now_ms`: waits past `after`, streams down past
@@ -339,6 +340,14 @@ mod tests {
         assert_eq!(d.on_stream("local", false, 130_000), None);
         let ended = d.on_stream("local", true, 180_000).unwrap();
         assert_eq!(ended.reason, "the event stream is back after 3m");
+    }
+
+    #[test]
+    fn a_server_removed_by_a_reload_is_not_told_about() {
+        let mut d = Decider::new(&cfg());
+        d.on_stream("gone", false, 0);
+        d.keep_servers(&["local"]);
+        assert!(d.due(100_000).is_empty());
     }
 
     #[test]

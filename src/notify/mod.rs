@@ -128,7 +128,13 @@ impl Notifiers {
             // Subscribed before the journal is read back: no record falls between.
             let records = w.journal.subscribe();
             let (queue, messages) = mpsc::channel(cfg.queue.max(1));
-            tasks.push(tokio::spawn(decide_loop(Arc::clone(&notifier), records, queue, Watch::of(&w), stop.subscribe())));
+            tasks.push(tokio::spawn(decide_loop(
+                Arc::clone(&notifier),
+                records,
+                queue,
+                Watch::of(&w),
+                stop.subscribe(),
+            )));
             tasks.push(tokio::spawn(send_loop(Arc::clone(&notifier), messages, w.clone())));
             grace = grace.max(cfg.timeout.min(NOTIFY_SHUTDOWN_GRACE));
         }
@@ -206,6 +212,7 @@ async fn decide_loop(
                 let streams: Vec<(String, bool)> = w.pumps.read().map(|p| {
                     p.iter().map(|(server, s)| (server.clone(), s.connected.load(std::sync::atomic::Ordering::Relaxed))).collect()
                 }).unwrap_or_default();
+                decider.keep_servers(&streams.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>());
                 for (server, connected) in streams {
                     if let Some(o) = decider.on_stream(&server, connected, now) {
                         batcher.push(o, now);
