@@ -243,10 +243,10 @@ async fn a_dead_receiver_neither_slows_supervision_nor_grows_a_queue() -> anyhow
         pause(&rig, PauseTarget::Session(id.clone()), true).await?;
         pause(&rig, PauseTarget::Session(id.clone()), false).await?;
         slowest = slowest.max(t.elapsed());
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await; // past the tick: one message each
     }
     assert!(slowest < Duration::from_secs(1), "a pause waited on the receiver: {slowest:?}");
-    assert!(notifications(&rig, "webhook", "paused", "dropped") >= 5, "{}", rig.daemon().metrics().render_now());
+    assert!(notifications(&rig, "webhook", "paused", "dropped") >= 3, "{}", rig.daemon().metrics().render_now());
     // A stall elsewhere is still recovered on time.
     let stalled = rig.client.create_session(Some("stalls")).await?;
     rig.client.prompt_async(&stalled, "[[fake:stall]] work", None, None, false).await?;
