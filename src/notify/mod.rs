@@ -141,8 +141,9 @@ impl Notifiers {
         Ok(Notifiers { stop, tasks, grace })
     }
 
-    /// Sends what is batched and waits for the queues, at most `NOTIFY_SHUTDOWN_GRACE`;
-    /// what is still queued then is lost (logged by nothing: the process is stopping).
+    /// Sends what is batched and waits for the queues, at most `NOTIFY_SHUTDOWN_GRACE`.
+    /// What is still unsent then is not ledgered, so the next start's catch-up sends it
+    /// (when it starts within `catch_up`).
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let deadline = tokio::time::Instant::now() + self.grace;
