@@ -331,3 +331,36 @@ async fn a_provider_outage_is_told_when_the_breaker_opens_and_when_it_closes() -
     rig.stop().await;
     Ok(())
 }
+
+#[actix::test]
+async fn notify_test_sends_one_test_message_to_each_target_and_fails_naming_the_one_that_did_not_answer(
+) -> anyhow::Result<()> {
+    let receiver = Receiver::start(&[]);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("shepherd.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[notify]]\nkind = \"webhook\"\nurl = \"{}/hook/SECRET\"\n\n\
+             [[notify]]\nkind = \"slack\"\nurl = \"http://{closed}/services/SECRET\"\nretries = 0\n",
+            receiver.url
+        ),
+    )?;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(["notify", "test", "--config"])
+        .arg(&file)
+        .output()
+        .await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("ok    notify[0] webhook http://127.0.0.1:"), "{text}");
+    assert!(lines[0].ends_with("/…: delivered (1 attempt)"), "{text}");
+    assert!(lines[1].starts_with("FAIL  notify[1] slack"), "{text}");
+    assert!(!text.contains("SECRET"), "{text}");
+    let got = receiver.received();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].json()["event"], "test");
+    Ok(())
+}

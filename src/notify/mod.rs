@@ -25,6 +25,7 @@ pub mod body;
 pub mod decide;
 #[cfg(test)]
 mod driver_tests;
+pub mod probe;
 pub mod send;
 
 use std::sync::Arc;
