@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
-use shepherd_actors::config::SessionRules;
-use shepherd_actors::event::decode;
-use shepherd_actors::session::{Now, SessionCore};
+use shepherd_core::config::SessionRules;
+use shepherd_core::event::decode;
+use shepherd_core::session::{Now, SessionCore};
 
 const SESSIONS: usize = 2_000;
 const EVENTS_PER_SESSION: usize = 200;

@@ -1,4 +1,8 @@
-//! Shepherd's actor system and, beside each actor, its pure decision core.
+//! Shepherd's actor system: the actors, the procedures they run and the ports they run
+//! them through. The decisions are the `shepherd-core` crate's; its modules are
+//! re-exported here under the paths they had (`config`, `event`, `ids`, `redact`
+//! whole; `advisor`, `guard`, `journal`, `ledger`, `ports` and `session` each add
+//! their I/O half to the pure one).
 //!
 //! Module map (read top-down):
 //! - [`advisor`]: advice before an abort or a nudge (model + heuristic fallback).
@@ -24,16 +28,14 @@
 //! as an argument and return actions.
 
 pub mod advisor;
-pub mod config;
 pub mod control;
-pub mod event;
 pub mod guard;
-pub mod ids;
 pub mod journal;
 pub mod killpoint;
 pub mod ledger;
 pub mod ports;
-pub mod redact;
 pub mod session;
 pub mod stats;
 pub mod supervisor;
+
+pub use shepherd_core::{config, event, ids, redact};

@@ -1,127 +1,18 @@
-//! The ports: what the decision cores and actors need from the world, as traits.
+//! The ports: what the actors and procedures need from the world, as traits.
 //!
 //! [`Engine`] is one OpenCode server as Shepherd uses it (the HTTP adapter in the binary
 //! implements it; tests use fakes). [`Clock`] is time: monotonic instants from tokio (so
 //! paused test time governs them) and wall-clock epoch milliseconds for comparing with
-//! OpenCode's own timestamps.
+//! OpenCode's own timestamps. The values that cross these ports ([`EngineError`],
+//! [`HistoryMessage`], [`ChatRequest`], …) are `shepherd_core::ports`'s, re-exported here.
+
+pub use shepherd_core::ports::*;
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use serde::Serialize;
 
-use crate::event::{ModelRef, Role, SessionInfo, ShepherdSessionMark, ShepherdTag, Status, Todo, ToolStatus};
-
-/// What went wrong talking to OpenCode. Callers branch on the kind: a session that no
-/// longer exists is not retried, an unreachable server is.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EngineError {
-    #[error("session not found: {0}")]
-    NotFound(String),
-    #[error("server unreachable: {0}")]
-    Unreachable(String),
-    #[error("server answered {status}: {body}")]
-    Http { status: u16, body: String },
-    #[error("unexpected response: {0}")]
-    Decode(String),
-    /// The request was sent but its answer never came (timed out, or the connection
-    /// broke after sending): it may have been carried out. A prompt in this state is
-    /// looked for in the session's messages, never simply sent again.
-    #[error("sent, but no answer (it may have arrived): {0}")]
-    Unconfirmed(String),
-}
-
-/// The agent and model of a turn: every prompt Shepherd sends repeats those of the
-/// session's last user message, or OpenCode would switch to its default agent.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct TurnSettings {
-    pub agent: Option<String>,
-    pub model: Option<ModelRef>,
-}
-
-/// A prompt Shepherd sends: one synthetic text part tagged as ours.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Prompt {
-    pub text: String,
-    pub tag: ShepherdTag,
-    pub turn: TurnSettings,
-    /// Store the message without a model call (`noReply`): a note for the next turn.
-    pub no_reply: bool,
-}
-
-/// One message of a session's history, as a hand-off's continuation needs it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HistoryMessage {
-    pub id: String,
-    pub role: Role,
-    /// `time.created`, epoch ms.
-    pub created_ms: Option<i64>,
-    pub agent: Option<String>,
-    /// The message's error name, if it ended with one.
-    pub error: Option<String>,
-    /// A compaction summary written by OpenCode.
-    pub summary: bool,
-    pub parts: Vec<HistoryPart>,
-}
-
-/// One part of a [`HistoryMessage`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum HistoryPart {
-    Text {
-        text: String,
-        synthetic: bool,
-        ignored: bool,
-        shepherd: Option<ShepherdTag>,
-    },
-    Reasoning {
-        text: String,
-    },
-    Tool {
-        tool: String,
-        status: ToolStatus,
-        input: serde_json::Value,
-        error: Option<String>,
-        child_session: Option<String>,
-    },
-}
-
-impl HistoryMessage {
-    /// A message the person wrote: a user message with a text part that is neither
-    /// synthetic, ignored nor Shepherd's.
-    pub fn is_from_person(&self) -> bool {
-        self.role == Role::User
-            && self.parts.iter().any(|p| {
-                matches!(p, HistoryPart::Text { synthetic: false, ignored: false, shepherd: None, text } if !text.trim().is_empty())
-            })
-    }
-
-    /// The text parts joined (what the person or model wrote).
-    pub fn text(&self) -> String {
-        let texts: Vec<&str> = self
-            .parts
-            .iter()
-            .filter_map(|p| match p {
-                HistoryPart::Text { text, ignored: false, .. } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect();
-        texts.join("\n")
-    }
-}
-
-/// The state of a session's repository, read (never changed) by local `git`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RepoState {
-    pub branch: Option<String>,
-    pub head: Option<String>,
-    /// `git status --porcelain` lines, at most the adapter's bound, Markdown-safe.
-    pub dirty: Vec<String>,
-    /// Uncommitted entries past the bound: counted, not kept.
-    pub dirty_omitted: usize,
-    /// Git's output was cut short (past the adapter's byte bound): there are more
-    /// uncommitted entries than `dirty` and `dirty_omitted` say.
-    pub dirty_truncated: bool,
-}
+use crate::event::{ModelRef, SessionInfo, ShepherdSessionMark, Status, Todo};
 
 /// The session's working directory as Shepherd can see it (read-only).
 #[async_trait]
@@ -138,25 +29,6 @@ pub struct NoWorkspace;
 impl Workspace for NoWorkspace {
     async fn repo_state(&self, _: &str) -> Option<RepoState> {
         None
-    }
-}
-
-/// How the session's latest assistant turn ended, read from history.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LastTurn {
-    pub message_id: String,
-    /// `time.completed` is set.
-    pub completed: bool,
-    /// The message carries an error.
-    pub errored: bool,
-    /// A `task` tool part in it is still `running`.
-    pub running_task: bool,
-}
-
-impl LastTurn {
-    /// Cut off mid-flight (a server restart leaves exactly this behind).
-    pub fn interrupted(&self) -> bool {
-        (!self.completed && !self.errored) || self.running_task
     }
 }
 
@@ -182,6 +54,16 @@ pub trait Engine: Send + Sync + 'static {
     async fn todos(&self, session_id: &str) -> Result<Vec<Todo>, EngineError>;
     /// Agent and model of the session's last user message, read from its history.
     async fn last_turn_settings(&self, session_id: &str) -> Result<TurnSettings, EngineError>;
+    /// The session's latest `limit` messages and its last turn's settings — what a
+    /// prompt's delivery reads — from one request where the engine can (the HTTP
+    /// adapter does: one `GET /session/{id}/message` instead of three per prompt).
+    /// The default reads [`Engine::history`], then [`Engine::last_turn_settings`]
+    /// (its failure leaves the settings empty).
+    async fn recent(&self, session_id: &str, limit: u32) -> Result<Recent, EngineError> {
+        let messages = self.history(session_id, limit).await?;
+        let turn = self.last_turn_settings(session_id).await.unwrap_or_default();
+        Ok(Recent { messages, turn })
+    }
     /// The latest assistant message of the session, if any.
     async fn last_turn(&self, session_id: &str) -> Result<Option<LastTurn>, EngineError>;
     /// `POST /session/{id}/summarize` with the session's own model; returns when the
@@ -257,27 +139,6 @@ impl Clock for SystemClock {
     fn wall_ms(&self) -> i64 {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
     }
-}
-
-/// One chat-completions request to the advisor's model.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChatRequest {
-    pub model: String,
-    pub system: String,
-    pub user: String,
-    pub max_tokens: u32,
-    pub temperature: f64,
-}
-
-/// What went wrong asking the model. The text never carries the API key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ModelError {
-    #[error("model unreachable: {0}")]
-    Unreachable(String),
-    #[error("model answered HTTP {status}")]
-    Http { status: u16 },
-    #[error("model answer not understood: {0}")]
-    Decode(String),
 }
 
 /// The advisor's model: an OpenAI-compatible chat-completions endpoint (the adapter in

@@ -23,7 +23,7 @@ use shepherd_actors::event::{
     MessageInfo, ModelRef, Role, SessionInfo, ShepherdSessionMark, ShepherdTag, Status, Todo, ToolStatus,
 };
 use shepherd_actors::ids::{self, IdKind};
-use shepherd_actors::ports::{Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, TurnSettings};
+use shepherd_actors::ports::{Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, Recent, TurnSettings};
 
 /// How many recent messages are read to find the last user turn's agent and model.
 const TURN_LOOKBACK_MESSAGES: u32 = 30;
@@ -174,9 +174,12 @@ impl OpenCodeClient {
 
     /// The session's last [`TURN_LOOKBACK_MESSAGES`] messages, oldest first.
     async fn recent_messages(&self, session_id: &str) -> Result<Vec<MessageWithParts>, EngineError> {
-        let rb = self
-            .request(Method::GET, &session_path(session_id, "/message")?)
-            .query(&[("limit", TURN_LOOKBACK_MESSAGES)]);
+        self.messages(session_id, TURN_LOOKBACK_MESSAGES).await
+    }
+
+    /// The session's last `limit` messages, oldest first, as the server sent them.
+    async fn messages(&self, session_id: &str, limit: u32) -> Result<Vec<MessageWithParts>, EngineError> {
+        let rb = self.request(Method::GET, &session_path(session_id, "/message")?).query(&[("limit", limit)]);
         self.get_json(rb, "GET /session/{id}/message").await
     }
 
@@ -316,7 +319,8 @@ fn check_session(s: &SessionInfo, what: &str) -> Result<(), EngineError> {
 
 #[derive(Deserialize)]
 struct MessageWithParts {
-    info: serde_json::Value,
+    /// Decoded only where needed ([`decode_message`]), straight from its text.
+    info: Box<serde_json::value::RawValue>,
     #[serde(default)]
     parts: Vec<serde_json::Value>,
 }
@@ -384,15 +388,16 @@ impl Engine for OpenCodeClient {
     }
 
     async fn last_turn_settings(&self, session_id: &str) -> Result<TurnSettings, EngineError> {
-        let messages = self.recent_messages(session_id).await?;
-        // Oldest → newest; take the newest user message that names its agent/model.
-        for m in messages.iter().rev() {
-            let Some(info) = decode_message(&m.info) else { continue };
-            if info.role == Role::User && (info.agent.is_some() || info.model.is_some()) {
-                return Ok(TurnSettings { agent: info.agent, model: info.model });
-            }
-        }
-        Ok(TurnSettings::default())
+        Ok(turn_settings(&self.recent_messages(session_id).await?))
+    }
+
+    /// One `GET /session/{id}/message` for both: enough messages for the turn's
+    /// settings, the newest `limit` of them kept.
+    async fn recent(&self, session_id: &str, limit: u32) -> Result<Recent, EngineError> {
+        let messages = self.messages(session_id, limit.max(TURN_LOOKBACK_MESSAGES)).await?;
+        let turn = turn_settings(&messages);
+        let newest = &messages[messages.len().saturating_sub(limit as usize)..];
+        Ok(Recent { messages: newest.iter().filter_map(history_message).collect(), turn })
     }
 
     async fn last_turn(&self, session_id: &str) -> Result<Option<LastTurn>, EngineError> {
@@ -450,9 +455,7 @@ impl Engine for OpenCodeClient {
     }
 
     async fn history(&self, session_id: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
-        let rb = self.request(Method::GET, &session_path(session_id, "/message")?).query(&[("limit", limit)]);
-        let messages: Vec<MessageWithParts> = self.get_json(rb, "GET /session/{id}/message").await?;
-        Ok(messages.iter().filter_map(history_message).collect())
+        Ok(self.messages(session_id, limit).await?.iter().filter_map(history_message).collect())
     }
 
     async fn create_session(
@@ -493,7 +496,7 @@ impl Engine for OpenCodeClient {
             .timeout(self.long_call_timeout())
             .json(&prompt_body(prompt));
         let reply: MessageWithParts = self.get_json(rb, "POST /session/{id}/message").await?;
-        if let Some(err) = reply.info.pointer("/error/name").and_then(|v| v.as_str()) {
+        if let Some(err) = decode_message(&reply.info).and_then(|m| m.error).map(|e| e.name) {
             return Err(EngineError::Http { status: 200, body: format!("the model's turn ended with {err}") });
         }
         let text: Vec<&str> =
@@ -534,6 +537,17 @@ fn prompt_body(prompt: &Prompt) -> serde_json::Value {
 
 /// One message of `GET /session/{id}/message` as the hand-off reads it; `None` for a
 /// message whose `info` does not decode (skipped, never fatal).
+/// Agent and model of the newest user message (of `messages`, oldest first) that names them.
+fn turn_settings(messages: &[MessageWithParts]) -> TurnSettings {
+    messages
+        .iter()
+        .rev()
+        .filter_map(|m| decode_message(&m.info))
+        .find(|info| info.role == Role::User && (info.agent.is_some() || info.model.is_some()))
+        .map(|info| TurnSettings { agent: info.agent, model: info.model })
+        .unwrap_or_default()
+}
+
 fn history_message(m: &MessageWithParts) -> Option<HistoryMessage> {
     let info = decode_message(&m.info)?;
     let parts = m
@@ -629,12 +643,8 @@ fn status_of(body: &[u8], session_id: &str) -> Result<Option<Status>, serde_json
 }
 
 /// A message's `info` through the same decoder the event stream uses.
-fn decode_message(info: &serde_json::Value) -> Option<MessageInfo> {
-    let frame = json!({"type": "message.updated", "properties": {"info": info}});
-    match shepherd_actors::event::decode(&frame.to_string()).ok()?.event {
-        shepherd_actors::event::Event::MessageUpdated(m) => Some(m),
-        _ => None,
-    }
+fn decode_message(info: &serde_json::value::RawValue) -> Option<MessageInfo> {
+    shepherd_actors::event::decode_message_info(info.get()).ok()
 }
 
 #[cfg(test)]
@@ -758,6 +768,31 @@ mod tests {
         assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 2);
         // Another directory is another read.
         assert_eq!(client.status("/q", "ses_3").await, Ok(Some(Status::Busy)));
+    }
+
+    #[tokio::test]
+    async fn a_delivery_reads_the_session_once_for_its_turn_and_its_recent_messages() {
+        let message = |id: &str, role: &str, extra: serde_json::Value| {
+            let mut info = json!({"id": id, "sessionID": "ses_A", "role": role, "time": {"created": 1}});
+            info.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            json!({"info": info, "parts": [{"type": "text", "text": format!("text of {id}")}]})
+        };
+        let history = json!([
+            message("msg_1", "user", json!({"agent": "plan", "model": {"providerID": "p", "modelID": "m"}})),
+            message("msg_2", "assistant", json!({})),
+            message("msg_3", "user", json!({})),
+            message("msg_4", "assistant", json!({})),
+        ]);
+        let (url, seen) = recording_server(serde_json::to_vec(&history).unwrap(), false).await;
+        let client = OpenCodeClient::new(&ServerConfig::new("a", &url), None).unwrap();
+        let recent = client.recent("ses_A", 2).await.unwrap();
+        // The turn's settings come from a message older than the two kept.
+        assert_eq!(recent.turn.agent.as_deref(), Some("plan"));
+        assert_eq!(recent.turn.model.as_ref().map(|m| m.model_id.as_str()), Some("m"));
+        assert_eq!(recent.messages.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), ["msg_3", "msg_4"]);
+        let requests = seen.lock().unwrap().clone();
+        assert_eq!(requests.len(), 1, "{requests:?}");
+        assert!(requests[0].contains(&format!("limit={TURN_LOOKBACK_MESSAGES}")), "{requests:?}");
     }
 
     #[test]

@@ -18,36 +18,11 @@
 //! for the fleet-wide limit), and that is logged.
 
 pub mod actor;
-pub mod dedupe;
-pub mod similarity;
 
 use async_trait::async_trait;
 
-use crate::session::delivery::PromptKind;
-
 pub use actor::{GuardActor, GuardHandle};
-
-/// A prompt about to be sent.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GuardRequest {
-    pub server: String,
-    pub session: String,
-    pub kind: PromptKind,
-    pub text: String,
-    /// The decision this prompt carries out (`metadata.shepherd.decision`). Shepherd's
-    /// own new decision is never a duplicate of its previous, different one; the same
-    /// decision twice is.
-    pub decision: String,
-    /// The session's lease the caller already holds (its fencing token): a recovery
-    /// took it before its abort. `None`: the guard takes it.
-    pub lease: Option<u64>,
-    /// The session's recent user messages `(created_ms, text)`; `None` when they could
-    /// not be read (fail open: judged on this instance's memory only).
-    pub recent: Option<Vec<(i64, String)>>,
-    /// Prompts before this moment (epoch ms) do not count: a continue after Shepherd's
-    /// own abort is not a duplicate of what was sent before the abort.
-    pub not_before_ms: Option<i64>,
-}
+pub use shepherd_core::guard::{dedupe, similarity, GuardRequest};
 
 /// The guard's answer.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,134 +8,13 @@
 //! busy again, the todos were all done meanwhile) is decided here only as far as
 //! "do not send": the caller's core records why.
 
-use crate::config::RecoveryConfig;
-use crate::event::{ModelRef, Role, ShepherdTag, Status, Todo};
+use crate::event::{Role, ShepherdTag, Status};
 use crate::guard::{GuardRequest, PromptGuard, Verdict};
-use crate::ports::{Engine, EngineError, HistoryMessage, HistoryPart, Prompt, TurnSettings};
-use crate::session::prompt::{fill, render, PromptFacts, TodoCounts};
-use crate::session::textual_tool_call::{detect, AssistantText, TextualToolCall};
+use crate::ports::{Engine, EngineError, HistoryMessage, HistoryPart, Prompt};
+use crate::session::prompt::{fill, render, TodoCounts};
+use crate::session::textual_tool_call::{detect, AssistantText};
 
-/// Which kind of prompt; written into the part metadata (`shepherd.kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PromptKind {
-    Continue,
-    Nudge,
-    Review,
-    Custom,
-    /// A `noReply` note: stored for the model's next turn, no turn of its own.
-    Note,
-    /// The hand-off's resume prompt to the fresh session.
-    Handoff,
-}
-
-impl PromptKind {
-    /// Decided by Shepherd itself (everything but a person's or tool's custom prompt).
-    pub fn is_automatic(self) -> bool {
-        self != PromptKind::Custom
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PromptKind::Continue => "continue",
-            PromptKind::Nudge => "nudge",
-            PromptKind::Review => "review",
-            PromptKind::Custom => "custom",
-            PromptKind::Note => "note",
-            PromptKind::Handoff => "handoff",
-        }
-    }
-}
-
-/// A prompt to deliver, as decided by a core.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PromptOrder {
-    pub session_id: String,
-    pub directory: Option<String>,
-    pub kind: PromptKind,
-    pub template: String,
-    /// Used instead of `template` when the fresh todo list has no open items.
-    pub template_without_open_todos: Option<String>,
-    pub facts: PromptFacts,
-    /// Todos as last seen in events (used when the fresh read fails).
-    pub known_todos: Vec<Todo>,
-    pub known_turn: Option<TurnSettings>,
-    /// Send only if `GET /session/status` says the session is idle.
-    pub require_idle: bool,
-    /// Send only if the fresh todo list still has open items.
-    pub require_open_todos: bool,
-    /// Names this decision in the prompt's metadata and the log.
-    pub decision: String,
-    /// For the guard: prompts that reached the session before this moment (epoch ms)
-    /// are not repeated by this one (the continue after Shepherd's own abort).
-    pub not_before_ms: Option<i64>,
-    /// Look for a tool call written as text first; on a match send its template instead.
-    pub tool_text_scan: Option<ToolTextScan>,
-    /// Send with this model instead of the last turn's (a fallback after provider
-    /// errors, or the session's own model again after the fallback's cool-down).
-    pub model: Option<ModelRef>,
-}
-
-/// The tool-call-as-text check of a continue or a nudge (see
-/// [`crate::session::textual_tool_call`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolTextScan {
-    /// How many recent messages to read.
-    pub messages: u32,
-    /// Sent on a match; `{pattern}` names what was found.
-    pub template: String,
-}
-
-impl ToolTextScan {
-    /// The scan as configured, or none when it is switched off.
-    pub fn from_config(cfg: &RecoveryConfig) -> Option<Self> {
-        cfg.detect_tool_calls_as_text.then(|| ToolTextScan {
-            messages: cfg.tool_call_scan_messages,
-            template: cfg.tool_call_as_text_message.clone(),
-        })
-    }
-}
-
-/// How the delivery ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Delivery {
-    Sent {
-        text: String,
-        todos: Vec<Todo>,
-        /// Held back by a rate limit this long before it went out.
-        waited_ms: u64,
-        /// The specialised prompt was sent because of this.
-        tool_call_as_text: Option<TextualToolCall>,
-    },
-    /// Not sent, for this reason (fresh facts contradicted the decision).
-    Skipped {
-        reason: &'static str,
-        todos: Vec<Todo>,
-    },
-    Failed {
-        error: EngineError,
-    },
-    /// The guard held it back (a duplicate, over a rate limit, another instance's session).
-    Guarded {
-        reason: String,
-        todos: Vec<Todo>,
-        /// Over a rate limit after waiting `guard.max_wait`: deferred, try again after
-        /// this long (`None`: not to be retried — a duplicate, another instance's session).
-        retry_after_ms: Option<u64>,
-    },
-}
-
-impl Delivery {
-    /// The todo list the delivery saw, if it read one.
-    pub fn todos(&self) -> Option<&[Todo]> {
-        match self {
-            Delivery::Sent { todos, .. } | Delivery::Skipped { todos, .. } | Delivery::Guarded { todos, .. } => {
-                Some(todos)
-            }
-            Delivery::Failed { .. } => None,
-        }
-    }
-}
+pub use shepherd_core::session::effect::{Delivery, PromptKind, PromptOrder, ToolTextScan};
 
 /// Where a prompt goes and who watches it: the server, its engine, the guard, and this
 /// instance's id (written into every prompt's metadata).
@@ -165,12 +44,29 @@ impl Outbound<'_> {
         not_before_ms: Option<i64>,
     ) -> Verdict {
         let n = self.guard.history_messages();
+        let history = if n == 0 { Ok(Vec::new()) } else { self.engine.history(session, n).await };
+        self.admit_after_reading(session, kind, text, decision, not_before_ms, history.as_deref()).await
+    }
+
+    /// [`Outbound::admit`] over the session's recent messages already read (the
+    /// guard looks at the newest [`PromptGuard::history_messages`] of them).
+    pub async fn admit_after_reading(
+        &self,
+        session: &str,
+        kind: PromptKind,
+        text: &str,
+        decision: &str,
+        not_before_ms: Option<i64>,
+        history: Result<&[HistoryMessage], &EngineError>,
+    ) -> Verdict {
+        let n = self.guard.history_messages() as usize;
         let recent = if n == 0 {
             Some(Vec::new())
         } else {
-            match self.engine.history(session, n).await {
+            match history {
                 Ok(h) => Some(
-                    h.into_iter()
+                    h[h.len().saturating_sub(n)..]
+                        .iter()
                         .filter(|m| m.role == Role::User)
                         .filter(|m| !(kind.is_automatic() && self.own_other_decision(m, decision)))
                         .filter_map(|m| {
@@ -252,20 +148,20 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
     if order.require_open_todos && TodoCounts::of(&todos).open == 0 {
         return Delivery::Skipped { reason: "no open todos any more", todos };
     }
-    let mut turn = match engine.last_turn_settings(&order.session_id).await {
-        Ok(t) if t.agent.is_some() || t.model.is_some() => t,
+    // One read for the turn's settings, the tool-call scan and the guard's comparison.
+    let scan_messages = order.tool_text_scan.as_ref().map_or(0, |scan| scan.messages);
+    let recent = engine.recent(&order.session_id, scan_messages.max(out.guard.history_messages())).await;
+    let mut turn = match &recent {
+        Ok(r) if r.turn.agent.is_some() || r.turn.model.is_some() => r.turn.clone(),
         _ => order.known_turn.clone().unwrap_or_default(),
     };
     if let Some(model) = &order.model {
         turn.model = Some(model.clone());
     }
     // A failed read is no reason not to send: the plain prompt goes out.
-    let found = match &order.tool_text_scan {
-        Some(scan) => match engine.history(&order.session_id, scan.messages).await {
-            Ok(messages) => detect(&assistant_texts(&messages)).map(|f| (f, scan)),
-            Err(_) => None,
-        },
-        None => None,
+    let found = match (&order.tool_text_scan, &recent) {
+        (Some(scan), Ok(r)) => detect(&assistant_texts(r.last(scan.messages))).map(|f| (f, scan)),
+        _ => None,
     };
     let text = match &found {
         Some((f, scan)) => render(&fill(&scan.template, &[("pattern", f.pattern.to_string())]), &todos, &order.facts),
@@ -277,7 +173,9 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
             render(template, &todos, &order.facts)
         }
     };
-    let verdict = out.admit(&order.session_id, order.kind, &text, &order.decision, order.not_before_ms).await;
+    let history = recent.as_ref().map(|r| r.messages.as_slice());
+    let verdict =
+        out.admit_after_reading(&order.session_id, order.kind, &text, &order.decision, order.not_before_ms, history).await;
     let (waited_ms, lease) = match verdict {
         Verdict::Send { waited_ms, lease } => (waited_ms, lease),
         other => {

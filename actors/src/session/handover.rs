@@ -22,46 +22,14 @@
 use std::time::Duration;
 
 use crate::config::{HandoffConfig, HandoffMode};
-use crate::event::{ShepherdSessionMark, ShepherdTag, Status, Todo};
+use crate::event::{ShepherdSessionMark, ShepherdTag, Status};
 use crate::ledger::{Claim, Ledger, Snapshot};
 use crate::ports::{Engine, HistoryPart, Prompt, TurnSettings, Workspace};
 use crate::session::continuation::{self, ContinuationFacts};
 use crate::session::delivery::{send_admitted, Outbound, PromptKind};
 use crate::session::handoff::Phase;
 
-/// One step of a hand-off to run, decided by the core.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HandoffOrder {
-    /// The hand-off id (and its snapshot's).
-    pub id: String,
-    pub server: String,
-    pub session_id: String,
-    pub directory: Option<String>,
-    pub mode: HandoffMode,
-    /// The step to run.
-    pub step: Phase,
-    /// Abort the running turn before persisting.
-    pub abort_first: bool,
-    pub known_todos: Vec<Todo>,
-    pub known_turn: Option<TurnSettings>,
-    pub children: Vec<String>,
-    pub context: (Option<u64>, Option<u64>),
-    /// The fresh session, once known (resuming).
-    pub target: Option<String>,
-}
-
-/// How one step ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StepReport {
-    /// The snapshot is stored (`reused`: it was already); `readable`: the `.md` file.
-    Persisted { reused: bool, readable: Option<String>, chars: usize, model_account: bool },
-    /// The target session holds the continuation (`created`: it was made now).
-    HandedOver { target: String, created: bool },
-    /// The resume prompt is in the target session.
-    Resumed { target: String },
-    /// The step could not be done; nothing after it was attempted.
-    Failed { step: Phase, error: String },
-}
+pub use shepherd_core::session::effect::{HandoffOrder, StepReport};
 
 /// What a step may use.
 pub struct Tools<'a> {

@@ -1,39 +1,28 @@
-//! One actor per OpenCode session, and the decisions it makes.
+//! One actor per OpenCode session, and the procedures it runs.
 //!
-//! - [`core`]: the pure state machine — where a stall is decided.
-//! - [`prompt`]: the text of Shepherd's prompts, from the configured templates.
-//! - [`followup`]: nudge (idle with open todos) and review (all done) decisions.
-//! - [`loops`]: repeated continues and spinning tools (bookkeeping the core consults).
-//! - [`planning`]: is the session planning (agent `plan`, or a plan announced)?
-//! - [`question`]: does the agent's last reply ask the person something?
+//! The decisions are `shepherd_core::session`'s, re-exported here under their old
+//! paths: [`core`] (the pure state machine), [`prompt`], [`followup`], [`loops`],
+//! [`planning`], [`question`], [`handoff`], [`continuation`], [`textual_tool_call`],
+//! [`outage`], [`breaker`], [`family`], and [`effect`] (the orders and reports).
+//!
+//! Here:
 //! - [`delivery`]: sending one prompt (fresh facts, render, tag, send).
 //! - [`recovery`]: the abort + continue procedure against the engine port.
 //! - [`unfinished`]: finishing an action a crash left open (the ledger's intent, checked
 //!   against the session's own messages).
-//! - [`handoff`]: when to hand a filling session over to a fresh one (phases);
-//!   [`continuation`]: what the fresh session is given; [`handover`]: the steps.
-//! - [`textual_tool_call`]: did the model write a tool call as text instead of calling it?
-//! - [`outage`]: provider errors — what they are, and one session's resume back-off;
-//!   [`breaker`]: the server's circuit breaker shared by its sessions.
+//! - [`handover`]: the hand-off's steps.
 //! - [`actor`]: the actix shell that feeds the core and runs its effects.
 
 pub mod actor;
-pub mod breaker;
-pub mod continuation;
-pub mod core;
 pub mod delivery;
-pub mod family;
-pub mod followup;
-pub mod handoff;
 pub mod handover;
-pub mod loops;
-pub mod outage;
-pub mod planning;
-pub mod prompt;
-pub mod question;
 pub mod recovery;
 pub mod unfinished;
-pub mod textual_tool_call;
 
+pub use shepherd_core::session::{
+    breaker, continuation, core, effect, family, followup, handoff, loops, outage, pause, planning, prompt, question,
+    textual_tool_call,
+};
+
+pub use self::core::{Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
 pub use actor::{Observe, SessionActor, SessionEnv};
-pub use core::{Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};

@@ -30,8 +30,11 @@ use crate::killpoint::{self, step};
 use crate::ledger::{Intent, IntentKind, IntentLog, IntentStep};
 use crate::ports::{Engine, EngineError};
 use crate::session::core::{RecoveryOrder, RecoveryReport};
-use crate::session::delivery::{deliver, holding_lease, Delivery, Outbound, PromptKind, PromptOrder, ToolTextScan};
-use crate::session::prompt::{PromptFacts, TodoCounts};
+use crate::session::delivery::{deliver, holding_lease, Delivery, Outbound};
+use crate::session::prompt::TodoCounts;
+
+pub use shepherd_core::ports::may_have_arrived;
+pub use shepherd_core::session::effect::continue_order;
 
 /// Runs one recovery. `stopping` is checked before the abort only.
 pub async fn recover(
@@ -169,55 +172,12 @@ fn continue_report(delivery: Delivery, idle_after_ms: Option<u64>, compacted: Op
     }
 }
 
-/// The continue a recovery sends after its abort: the planning continue for a planning
-/// session, else the todo continue (the plain one when no todo is open).
-pub fn continue_order(cfg: &RecoveryConfig, order: &RecoveryOrder, directory: Option<String>) -> PromptOrder {
-    PromptOrder {
-        session_id: order.session_id.clone(),
-        directory,
-        kind: PromptKind::Continue,
-        template: if order.planning {
-            cfg.continue_with_plan_message.clone()
-        } else {
-            cfg.continue_with_todos_message.clone()
-        },
-        template_without_open_todos: (!order.planning).then(|| cfg.continue_message.clone()),
-        facts: PromptFacts {
-            attempts: order.attempt,
-            max_attempts: cfg.max_auto_submits,
-            context_summary: String::new(),
-        },
-        known_todos: order.known_todos.clone(),
-        known_turn: order.known_turn.clone(),
-        require_idle: false,
-        require_open_todos: false,
-        decision: order.decision.clone(),
-        not_before_ms: Some(order.decided_ms),
-        tool_text_scan: ToolTextScan::from_config(cfg),
-        model: None,
-    }
-}
-
 /// The session's directory: the one the core knows, else the server's description of
 /// the session (whose status is read per directory).
 pub async fn directory_of(engine: &dyn Engine, session: &str, known: Option<&str>) -> Result<String, EngineError> {
     match known {
         Some(d) => Ok(d.to_string()),
         None => Ok(engine.session(session).await?.directory.unwrap_or_default()),
-    }
-}
-
-/// A request that failed this way may still have reached OpenCode (a timeout, a
-/// connection lost after sending, a server error: OpenCode may have stored the message
-/// before failing, a proxy may have passed it on): only the session can say whether it
-/// did. Its intent stays open and the session is read later, so the action is neither
-/// dropped (a 503 is not a "no") nor sent twice.
-pub fn may_have_arrived(error: &EngineError) -> bool {
-    match error {
-        EngineError::Unreachable(_) | EngineError::Unconfirmed(_) => true,
-        // 501 is an engine that does not do this at all (`ports::unsupported`).
-        EngineError::Http { status, .. } => *status >= 500 && *status != 501,
-        EngineError::NotFound(_) | EngineError::Decode(_) => false,
     }
 }
 

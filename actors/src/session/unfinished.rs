@@ -23,33 +23,7 @@ use crate::ports::{EngineError, HistoryMessage, HistoryPart};
 use crate::session::delivery::{deliver, Delivery, Outbound, PromptOrder};
 use crate::session::recovery::{directory_of, end_intent, may_have_arrived, write_intent};
 
-/// An open intent to finish, with the prompt to send if it turns out to be missing.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FinishOrder {
-    pub intent: Intent,
-    /// Built by the core from what it knows now, under the intent's decision id; `None`:
-    /// verify only (a person's prompt).
-    pub prompt: Option<PromptOrder>,
-    /// How many of the session's latest messages to read.
-    pub messages: u32,
-}
-
-/// How the resumption ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum FinishReport {
-    /// The session carries the prompt: it arrived before the crash.
-    Delivered,
-    /// The missing prompt was sent now (or the delivery says why not).
-    Sent(Delivery),
-    /// Nothing to do any more, and why.
-    Moot(&'static str),
-    /// The server no longer knows the session.
-    Gone,
-    /// Another Shepherd instance holds the session's lease.
-    NotOurs(String),
-    /// The session could not be read; the intent stays open for the next attempt.
-    Unreadable(EngineError),
-}
+pub use shepherd_core::session::effect::{same_action, FinishOrder, FinishReport, RETRY};
 
 /// Finishes one open intent. Never panics; every outcome is a [`FinishReport`], and the
 /// intent is closed unless the session could not be read or a send may have arrived.
@@ -128,18 +102,6 @@ fn retry_decision(decision: &str) -> String {
     format!("{decision}{RETRY}")
 }
 
-const RETRY: &str = "~retry";
-
-/// Whether two decision ids name the same action: one is the other's retry. While a
-/// finish runs under the first id, the ledger's open intent may already be the retry's
-/// (written before its send): a second finish of that intent, started meanwhile, would
-/// read the session before the retry landed and send it again.
-pub fn same_action(a: &str, b: &str) -> bool {
-    let base = |d: &str| d.find(RETRY).map_or(d, |at| &d[..at]).len();
-    let (la, lb) = (base(a), base(b));
-    la == lb && a[..la] == b[..lb]
-}
-
 /// What the session's messages say about an intent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Seen {
@@ -208,15 +170,6 @@ mod tests {
                 shepherd: tag.map(|d| ShepherdTag { kind: "continue".into(), instance: "i1".into(), decision: d.into(), lease: None }),
             }],
         }
-    }
-
-    #[test]
-    fn a_retry_is_the_same_action_as_the_first_attempt_and_its_own_retries() {
-        assert!(same_action("ses_a-1000", "ses_a-1000~retry"));
-        assert!(same_action("ses_a-1000~retry~retry", "ses_a-1000"));
-        assert!(same_action("ses_a-1000~retry", "ses_a-1000~retry"));
-        assert!(!same_action("ses_a-1000", "ses_a-1001~retry"));
-        assert!(!same_action("ses_a-100", "ses_a-1000"));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub use crate::config::parse_model;
 use crate::config::RecoveryConfig;
 use crate::event::{ErrorInfo, ModelRef};
 use crate::ledger::OutageMemory;
@@ -113,13 +114,6 @@ pub fn describe(e: &ErrorInfo) -> String {
 pub fn backoff(step: u32, cfg: &RecoveryConfig) -> Duration {
     let exp = step.saturating_sub(1).min(20);
     cfg.provider_backoff.saturating_mul(1u32 << exp).min(cfg.provider_max_backoff)
-}
-
-/// `provider/model` pairs of `recovery.fallback_models` (validated at start-up).
-pub fn parse_model(key: &str) -> Option<ModelRef> {
-    let (provider, model) = key.split_once('/')?;
-    (!provider.trim().is_empty() && !model.trim().is_empty())
-        .then(|| ModelRef { provider_id: provider.trim().to_string(), model_id: model.trim().to_string() })
 }
 
 /// The resume Shepherd may send now: which step, on which model and why that model.
@@ -404,13 +398,14 @@ mod tests {
             .collect()
     }
 
-    const HTTP429: &str = include_str!("../../tests/fixtures/captures/http429_retries_then_apierror.jsonl");
-    const HTTP500: &str = include_str!("../../tests/fixtures/captures/http500_retries_then_apierror.jsonl");
-    const OVERFLOW: &str = include_str!("../../tests/fixtures/captures/context_overflow_autocompact_disabled.jsonl");
-    const ABORT: &str = include_str!("../../tests/fixtures/captures/stall_then_abort.jsonl");
-    const NO_MODEL: &str = include_str!("../../tests/fixtures/captures/prompt_with_unknown_model.jsonl");
+    const HTTP429: &str = include_str!("../../../actors/tests/fixtures/captures/http429_retries_then_apierror.jsonl");
+    const HTTP500: &str = include_str!("../../../actors/tests/fixtures/captures/http500_retries_then_apierror.jsonl");
+    const OVERFLOW: &str =
+        include_str!("../../../actors/tests/fixtures/captures/context_overflow_autocompact_disabled.jsonl");
+    const ABORT: &str = include_str!("../../../actors/tests/fixtures/captures/stall_then_abort.jsonl");
+    const NO_MODEL: &str = include_str!("../../../actors/tests/fixtures/captures/prompt_with_unknown_model.jsonl");
     const HEADER_TIMEOUT: &str =
-        include_str!("../../tests/fixtures/captures/hang_before_headers_headertimeout_3s.jsonl");
+        include_str!("../../../actors/tests/fixtures/captures/hang_before_headers_headertimeout_3s.jsonl");
 
     #[test]
     fn captured_429_and_500_after_opencodes_retries_are_provider_errors_with_their_status() {

@@ -13,8 +13,8 @@ use tokio::time::Instant;
 
 use crate::config::{NudgeConfig, ReviewConfig};
 use crate::event::{Todo, TodoStatus};
-use crate::session::core::Pause;
-use crate::session::delivery::PromptKind;
+use crate::session::effect::PromptKind;
+use crate::session::pause::Pause;
 use crate::session::prompt::TodoCounts;
 
 /// `content:status` of every todo: equal snapshots mean no progress on the list.

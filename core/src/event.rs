@@ -658,6 +658,20 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
     Ok(Envelope { directory, event })
 }
 
+/// A message's `info` as `GET /session/{id}/message` returns it, decoded and its ids
+/// checked as a `message.updated` event's are — without wrapping it in a frame.
+pub fn decode_message_info(info: &str) -> Result<MessageInfo, DecodeError> {
+    const KIND: &str = "message.updated";
+    let raw: RawMessageInfo<'_> = serde_json::from_str(info)
+        .map_err(|e| DecodeError::BadShape { kind: KIND.to_string(), reason: e.to_string() })?;
+    let event = Event::MessageUpdated(raw.into());
+    event.ids().check().map_err(|source| DecodeError::BadId { kind: KIND.to_string(), source })?;
+    match event {
+        Event::MessageUpdated(m) => Ok(m),
+        _ => unreachable!("built as a message above"),
+    }
+}
+
 /// The longest directory accepted with an event, bytes (Linux's `PATH_MAX`).
 pub const MAX_DIRECTORY_LEN: usize = 4096;
 

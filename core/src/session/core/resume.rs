@@ -230,11 +230,12 @@ impl SessionCore {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{test_core, unadvised};
+    use super::super::testkit::{test_core, unadvised};
     use super::*;
     use crate::event::decode;
 
-    const HTTP429: &str = include_str!("../../../tests/fixtures/captures/http429_retries_then_apierror.jsonl");
+    const HTTP429: &str =
+        include_str!("../../../../actors/tests/fixtures/captures/http429_retries_then_apierror.jsonl");
 
     /// The capture's frames for one session, with the session id rewritten.
     fn frames(capture: &str) -> Vec<Event> {
@@ -517,8 +518,8 @@ mod tests {
     #[test]
     fn an_overflow_an_abort_or_a_missing_model_schedules_no_resume() {
         for capture in [
-            include_str!("../../../tests/fixtures/captures/context_overflow_autocompact_disabled.jsonl"),
-            include_str!("../../../tests/fixtures/captures/prompt_with_unknown_model.jsonl"),
+            include_str!("../../../../actors/tests/fixtures/captures/context_overflow_autocompact_disabled.jsonl"),
+            include_str!("../../../../actors/tests/fixtures/captures/prompt_with_unknown_model.jsonl"),
         ] {
             let (mut cores, t0) = (std::collections::HashMap::<String, SessionCore>::new(), Instant::now());
             for line in capture.lines() {

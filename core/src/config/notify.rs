@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{duration_str, InvalidValue};
+use super::{duration_str, Config, InvalidValue};
 
 /// One notification target.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -180,6 +180,14 @@ impl NotifyConfig {
         }
         Ok(())
     }
+}
+
+/// Checks every `notify[i]`.
+pub(super) fn validate(c: &Config) -> Result<(), InvalidValue> {
+    for (i, n) in c.notify.iter().enumerate() {
+        n.validate(i)?;
+    }
+    Ok(())
 }
 
 /// An absolute `http(s)://host…` URL (what a URL read from `url_env` must be too).

@@ -131,7 +131,7 @@ fn describe_span(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     //! The off switch as a specification.
-    use super::super::tests::{unadvised, Bench};
+    use super::super::testkit::{unadvised, Bench};
     use super::*;
     use crate::config::RecoveryConfig;
 

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::guard::similarity::Shingles;
 use crate::guard::GuardRequest;
 use crate::session::core::Now;
-use crate::session::delivery::PromptKind;
+use crate::session::effect::PromptKind;
 
 /// One prompt this instance let through.
 #[derive(Debug, Clone)]

@@ -126,7 +126,7 @@ mod tests {
             let mut rules = SessionRules::default();
             rules.advisor.enabled = true;
             rules.advisor.new_session = Duration::ZERO;
-            let (core, t0) = crate::session::core::tests::test_core(rules);
+            let (core, t0) = crate::session::core::testkit::test_core(rules);
             Self { core, t0 }
         }
         fn at(&self, secs: u64) -> Now {
@@ -200,7 +200,7 @@ mod tests {
         rules.handoff.enabled = false;
         rules.recovery.max_recoveries = 10;
         rules.recovery.max_auto_submits = 10;
-        let mut b = crate::session::core::tests::Bench::with_rules(rules);
+        let mut b = crate::session::core::testkit::Bench::with_rules(rules);
         b.busy(0);
         let mut t = 0;
         for _ in 0..3 {
