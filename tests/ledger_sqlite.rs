@@ -485,3 +485,32 @@ async fn sessions_with_a_scheduled_provider_resume_are_found_after_a_restart_and
     assert_eq!(memory.scheduled_resumes("local").await.unwrap(), vec!["ses_due".to_string()]);
     assert!(memory.scheduled_resumes("other").await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn the_database_file_itself_holds_the_journal_within_seconds_of_the_writes() {
+    // The log is copied back off the writer's thread (`store::checkpoint`): a copy of
+    // the bare database file — what a backup of `ledger.sqlite3` alone takes — soon
+    // holds what was written, though far less than SQLite's own 1,000-page mark.
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    let ledger = SqliteLedger::open(&path).unwrap();
+    for i in 0..50 {
+        ledger.append(&record("ses_A", Action::Nudge, 1_700_000_000_000 + i)).await.unwrap();
+    }
+    let copy = dir.path().join("copy.sqlite3");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let rows = loop {
+        std::fs::copy(&path, &copy).unwrap();
+        let rows: i64 = rusqlite::Connection::open(&copy)
+            .unwrap()
+            .query_row("SELECT count(*) FROM journal", [], |r| r.get(0))
+            .unwrap_or(0);
+        if rows == 50 || Instant::now() > deadline {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(rows, 50, "the records are still only in the write-ahead log");
+    // And the ledger keeps working meanwhile.
+    assert_eq!(ledger.history("ses_A", 100).await.unwrap().len(), 50);
+}

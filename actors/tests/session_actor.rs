@@ -311,7 +311,8 @@ async fn stalled_busy_session_is_aborted_then_continued_with_its_todos() {
 #[actix::test]
 async fn a_session_the_status_endpoint_calls_idle_is_not_aborted() {
     tokio::time::pause();
-    let mut w = world(cfg());
+    let ledger = Arc::new(MemoryLedger::default());
+    let mut w = world_with_ledger(cfg(), ledger.clone());
     w.busy("ses_A");
     settle().await;
     w.engine.busy.lock().unwrap().clear(); // the idle event was lost
@@ -326,6 +327,8 @@ async fn a_session_the_status_endpoint_calls_idle_is_not_aborted() {
             (Action::Recover, Outcome::Declined)
         ]
     );
+    // The intent written beside the status check is ended with the decline.
+    assert_eq!(ledger.open_intents("srv", None).await.unwrap(), vec![]);
 }
 
 #[actix::test]

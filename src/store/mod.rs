@@ -6,10 +6,12 @@
 //! the ledger file lives; it decides nothing about sessions (the cores do) and owns no
 //! number of its own (the schema in `shepherd_actors::config` does).
 //!
-//! Parts: [`sqlite`] (the embedded default, on disk), [`history`] (the
+//! Parts: [`sqlite`] (the embedded default, on disk; `checkpoint` copies its log back
+//! off the writer's thread), [`history`] (the
 //! `shepherd history SESSION` command that reads the journal back). The in-memory
 //! adapter is `shepherd_actors::ledger::MemoryLedger`.
 
+mod checkpoint;
 pub mod history;
 mod notified;
 pub mod sqlite;

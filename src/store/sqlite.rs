@@ -36,6 +36,7 @@ use std::sync::mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use super::checkpoint;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 use shepherd_actors::config::StoreConfig;
 use shepherd_actors::ids;
@@ -266,9 +267,23 @@ impl SqliteLedger {
 
     fn start(conn: Connection, path: Option<PathBuf>) -> Result<SqliteLedger, LedgerError> {
         let (commands, queue) = mpsc::channel();
+        // A file's log is copied back by a thread of its own (see `checkpoint`); the
+        // writer tells it it has stopped by dropping `done`.
+        let (done, writer_done) = mpsc::channel::<()>();
+        if let Some(path) = &path {
+            let at = |e| storage_error(&path.display().to_string(), e);
+            conn.execute_batch("PRAGMA wal_autocheckpoint = 0").map_err(at)?;
+            if let Err(e) = checkpoint::start(path.clone(), writer_done) {
+                tracing::warn!(path = %path.display(), error = %e, "ledger: no checkpointer thread; the writer checkpoints");
+                conn.execute_batch("PRAGMA wal_autocheckpoint = 1000").map_err(at)?;
+            }
+        }
         std::thread::Builder::new()
             .name("shepherd-ledger".into())
-            .spawn(move || serve(conn, queue))
+            .spawn(move || {
+                serve(conn, queue);
+                drop(done);
+            })
             .map_err(|e| LedgerError::Storage(format!("starting the ledger thread: {e}")))?;
         Ok(SqliteLedger { commands, path })
     }

@@ -52,20 +52,6 @@ pub async fn recover(
         Err(EngineError::NotFound(_)) => return RecoveryReport::NotBusy,
         Err(e) => return RecoveryReport::StatusUnavailable(e),
     };
-    match engine.status(&directory, &order.session_id).await {
-        Ok(Some(Status::Busy)) => {}
-        Ok(_) => return RecoveryReport::NotBusy,
-        Err(e) => return RecoveryReport::StatusUnavailable(e),
-    }
-    if stopping.load(Ordering::SeqCst) {
-        return RecoveryReport::Cancelled;
-    }
-    // With instances sharing a store, only the lease holder aborts; it holds the lease
-    // (renewed) until its continue is sent, which goes out under the same lease.
-    let lease = match out.guard.may_act(out.server, &order.session_id).await {
-        Ok(lease) => lease,
-        Err(holder) => return RecoveryReport::NotOurs(holder),
-    };
     let mut intent = Intent {
         server: out.server.to_string(),
         session: order.session_id.clone(),
@@ -76,7 +62,30 @@ pub async fn recover(
         started_ms: wall_ms,
         attempt: order.attempt,
     };
-    write_intent(intents, &intent).await;
+    // The status check and the intent's write go out together: each waits its turn (the
+    // server, the ledger's writer), and one after the other they doubled the time from
+    // the stall to its abort. An intent whose check then declines is ended at once; one
+    // a crash leaves behind is moot (the last reply was not aborted).
+    let (status, ()) = tokio::join!(engine.status(&directory, &order.session_id), write_intent(intents, &intent));
+    let declined = match status {
+        Ok(Some(Status::Busy)) if stopping.load(Ordering::SeqCst) => Some(RecoveryReport::Cancelled),
+        Ok(Some(Status::Busy)) => None,
+        Ok(_) => Some(RecoveryReport::NotBusy),
+        Err(e) => Some(RecoveryReport::StatusUnavailable(e)),
+    };
+    // With instances sharing a store, only the lease holder aborts; it holds the lease
+    // (renewed) until its continue is sent, which goes out under the same lease.
+    let lease = match declined {
+        Some(report) => Err(report),
+        None => out.guard.may_act(out.server, &order.session_id).await.map_err(RecoveryReport::NotOurs),
+    };
+    let lease = match lease {
+        Ok(lease) => lease,
+        Err(report) => {
+            end_intent(intents, &intent).await;
+            return report;
+        }
+    };
     killpoint::reached(step::RECOVER_BEFORE_ABORT);
     if let Err(e) = engine.abort(&order.session_id).await {
         // An abort that timed out may still have arrived: the intent stays, and the
