@@ -171,6 +171,8 @@ impl Running {
     /// Attaches the server to the supervisor and starts its pump.
     fn start_server(&mut self, p: Prepared) {
         let Prepared { server, auth, client } = p;
+        let pump = EventPump::new(server.clone(), auth, self.supervisor.clone());
+        client.follow_stream(pump.stats());
         self.toasts.attach(&server.name, client.clone());
         self.clients.insert(server.name.clone(), client.clone());
         self.supervisor.do_send(AttachServer {
@@ -181,7 +183,6 @@ impl Running {
             retry_max: server.reconnect_max,
         });
         let (stop, stop_rx) = watch::channel(false);
-        let pump = EventPump::new(server.clone(), auth, self.supervisor.clone());
         if let Ok(mut stats) = self.pump_stats.write() {
             stats.retain(|(name, _)| *name != server.name);
             stats.push((server.name.clone(), pump.stats()));

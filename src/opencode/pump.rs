@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use actix::Addr;
+use futures::FutureExt as _;
 use shepherd_actors::config::ServerConfig;
 use shepherd_actors::event::decode;
 use shepherd_actors::supervisor::{Ingest, StreamDown, StreamUp, Supervisor};
@@ -40,6 +41,16 @@ pub struct PumpStats {
     /// The OpenCode version the server reported at the latest connect; `None` before the
     /// first successful read.
     pub opencode_version: std::sync::RwLock<Option<String>>,
+    /// Since when (ms on [`lag_clock`]) every read found more already waiting: Shepherd
+    /// reads behind the server. 0 while caught up (a read had to wait for data).
+    behind_since_ms: AtomicI64,
+}
+
+/// Milliseconds since the first call, on the monotonic clock (the lag's timeline; the
+/// +1 keeps 0 free to mean "caught up").
+fn lag_clock() -> i64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as i64 + 1
 }
 
 impl PumpStats {
@@ -51,6 +62,22 @@ impl PumpStats {
     /// The OpenCode version read at the latest connect, if any was.
     pub fn opencode_version(&self) -> Option<String> {
         self.opencode_version.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// How long every read has found more already waiting, if the latest did.
+    pub fn lag(&self) -> Option<std::time::Duration> {
+        let since = self.behind_since_ms.load(Ordering::Relaxed);
+        (since > 0).then(|| std::time::Duration::from_millis((lag_clock() - since).max(0) as u64))
+    }
+
+    /// A read found more already waiting (the lag counts from the first such read).
+    fn fell_behind(&self) {
+        let _ = self.behind_since_ms.compare_exchange(0, lag_clock(), Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// A read had to wait for the server: everything it sent so far has been read.
+    fn caught_up(&self) {
+        self.behind_since_ms.store(0, Ordering::Relaxed);
     }
 }
 
@@ -134,12 +161,21 @@ impl EventPump {
         let mut decoder = SseDecoder::new();
         // Silence past `stream_read_timeout` (heartbeats come every 10 s) is a dead stream.
         let read_timeout = self.server.stream_read_timeout;
+        // The next chunk, when it was already waiting as the previous one was handled.
+        let mut waiting = None;
         loop {
-            let chunk = match tokio::time::timeout(read_timeout, stream.next_chunk()).await {
-                Ok(Some(chunk)) => chunk?,
-                Ok(None) => break,
-                Err(_) => return Err(format!("read: nothing for {read_timeout:?}")),
+            let next = match waiting.take() {
+                Some(next) => next,
+                None => {
+                    self.stats.caught_up();
+                    match tokio::time::timeout(read_timeout, stream.next_chunk()).await {
+                        Ok(next) => next,
+                        Err(_) => return Err(format!("read: nothing for {read_timeout:?}")),
+                    }
+                }
             };
+            let Some(chunk) = next else { break };
+            let chunk = chunk?;
             let dropped = decoder.push_each(&chunk, |data| {
                 self.stats.frames.fetch_add(1, Ordering::Relaxed);
                 self.stats.last_frame_ms.store(epoch_ms(), Ordering::Relaxed);
@@ -155,6 +191,11 @@ impl EventPump {
             if dropped > 0 {
                 self.stats.malformed.fetch_add(dropped as u64, Ordering::Relaxed);
                 tracing::warn!(server = %name, dropped, "dropped oversized or non-UTF-8 event frames");
+            }
+            // More already waiting means Shepherd reads behind the server.
+            waiting = stream.next_chunk().now_or_never();
+            if waiting.is_some() {
+                self.stats.fell_behind();
             }
         }
         Ok(())
