@@ -23,6 +23,7 @@ use shepherd_actors::supervisor::{FleetView, InspectFleet, Shutdown, Supervisor}
 use crate::control::{ControlServer, ControlToken};
 use crate::metrics::edge::{CountingLedger, TimedModel};
 use crate::metrics::Metrics;
+use crate::notify::Notifiers;
 use crate::opencode::PumpStats;
 use crate::reload::{ConfigLoader, ReloadHandle, Running};
 use crate::status::{status_path, StatusBoard, StatusWriter};
@@ -39,6 +40,8 @@ pub struct Daemon {
     instance: String,
     control: Option<ControlServer>,
     status: Option<StatusWriter>,
+    /// `[[notify]]`: told of the journal, stopped after the supervisor.
+    notifiers: Notifiers,
     metrics: Arc<Metrics>,
     metrics_task: tokio::task::JoinHandle<()>,
     /// Returns freed heap to the system every `supervisor.cleanup_interval`.
@@ -68,7 +71,7 @@ impl Daemon {
         let metrics = Metrics::new();
         let metrics_task = metrics.follow(&journal);
         // Before any actor starts: every session actor loads its state from here.
-        let ledger = crate::store::open_ledger(&cfg.store).map_err(|e| anyhow::anyhow!("store: {e}"))?;
+        let (ledger, notified) = crate::store::open_ledgers(&cfg.store).map_err(|e| anyhow::anyhow!("store: {e}"))?;
         let ledger = CountingLedger::wrap(ledger, Arc::clone(&metrics));
         let guard = crate::guard::start(&cfg.guard, Arc::new(SystemClock), &instance)?;
         // Without a model the heuristics answer in place (in the session actor): no
@@ -91,6 +94,7 @@ impl Daemon {
         let rules = Arc::new(cfg.session_rules());
         // Every log line from here on passes the configured redactor too.
         crate::logging::set_redactor(rules.redactor.clone());
+        let redactor = rules.redactor.clone();
         let supervisor = Supervisor::new(
             rules,
             cfg.supervisor.clone(),
@@ -107,6 +111,18 @@ impl Daemon {
         let mut running =
             Running::new(cfg.clone(), loader, supervisor.clone(), guard, advisor, toasts, Arc::clone(&metrics));
         let pump_stats = Arc::clone(&running.pump_stats);
+        let notifiers = Notifiers::start(
+            &cfg.notify,
+            crate::notify::Wiring {
+                journal: journal.clone(),
+                ledger: notified,
+                supervisor: supervisor.clone(),
+                pumps: Arc::clone(&pump_stats),
+                redactor: redactor.clone(),
+                metrics: Arc::clone(&metrics),
+                clock: Arc::new(SystemClock),
+            },
+        )?;
         let board = StatusBoard::new(&cfg.status, supervisor.clone(), Arc::clone(&pump_stats), instance.clone());
         let (reload, requests) = crate::reload::channel();
         // Before the pumps: a control port already taken fails start-up with nothing running.
@@ -144,6 +160,7 @@ impl Daemon {
             instance,
             control,
             status,
+            notifiers,
             metrics,
             metrics_task,
             trimmer,
@@ -244,6 +261,7 @@ impl Daemon {
         if let Some(status) = self.status {
             status.stop().await; // the final state, after the last recovery
         }
+        self.notifiers.stop().await; // what is batched is sent, within the targets' timeout
         self.metrics_task.abort();
         self.trimmer.abort();
     }

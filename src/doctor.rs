@@ -16,6 +16,8 @@ use shepherd_actors::config::{Config, GuardBackend, ServerConfig};
 
 use crate::guard::redis::display_url;
 
+mod notify;
+
 /// The longest any one probe waits, whatever the configured timeouts.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the event stream has to send its first bytes (OpenCode sends
@@ -52,7 +54,8 @@ impl Finding {
     }
 }
 
-/// Every finding for `cfg`, in a stable order: servers, state, Redis, advisor, control.
+/// Every finding for `cfg`, in a stable order: servers, state, Redis, advisor, control,
+/// notification targets.
 pub async fn examine(cfg: &Config) -> Vec<Finding> {
     let mut out = Vec::new();
     if cfg.servers.is_empty() {
@@ -76,6 +79,7 @@ pub async fn examine(cfg: &Config) -> Vec<Finding> {
     if cfg.control.enabled {
         out.push(examine_control(&cfg.control.bind).await);
     }
+    out.extend(notify::examine(&cfg.notify).await);
     out
 }
 

@@ -15,6 +15,7 @@ pub mod init;
 pub mod logging;
 pub mod memory;
 pub mod metrics;
+pub mod notify;
 pub mod opencode;
 pub mod private_state;
 pub mod reload;

@@ -68,6 +68,11 @@ enum Command {
     },
     /// Print the manual page (roff), e.g. `shepherd man | man -l -`.
     Man,
+    /// Notification targets (`[[notify]]`).
+    Notify {
+        #[command(subcommand)]
+        command: NotifyCommand,
+    },
     /// Look at everything `run` depends on (each server: reachable, password, version,
     /// event stream; the state directory; Redis; the advisor; the control API's address)
     /// and print one line per finding with its fix. Exits non-zero on a problem.
@@ -205,6 +210,13 @@ struct ResumeArgs {
     all: bool,
     #[command(flatten)]
     daemon: DaemonArgs,
+}
+
+#[derive(Subcommand)]
+enum NotifyCommand {
+    /// Send one test message to every `[[notify]]` target (retries included) and print
+    /// how each answered. Exits non-zero when one fails.
+    Test(ConfigArgs),
 }
 
 #[derive(Subcommand)]
@@ -386,6 +398,18 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
             print!("{}", shepherd::doctor::render(&findings));
             if shepherd::doctor::failed(&findings) {
                 std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Notify { command: NotifyCommand::Test(args) } => {
+            let cfg = args.load()?;
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64;
+            match client_runtime()?.block_on(shepherd::notify::probe::send_tests(&cfg.notify, now)) {
+                Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
+                Err(lines) => {
+                    lines.iter().for_each(|l| println!("{l}"));
+                    std::process::exit(1);
+                }
             }
             Ok(())
         }

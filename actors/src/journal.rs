@@ -60,6 +60,7 @@ impl Journal {
                     open_ms = n.open_ms,
                     without_progress_ms = n.without_progress_ms,
                     compacting_for_ms = n.compacting_for_ms,
+                    waits_on = n.waits_on.as_deref(),
                     "{} {}: {}", r.action.as_str(), r.outcome.as_str(), r.reason
                 )
             };

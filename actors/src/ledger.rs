@@ -11,6 +11,9 @@ use async_trait::async_trait;
 
 use crate::journal::ActionRecord;
 
+mod notified;
+pub use notified::NotifyLedger;
+
 /// Durable per-session state, the action journal, hand-off snapshots and intents.
 #[async_trait]
 pub trait Ledger: SnapshotStore + IntentLog + FleetSettings {
@@ -40,6 +43,8 @@ pub struct MemoryLedger {
     /// Open intents by (server, decision).
     intents: Mutex<HashMap<(String, String), Intent>>,
     fleet_pause: Mutex<Option<FleetPause>>,
+    /// Notification keys and when each was sent (`NotifyLedger`).
+    notified: Mutex<HashMap<String, i64>>,
 }
 
 #[async_trait]

@@ -52,6 +52,11 @@ pub enum Action {
     /// The server's provider circuit breaker changed state (opened, re-opened, closed),
     /// or a session waits on it.
     Breaker,
+    /// The session began waiting on the person: a question or a permission is open, or
+    /// its last reply asks something (`numbers.waits_on` says which).
+    WaitsOnPerson,
+    /// The session no longer waits on the person (answered, rejected, or it moved on).
+    WaitEnded,
 }
 
 impl Action {
@@ -76,6 +81,8 @@ impl Action {
             Action::Advise => "advise",
             Action::ProviderError => "provider_error",
             Action::Breaker => "breaker",
+            Action::WaitsOnPerson => "waits_on_person",
+            Action::WaitEnded => "wait_ended",
         }
     }
 }
@@ -163,6 +170,10 @@ pub struct Numbers {
     /// How long OpenCode has been compacting the session (`compaction.max_wait` bounds it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compacting_for_ms: Option<u64>,
+    /// What the session waits on the person for: the open question's or permission's
+    /// id, or the id of the reply that asks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waits_on: Option<String>,
 }
 
 /// One decision about one session.

@@ -17,8 +17,17 @@ use super::render::mask_secrets;
 /// Keys (or sections, ending in `.`) whose new value is only read at start-up: the
 /// ledger file, the control API's socket and token, the log subscriber, the status
 /// file's writer, and the guard's backend (its Redis connection and key space).
-const RESTART_ONLY: [&str; 8] =
-    ["store.", "control.", "log.", "status.", "guard.enabled", "guard.backend", "guard.redis_url", "guard.key_prefix"];
+const RESTART_ONLY: [&str; 9] = [
+    "store.",
+    "control.",
+    "log.",
+    "status.",
+    "guard.enabled",
+    "guard.backend",
+    "guard.redis_url",
+    "guard.key_prefix",
+    "notify", // the [[notify]] list is one leaf; the notifiers start with the daemon
+];
 
 /// One changed key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -107,6 +116,7 @@ pub fn keep_restart_only(running: &Config, new: Config) -> Config {
     kept.control = running.control.clone();
     kept.log = running.log.clone();
     kept.status = running.status.clone();
+    kept.notify = running.notify.clone(); // the notifiers start with the daemon
     kept.guard.enabled = running.guard.enabled;
     kept.guard.backend = running.guard.backend;
     kept.guard.redis_url = running.guard.redis_url.clone();
@@ -213,6 +223,18 @@ mod tests {
         let text = format!("{diff:?}");
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("ADVISOR_KEY"), "the variable's name is not a secret: {text}");
+    }
+
+    #[test]
+    fn notifiers_need_a_restart_and_their_urls_are_not_shown() {
+        use shepherd_actors::config::{NotifyConfig, NotifyKind};
+        let running = Config::default();
+        let mut new = Config::default();
+        new.notify = vec![NotifyConfig::new(NotifyKind::Slack, "https://hooks.example/T0/B0/SECRET")];
+        let diff = ConfigDiff::between(&running, &new);
+        assert_eq!(diff.needs_restart.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(), ["notify"]);
+        assert!(!format!("{diff:?}").contains("SECRET"), "{diff:?}");
+        assert!(keep_restart_only(&running, new).notify.is_empty());
     }
 
     #[test]

@@ -76,6 +76,13 @@ pub(super) fn mask_secrets(value: &mut Value) {
             for (key, child) in table.iter_mut() {
                 if is_secret_key(key) {
                     mask_every_string(child);
+                } else if key == "notify" {
+                    // A hook's path or a topic is the secret: scheme and host only.
+                    for url in child.as_array_mut().into_iter().flatten().filter_map(|n| n.get_mut("url")) {
+                        if let Value::String(text) = url {
+                            *text = crate::notify::display_url(text);
+                        }
+                    }
                 } else {
                     mask_secrets(child);
                 }

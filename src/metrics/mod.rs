@@ -130,6 +130,15 @@ impl Metrics {
         self.with(|| counter!("shepherd_ledger_write_errors_total", "operation" => operation).increment(1));
     }
 
+    /// One notification (or batch) ended: `sent`, `failed` (after its retries),
+    /// `dropped` (the queue was full) or `skipped` (already sent before a restart).
+    pub fn notification(&self, kind: &'static str, event: &'static str, outcome: &'static str) {
+        self.with(|| {
+            counter!("shepherd_notifications_total", "kind" => kind, "event" => event, "outcome" => outcome)
+                .increment(1)
+        });
+    }
+
     /// One advisor model call ended (`ok`, `error`, `timeout`) after `seconds`.
     pub fn advisor_call(&self, outcome: &'static str, seconds: f64) {
         self.with(|| {
@@ -255,6 +264,10 @@ fn sample_fleet(fleet: &FleetView) {
 
 /// HELP lines and units of every metric.
 fn describe() {
+    describe_counter!(
+        "shepherd_notifications_total",
+        "Notifications ([[notify]]) by kind, event and outcome (sent, failed, dropped, skipped); a batch counts once"
+    );
     describe_gauge!("shepherd_sessions", "Sessions in memory by server and state (read at scrape time)");
     describe_gauge!("shepherd_fleet_paused", "1 while the fleet is paused (shepherd pause --all), else 0");
     describe_counter!(

@@ -13,6 +13,7 @@
 
 mod checkpoint;
 pub mod history;
+mod notified;
 pub mod sqlite;
 
 use std::ffi::OsString;
@@ -20,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use shepherd_actors::config::{StoreBackend, StoreConfig};
-use shepherd_actors::ledger::{Ledger, LedgerError, MemoryLedger};
+use shepherd_actors::ledger::{Ledger, LedgerError, MemoryLedger, NotifyLedger};
 
 pub use self::sqlite::SqliteLedger;
 
@@ -34,10 +35,23 @@ pub const LEDGER_FILE_NAME: &str = "ledger.sqlite3";
 /// missing), or a fresh in-memory one. Opening the SQLite file blocks briefly (it creates
 /// the file and runs migrations): call this at start-up, before actors run.
 pub fn open_ledger(cfg: &StoreConfig) -> Result<Arc<dyn Ledger>, LedgerError> {
+    open_ledgers(cfg).map(|(ledger, _)| ledger)
+}
+
+/// One store seen through two ports: the sessions' [`Ledger`] and the notifiers'
+/// [`NotifyLedger`].
+pub type Ledgers = (Arc<dyn Ledger>, Arc<dyn NotifyLedger>);
+
+/// [`open_ledger`], with the same store as the notifiers' [`NotifyLedger`] port.
+pub fn open_ledgers(cfg: &StoreConfig) -> Result<Ledgers, LedgerError> {
+    fn both<L: Ledger + NotifyLedger>(l: L) -> Ledgers {
+        let l = Arc::new(l);
+        (Arc::clone(&l) as Arc<dyn Ledger>, l)
+    }
     match cfg.backend {
         StoreBackend::Memory => {
             tracing::info!("ledger in memory: session state and the journal are forgotten at exit");
-            Ok(Arc::new(MemoryLedger::default()))
+            Ok(both(MemoryLedger::default()))
         }
         StoreBackend::Sqlite => {
             let path = ledger_path(cfg, &|name| std::env::var_os(name))?;
@@ -51,7 +65,7 @@ pub fn open_ledger(cfg: &StoreConfig) -> Result<Arc<dyn Ledger>, LedgerError> {
             }
             let ledger = SqliteLedger::open_with_cache(&path, cfg.cache_kib)?;
             tracing::info!(path = %path.display(), "ledger opened");
-            Ok(Arc::new(ledger))
+            Ok(both(ledger))
         }
     }
 }

@@ -111,6 +111,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
          value_json TEXT NOT NULL
      );",
     ),
+    (
+        5,
+        "CREATE TABLE notified (
+         key   TEXT    PRIMARY KEY,
+         at_ms INTEGER NOT NULL
+     );
+     CREATE INDEX notified_at ON notified (at_ms);",
+    ),
 ];
 
 /// The `setting` key of the fleet-wide pause.
@@ -127,7 +135,7 @@ pub struct SqliteLedger {
 
 type Reply<T> = oneshot::Sender<Result<T, LedgerError>>;
 
-enum Command {
+pub(super) enum Command {
     Load {
         server: String,
         session: String,
@@ -201,6 +209,14 @@ enum Command {
         value_json: Option<String>,
         reply: Reply<()>,
     },
+    /// A command of a port kept in a module of its own (`super::notified`).
+    Job(Box<dyn Job>),
+}
+
+/// A command defined outside this file: run in the batch's transaction, or failed with it.
+pub(super) trait Job: Send {
+    fn run(self: Box<Self>, conn: &Connection) -> Finished;
+    fn fail(self: Box<Self>, err: LedgerError);
 }
 
 impl SqliteLedger {
@@ -272,7 +288,7 @@ impl SqliteLedger {
         Ok(SqliteLedger { commands, path })
     }
 
-    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, LedgerError> {
+    pub(super) async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, LedgerError> {
         let (reply, answer) = oneshot::channel();
         self.commands.send(make(reply)).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
@@ -412,7 +428,7 @@ fn run_batch(conn: &mut Connection, batch: Vec<Command>) {
 }
 
 /// A command that has run, waiting for its transaction to commit before it replies.
-enum Finished {
+pub(super) enum Finished {
     Read(Box<dyn FnOnce() + Send>),
     Write(Reply<()>, Result<(), LedgerError>),
 }
@@ -496,6 +512,7 @@ impl Command {
                 .map_err(|e| storage_error(&format!("writing setting {key}"), e));
                 Finished::Write(reply, result)
             }
+            Command::Job(job) => job.run(conn),
             Command::Claim { id, session, reply } => match claim(conn, &id, &session) {
                 Ok(c) => read(reply, Ok(c)),
                 Err(e) => read(reply, Err(e)),
@@ -521,6 +538,7 @@ impl Command {
             Command::ScheduledResumes { reply, .. } => drop(reply.send(Err(err))),
             Command::GetSetting { reply, .. } => drop(reply.send(Err(err))),
             Command::PutSetting { reply, .. } => drop(reply.send(Err(err))),
+            Command::Job(job) => job.fail(err),
         }
     }
 }
@@ -669,7 +687,7 @@ fn claim(conn: &Connection, id: &str, session: &str) -> Result<Claim, LedgerErro
 }
 
 /// One journal row as stored, before its text columns are parsed.
-struct JournalRow {
+pub(super) struct JournalRow {
     id: i64,
     server: String,
     session: String,
@@ -686,27 +704,31 @@ fn history(conn: &Connection, session: &str, limit: u32) -> Result<Vec<ActionRec
             "SELECT id, server, session, at_ms, action, outcome, reason, numbers_json
              FROM journal WHERE session = ?1 ORDER BY id DESC LIMIT ?2",
         )
-        .and_then(|mut st| {
-            st.query_map(params![session, i64::from(limit)], |r| {
-                Ok(JournalRow {
-                    id: r.get(0)?,
-                    server: r.get(1)?,
-                    session: r.get(2)?,
-                    at_ms: r.get(3)?,
-                    action: r.get(4)?,
-                    outcome: r.get(5)?,
-                    reason: r.get(6)?,
-                    numbers_json: r.get(7)?,
-                })
-            })?
-            .collect()
-        })
+        .and_then(|mut st| st.query_map(params![session, i64::from(limit)], JournalRow::read)?.collect())
         .map_err(|e| storage_error(&format!("reading the journal of {session}"), e))?;
     rows.into_iter().rev().map(JournalRow::into_record).collect()
 }
 
 impl JournalRow {
-    fn into_record(self) -> Result<ActionRecord, LedgerError> {
+    pub(super) fn at_ms(&self) -> i64 {
+        self.at_ms
+    }
+
+    /// A row of `SELECT id, server, session, at_ms, action, outcome, reason, numbers_json`.
+    pub(super) fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<JournalRow> {
+        Ok(JournalRow {
+            id: r.get(0)?,
+            server: r.get(1)?,
+            session: r.get(2)?,
+            at_ms: r.get(3)?,
+            action: r.get(4)?,
+            outcome: r.get(5)?,
+            reason: r.get(6)?,
+            numbers_json: r.get(7)?,
+        })
+    }
+
+    pub(super) fn into_record(self) -> Result<ActionRecord, LedgerError> {
         let corrupt = |what: &str, e: serde_json::Error| {
             LedgerError::Corrupt(format!(
                 "journal row {} (server {:?} session {:?}): {what}: {e}",
@@ -758,7 +780,7 @@ fn migrate(conn: &mut Connection) -> Result<(), LedgerError> {
 
 /// A SQLite error as a ledger error: a damaged or foreign file is `Corrupt`, anything
 /// else (I/O, locks, full disk) is `Storage`.
-fn storage_error(context: &str, e: rusqlite::Error) -> LedgerError {
+pub(super) fn storage_error(context: &str, e: rusqlite::Error) -> LedgerError {
     match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => LedgerError::Corrupt(format!("{context}: {e}")),
         _ => LedgerError::Storage(format!("{context}: {e}")),

@@ -7,6 +7,7 @@ pub mod control;
 pub mod faulty_proxy;
 pub mod logs;
 pub mod process;
+pub mod receiver;
 
 use std::time::Duration;
 

@@ -11,7 +11,8 @@
 //! One file per section, each with its schema, its defaults and its validation:
 //! `server` (`servers[i]`), `recovery`, `followup` (`nudge`, `review`), `window`
 //! (`context`, `compaction`, `handoff`), `guard`, `advisor`, `loops`, `daemon`
-//! (`supervisor`, `status`, `top`, `toasts`, `control`, `store`, `log`). Here: the whole
+//! (`supervisor`, `status`, `top`, `toasts`, `control`, `store`, `log`), `notify`
+//! (`notify[i]`). Here: the whole
 //! [`Config`], the [`SessionRules`] a session core decides by, and the order in which
 //! [`Config::validate`] checks the sections (the first error is the one reported).
 
@@ -24,6 +25,7 @@ mod daemon;
 mod followup;
 mod guard;
 mod loops;
+mod notify;
 mod recovery;
 mod server;
 mod window;
@@ -36,6 +38,8 @@ pub use daemon::{
 pub use followup::{NudgeConfig, ReviewConfig};
 pub use guard::{GuardBackend, GuardConfig, MIN_RENEWED_LEASE_TTL};
 pub use loops::LoopsConfig;
+pub use notify::{check_url, NotifyConfig, NotifyEvent, NotifyKind};
+pub use notify::{CATCH_UP_MAX_RECORDS, NOTIFIED_KEEP, SHUTDOWN_GRACE as NOTIFY_SHUTDOWN_GRACE};
 pub use recovery::{parse_model, RecoveryConfig};
 pub use server::ServerConfig;
 pub use window::{CompactionConfig, ContextConfig, HandoffConfig, HandoffMode};
@@ -62,6 +66,8 @@ pub struct Config {
     pub toasts: ToastsConfig,
     pub top: TopConfig,
     pub log: LogConfig,
+    /// `[[notify]]`: where a person is told what needs them (several allowed).
+    pub notify: Vec<NotifyConfig>,
 }
 
 /// The rules every session core decides by: the parts of the config about sessions.
@@ -152,6 +158,7 @@ impl Config {
         daemon::validate_control(self)?;
         daemon::validate_store(self)?;
         server::validate(self)?;
+        notify::validate(self)?;
         Ok(())
     }
 }

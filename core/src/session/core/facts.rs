@@ -6,7 +6,8 @@
 //! (resets the recovery counters). Where an event crosses an edge it hands over to the
 //! behaviour that owns it: busy→idle to the [`arbiter`](super::arbiter), an abort the
 //! person sent to the pause, a finished tool call to [`spin`](super::spin), an empty
-//! finish to [`runaway`](super::runaway). Nothing here decides an action of its own.
+//! finish to [`runaway`](super::runaway); waiting on the person beginning or ending to
+//! [`person`](super::person). Nothing here decides an action of its own.
 
 use super::*;
 
@@ -14,6 +15,7 @@ impl SessionCore {
     /// Feeds one event of this session in.
     pub fn observe(&mut self, event: &Event, now: Now) -> Vec<Effect> {
         let mut out = Vec::new();
+        let waited_on = if self.waits_on_person() { self.waits_on() } else { None }; // no allocation in the usual case
         match event {
             Event::SessionCreated(info) | Event::SessionUpdated(info) => self.hydrate(info),
             Event::SessionDeleted(_) => out.push(Effect::Stop),
@@ -66,6 +68,7 @@ impl SessionCore {
             _ => {}
         }
         self.report_recovered(now, &mut out);
+        self.person_edge(waited_on, now, &mut out);
         out
     }
 

@@ -38,7 +38,8 @@
 //! - `nudge.rs` (nudges and reviews on their way out, and a person's custom prompt),
 //!   `compaction.rs`, `handoff.rs`, `orphan.rs` (a parent's subagents);
 //! - `advice.rs` (the advisor's hooks), `resume.rs` (provider outages), `hold.rs` (the
-//!   person's and the fleet's pause);
+//!   person's and the fleet's pause), `person.rs` (the journal's edges of waiting on
+//!   the person);
 //! - `intents.rs` (actions a crash left open), `durable.rs` (export/restore);
 //! - here: the state itself, its accessors, and the journal record every behaviour
 //!   writes. The orders and reports are `session::effect`'s; `testkit.rs` is the
@@ -396,6 +397,7 @@ mod hold;
 mod intents;
 mod nudge;
 mod orphan;
+mod person;
 mod resume;
 mod runaway;
 mod spin;
