@@ -34,6 +34,18 @@ pub struct TurnSettings {
     pub model: Option<ModelRef>,
 }
 
+impl TurnSettings {
+    /// These settings as read from the session, or `known` (from its events) when the
+    /// read named neither agent nor model.
+    pub fn or_known(self, known: Option<&TurnSettings>) -> TurnSettings {
+        if self.agent.is_some() || self.model.is_some() {
+            self
+        } else {
+            known.cloned().unwrap_or_default()
+        }
+    }
+}
+
 /// A session's latest messages (oldest first) and its last turn's settings, from one
 /// read (the `Engine` port's `recent`).
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -151,10 +151,8 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
     // One read for the turn's settings, the tool-call scan and the guard's comparison.
     let scan_messages = order.tool_text_scan.as_ref().map_or(0, |scan| scan.messages);
     let recent = engine.recent(&order.session_id, scan_messages.max(out.guard.history_messages())).await;
-    let mut turn = match &recent {
-        Ok(r) if r.turn.agent.is_some() || r.turn.model.is_some() => r.turn.clone(),
-        _ => order.known_turn.clone().unwrap_or_default(),
-    };
+    let read = recent.as_ref().map(|r| r.turn.clone()).unwrap_or_default();
+    let mut turn = read.or_known(order.known_turn.as_ref());
     if let Some(model) = &order.model {
         turn.model = Some(model.clone());
     }

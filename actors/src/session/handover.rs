@@ -89,17 +89,16 @@ async fn persist(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, Stri
         abort_and_wait(engine, &order.session_id, order.directory.as_deref(), t.poll).await?;
     }
     let info = engine.session(&order.session_id).await.map_err(|e| format!("reading the session: {e}"))?;
-    let history =
-        engine.history(&order.session_id, t.cfg.history_messages).await.map_err(|e| format!("reading history: {e}"))?;
+    // One read for the history and the last turn's agent and model.
+    let recent =
+        engine.recent(&order.session_id, t.cfg.history_messages).await.map_err(|e| format!("reading history: {e}"))?;
+    let turn = recent.turn.or_known(order.known_turn.as_ref());
+    let history = recent.messages;
     let todos = engine.todos(&order.session_id).await.unwrap_or_else(|_| order.known_todos.clone());
     let directory = info.directory.clone().or_else(|| order.directory.clone());
     let repo = match &directory {
         Some(d) => t.workspace.repo_state(d).await,
         None => None,
-    };
-    let turn = match engine.last_turn_settings(&order.session_id).await {
-        Ok(turn) if turn.agent.is_some() || turn.model.is_some() => turn,
-        _ => order.known_turn.clone().unwrap_or_default(),
     };
     let model_account = if t.cfg.ask_model { ask_in_fork(order, t, &turn).await } else { None };
     let facts = ContinuationFacts {
