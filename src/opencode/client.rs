@@ -326,6 +326,18 @@ fn check_session(s: &SessionInfo, what: &str) -> Result<(), EngineError> {
     })
 }
 
+/// A message's `error`, nothing else.
+#[derive(Deserialize)]
+struct ErrorOnly {
+    #[serde(default)]
+    error: Option<ErrorName>,
+}
+
+#[derive(Deserialize)]
+struct ErrorName {
+    name: String,
+}
+
 #[derive(Deserialize)]
 struct MessageWithParts {
     /// Decoded only where needed ([`decode_message`]), straight from its text.
@@ -509,7 +521,9 @@ impl Engine for OpenCodeClient {
             .timeout(self.long_call_timeout())
             .json(&prompt_body(prompt));
         let reply: MessageWithParts = self.get_json(rb, "POST /session/{id}/message").await?;
-        if let Some(err) = decode_message(&reply.info).and_then(|m| m.error).map(|e| e.name) {
+        // Only the error's name is wanted: read it whatever else the info holds.
+        let info: Option<ErrorOnly> = serde_json::from_str(reply.info.get()).ok();
+        if let Some(err) = info.and_then(|i| i.error).map(|e| e.name) {
             return Err(EngineError::Http { status: 200, body: format!("the model's turn ended with {err}") });
         }
         let text: Vec<&str> =
