@@ -36,6 +36,7 @@ pub mod ledger;
 pub mod ports;
 pub mod session;
 pub mod stats;
+pub mod stream_clock;
 pub mod supervisor;
 
 pub use shepherd_core::{config, event, ids, redact};

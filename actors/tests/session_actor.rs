@@ -15,7 +15,9 @@ use shepherd_actors::ledger::{
     SnapshotStore,
 };
 use shepherd_actors::ports::{Clock, Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, TurnSettings};
+use shepherd_actors::stream_clock::StreamClock;
 use shepherd_actors::supervisor::{
+    ReadMark,
     AttachServer, DetachServer, Ingest, InspectFleet, ReconfigureAll, Shutdown, StreamDown, StreamUp, Supervisor,
 };
 
@@ -215,6 +217,8 @@ impl Clock for PausedClock {
 
 struct World {
     engine: Arc<FakeEngine>,
+    /// The server's stream clock (no pump feeds it unless a test does).
+    stream: Arc<StreamClock>,
     supervisor: Addr<Supervisor>,
     records: tokio::sync::broadcast::Receiver<ActionRecord>,
 }
@@ -230,6 +234,7 @@ fn world_with_ledger(cfg: RecoveryConfig, ledger: Arc<dyn Ledger>) -> World {
     let journal = Journal::new();
     let records = journal.subscribe();
     let clock = Arc::new(PausedClock { start: tokio::time::Instant::now() });
+    let stream = Arc::new(StreamClock::default());
     let supervisor =
         Supervisor::new(Arc::new(cfg.into()), SupervisorConfig::default(), ledger, clock, journal, "test".into())
             .start();
@@ -239,8 +244,9 @@ fn world_with_ledger(cfg: RecoveryConfig, ledger: Arc<dyn Ledger>) -> World {
         list_limit: 10,
         retry_initial: Duration::from_millis(250),
         retry_max: Duration::from_secs(30),
+        stream: Arc::clone(&stream),
     });
-    World { engine, supervisor, records }
+    World { engine, stream, supervisor, records }
 }
 
 impl World {
@@ -358,6 +364,42 @@ async fn a_stall_while_shepherd_reads_the_stream_behind_is_not_aborted_until_it_
     tokio::time::sleep(Duration::from_secs(150)).await;
     settle().await;
     assert!(!w.engine.calls().iter().any(|c| c.starts_with("abort")), "the stall clock restarted");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    settle().await;
+    assert_eq!(w.engine.calls().iter().filter(|c| *c == "abort ses_A").count(), 1);
+    assert!(w.drain().contains(&(Action::Continue, Outcome::Done)));
+}
+
+/// A CPU-starved Shepherd: the session kept working, but its events wait behind a read
+/// the supervisor has not handled. Its stall deadline passes in wall time and falls due
+/// only in stream time — once the backlog is handled, which moves it.
+#[actix::test]
+async fn a_deadline_passed_while_the_sessions_events_wait_unhandled_is_not_a_stall() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.busy("ses_A");
+    settle().await;
+    w.stream.connected(None);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    // At 10 s the pump reads a chunk the supervisor will not reach for 200 s.
+    let unhandled = w.stream.mark(w.stream.read_through(true)).await;
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    settle().await;
+    assert!(w.engine.calls().iter().all(|c| !c.starts_with("abort")), "{:?}", w.engine.calls());
+    assert!(!w.drain().contains(&(Action::StallDetected, Outcome::Done)), "no stall while events wait");
+    assert_eq!(w.stream.deferred(), 1, "the deadline waits on the stream");
+
+    // The backlog is handled at 210 s: it held the session's work.
+    w.send(r#"{"directory":"/p","payload":{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_1","messageID":"msg_1","sessionID":"ses_A","type":"text","text":"still working"}}}}"#);
+    w.supervisor.do_send(ReadMark(unhandled));
+    w.stream.parked();
+    settle().await;
+    assert!(w.engine.calls().iter().all(|c| !c.starts_with("abort")), "{:?}", w.engine.calls());
+
+    // Caught up, a real stall is acted on at its deadline, 180 s after that work.
+    tokio::time::sleep(Duration::from_secs(170)).await;
+    settle().await;
+    assert!(w.engine.calls().iter().all(|c| !c.starts_with("abort")), "not before the stall timeout");
     tokio::time::sleep(Duration::from_secs(20)).await;
     settle().await;
     assert_eq!(w.engine.calls().iter().filter(|c| *c == "abort ses_A").count(), 1);

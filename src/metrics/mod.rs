@@ -195,6 +195,10 @@ impl Metrics {
             if let Some(version) = stats.opencode_version() {
                 self.export_opencode_version(&server, version);
             }
+            let lag = stats.lag().unwrap_or_default().as_secs_f64();
+            gauge!("shepherd_stream_lag_seconds", "server" => server.clone()).set(lag);
+            counter!("shepherd_deadlines_waited_for_stream_total", "server" => server.clone())
+                .absolute(stats.clock.deferred());
             let last = stats.last_frame_ms.load(Ordering::Relaxed);
             if last > 0 {
                 let age = (now_ms - last).max(0) as f64 / 1000.0;
@@ -301,6 +305,14 @@ fn describe() {
     describe_counter!("shepherd_events_malformed_total", "Stream frames that could not be decoded (skipped)");
     describe_counter!("shepherd_stream_frames_total", "Stream frames received, heartbeats included");
     describe_counter!("shepherd_stream_reconnects_total", "Event-stream connects after the first");
+    describe_gauge!(
+        "shepherd_stream_lag_seconds",
+        "How far behind the server Shepherd works: time since everything it sent was handled (0 when keeping up)"
+    );
+    describe_counter!(
+        "shepherd_deadlines_waited_for_stream_total",
+        "Session deadlines that passed while events were still waiting to be handled, and waited for them"
+    );
     describe_gauge!("shepherd_stream_connected", "1 while the server's event stream is connected");
     describe_gauge!("shepherd_server_ready", "1 while the stream is connected and reconciled (see /readyz)");
     describe_gauge!(

@@ -17,6 +17,7 @@ use actix::Addr;
 use futures::FutureExt as _;
 use shepherd_actors::config::ServerConfig;
 use shepherd_actors::event::decode;
+use shepherd_actors::stream_clock::StreamClock;
 use shepherd_actors::supervisor::{Ingest, ReadMark, StreamDown, StreamUp, Supervisor};
 use tokio::sync::watch;
 
@@ -41,19 +42,9 @@ pub struct PumpStats {
     /// The OpenCode version the server reported at the latest connect; `None` before the
     /// first successful read.
     pub opencode_version: std::sync::RwLock<Option<String>>,
-    /// Since when (ms on [`lag_clock`]) every read found more already waiting: Shepherd
-    /// reads behind the server. 0 while caught up (a read had to wait for data).
-    behind_since_ms: AtomicI64,
-    /// How long the supervisor took to reach the end of the latest read's events
-    /// ([`ReadMark`]): what was read but is not handled yet.
-    handling_lag_ms: Arc<AtomicU64>,
-}
-
-/// Milliseconds since the first call, on the monotonic clock (the lag's timeline; the
-/// +1 keeps 0 free to mean "caught up").
-fn lag_clock() -> i64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as i64 + 1
+    /// Up to when this server's events are handled: the sessions' deadlines fall due in
+    /// it ([`StreamClock`]).
+    pub clock: Arc<StreamClock>,
 }
 
 impl PumpStats {
@@ -67,25 +58,10 @@ impl PumpStats {
         self.opencode_version.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    /// How far behind the server Shepherd works, if it is: the longer of the time every
-    /// read has found more already waiting (unread) and the time the supervisor took to
-    /// handle the latest read's events (read, not handled).
+    /// How far behind the server Shepherd works, if it is: the time since stream time
+    /// (everything sent before it handled).
     pub fn lag(&self) -> Option<std::time::Duration> {
-        let since = self.behind_since_ms.load(Ordering::Relaxed);
-        let unread = if since > 0 { (lag_clock() - since).max(0) as u64 } else { 0 };
-        let unhandled = self.handling_lag_ms.load(Ordering::Relaxed);
-        let lag = unread.max(unhandled);
-        (lag > 0).then(|| std::time::Duration::from_millis(lag))
-    }
-
-    /// A read found more already waiting (the lag counts from the first such read).
-    fn fell_behind(&self) {
-        let _ = self.behind_since_ms.compare_exchange(0, lag_clock(), Ordering::Relaxed, Ordering::Relaxed);
-    }
-
-    /// A read had to wait for the server: everything it sent so far has been read.
-    fn caught_up(&self) {
-        self.behind_since_ms.store(0, Ordering::Relaxed);
+        Some(self.clock.lag(tokio::time::Instant::now())).filter(|lag| !lag.is_zero())
     }
 }
 
@@ -131,6 +107,7 @@ impl EventPump {
                 _ = shutdown.changed() => return,
             };
             self.stats.connected.store(false, Ordering::Relaxed);
+            self.stats.clock.disconnected();
             self.supervisor.do_send(StreamDown { server: name.clone() });
             // A connection that lived a while resets the back-off.
             if started.elapsed() > self.server.reconnect_max {
@@ -161,6 +138,7 @@ impl EventPump {
         let mut stream = EventStream::open(&url, self.auth.as_ref(), client, self.server.request_timeout).await?;
         self.stats.connects.fetch_add(1, Ordering::Relaxed);
         self.stats.connected.store(true, Ordering::Relaxed);
+        self.stats.clock.connected(stream.gauge());
         tracing::info!(server = %name, url = %url, "event stream connected");
         self.spawn_version_read(client);
         self.supervisor.do_send(StreamUp { server: name.clone() });
@@ -171,20 +149,21 @@ impl EventPump {
         let read_timeout = self.server.stream_read_timeout;
         // The next chunk, when it was already waiting as the previous one was handled.
         let mut waiting = None;
+        let clock = &self.stats.clock;
         loop {
             let next = match waiting.take() {
                 Some(next) => next,
                 None => {
-                    self.stats.caught_up();
+                    clock.parked();
                     match tokio::time::timeout(read_timeout, stream.next_chunk()).await {
                         Ok(next) => next,
                         Err(_) => return Err(format!("read: nothing for {read_timeout:?}")),
                     }
                 }
             };
+            clock.reading();
             let Some(chunk) = next else { break };
             let chunk = chunk?;
-            let read_at = std::time::Instant::now();
             let dropped = decoder.push_each(&chunk, |data| {
                 self.stats.frames.fetch_add(1, Ordering::Relaxed);
                 self.stats.last_frame_ms.store(epoch_ms(), Ordering::Relaxed);
@@ -201,12 +180,13 @@ impl EventPump {
                 self.stats.malformed.fetch_add(dropped as u64, Ordering::Relaxed);
                 tracing::warn!(server = %name, dropped, "dropped oversized or non-UTF-8 event frames");
             }
-            self.supervisor.do_send(ReadMark { read_at, lag_ms: Arc::clone(&self.stats.handling_lag_ms) });
-            // More already waiting means Shepherd reads behind the server.
-            waiting = stream.next_chunk().now_or_never();
-            if waiting.is_some() {
-                self.stats.fell_behind();
-            }
+            // Is more already waiting? Asked outside tokio's co-operative budget, whose
+            // forced "not yet" would read as "nothing more".
+            waiting = tokio::task::unconstrained(stream.next_chunk()).now_or_never();
+            let through = clock.read_through(waiting.is_none());
+            // Waits while too many reads are unhandled: the backlog stays in the socket.
+            let mark = clock.mark(through).await;
+            self.supervisor.do_send(ReadMark(mark));
         }
         Ok(())
     }

@@ -10,11 +10,18 @@
 //! Either way the pump sees the same thing: an [`EventStream`] of byte chunks, after the
 //! same checks of the response (401 names the password, any other failure its status).
 
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
 use http_body_util::BodyExt;
+
+use shepherd_actors::stream_clock::SocketGauge;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::client::Credentials;
 
@@ -25,6 +32,8 @@ const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// One open event stream: the body of `GET /global/event`, chunk by chunk.
 pub struct EventStream {
     body: Body,
+    /// What the plain connection's socket says about itself (none through reqwest).
+    gauge: Option<Arc<TcpGauge>>,
 }
 
 enum Body {
@@ -64,6 +73,11 @@ impl EventStream {
             .map_err(|_| format!("no response headers within {request_timeout:?}"))?
     }
 
+    /// The socket's gauge, for the stream clock (plain connections only).
+    pub fn gauge(&self) -> Option<Arc<dyn SocketGauge>> {
+        self.gauge.clone().map(|g| g as Arc<dyn SocketGauge>)
+    }
+
     /// The next chunk of the body; `None` when the server ended the stream.
     pub async fn next_chunk(&mut self) -> Option<Result<Bytes, String>> {
         match &mut self.body {
@@ -98,6 +112,7 @@ async fn open_plain(url: &reqwest::Url, auth: Option<&Credentials>) -> Result<Ev
     let address = host.trim_start_matches('[').trim_end_matches(']');
     let tcp = tokio::net::TcpStream::connect((address, port)).await.map_err(|e| format!("connect: {e}"))?;
     let _ = tcp.set_nodelay(true);
+    let (tcp, gauge) = GaugedTcp::new(tcp);
     let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(READ_BUFFER_BYTES)
         .handshake::<_, http_body_util::Empty<Bytes>>(hyper_util::rt::TokioIo::new(tcp))
@@ -131,7 +146,7 @@ async fn open_plain(url: &reqwest::Url, auth: Option<&Credentials>) -> Result<Ev
     };
     // Built before the check: dropped on a bad status, it closes the connection.
     let status = response.status().as_u16();
-    let stream = EventStream { body: Body::Plain { body: response.into_body(), connection } };
+    let stream = EventStream { body: Body::Plain { body: response.into_body(), connection }, gauge: Some(gauge) };
     check_status(status)?;
     Ok(stream)
 }
@@ -143,5 +158,98 @@ async fn open_reqwest(url: &str, auth: Option<&Credentials>, client: &reqwest::C
     }
     let resp = rb.send().await.map_err(|e| format!("connect: {e}"))?;
     check_status(resp.status().as_u16())?;
-    Ok(EventStream { body: Body::Reqwest(resp.bytes_stream().boxed()) })
+    Ok(EventStream { body: Body::Reqwest(resp.bytes_stream().boxed()), gauge: None })
+}
+
+/// The plain connection's socket, counting its reads for the stream clock: whether the
+/// latest read found it empty, and how many bytes the kernel holds that nobody has read.
+struct GaugedTcp {
+    tcp: tokio::net::TcpStream,
+    gauge: Arc<TcpGauge>,
+}
+
+/// What [`GaugedTcp`] has seen, shared with the stream clock.
+#[derive(Debug)]
+struct TcpGauge {
+    reads: AtomicU64,
+    drained_at: Mutex<Option<tokio::time::Instant>>,
+    /// The socket's descriptor while it is open (-1 once closed, so a reused number is
+    /// never asked).
+    fd: AtomicI32,
+}
+
+impl GaugedTcp {
+    fn new(tcp: tokio::net::TcpStream) -> (Self, Arc<TcpGauge>) {
+        #[cfg(unix)]
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&tcp);
+        #[cfg(not(unix))]
+        let fd = -1;
+        let gauge = Arc::new(TcpGauge { reads: AtomicU64::new(0), drained_at: Mutex::new(None), fd: AtomicI32::new(fd) });
+        (GaugedTcp { tcp, gauge: Arc::clone(&gauge) }, gauge)
+    }
+}
+
+impl Drop for GaugedTcp {
+    fn drop(&mut self) {
+        self.gauge.fd.store(-1, Ordering::SeqCst);
+    }
+}
+
+impl AsyncRead for GaugedTcp {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
+        let drained = &self.gauge.drained_at;
+        match &polled {
+            Poll::Pending => *drained.lock().unwrap_or_else(PoisonError::into_inner) = Some(tokio::time::Instant::now()),
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                *drained.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                self.gauge.reads.fetch_add(1, Ordering::Relaxed);
+            }
+            Poll::Ready(_) => {}
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for GaugedTcp {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+impl SocketGauge for TcpGauge {
+    fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    fn drained_at(&self) -> Option<tokio::time::Instant> {
+        *self.drained_at.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `FIONREAD`: the bytes waiting in the socket's receive buffer.
+    fn unread_bytes(&self) -> Option<usize> {
+        let fd = self.fd.load(Ordering::SeqCst);
+        if fd < 0 {
+            return None;
+        }
+        #[cfg(unix)]
+        {
+            let mut n: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one int through the pointer; the descriptor is the
+            // open socket's (cleared before it closes), and a failed call is answered None.
+            let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n as *mut libc::c_int) };
+            (rc == 0).then_some(n.max(0) as usize)
+        }
+        #[cfg(not(unix))]
+        None
+    }
 }

@@ -51,6 +51,8 @@ pub struct SessionEnv {
     pub advisor: AdvisorSlot,
     /// The circuit breaker of this server's model provider.
     pub breaker: Arc<ProviderBreaker>,
+    /// Up to when this server's events are handled: deadlines fall due in it.
+    pub stream: Arc<crate::stream_clock::StreamClock>,
 }
 
 /// Session ids Shepherd created for its own use (a fork to ask the model in): they are
@@ -274,16 +276,34 @@ impl SessionActor {
         }
         let Some(deadline) = deadline else { return };
         let delay = deadline.saturating_duration_since(self.env.clock.now());
-        let handle = ctx.run_later(delay, |act, ctx| {
-            act.timer = None;
-            if act.core.deadline().is_some_and(|d| d <= act.env.clock.now()) {
-                let effects = act.core.on_deadline(act.env.now());
-                act.apply(effects, ctx);
-            } else {
-                act.rearm(ctx); // the deadline moved later meanwhile
-            }
-        });
+        let handle = ctx.run_later(delay, |act, ctx| act.on_timer(ctx));
         self.timer = Some((handle, deadline));
+    }
+
+    /// The timer fired. A deadline that has passed in wall time falls due only once
+    /// stream time has reached it too: an event the server sent before it, still waiting
+    /// to be read or handled, is not silence ([`crate::stream_clock`]). Until then the
+    /// timer waits on the stream clock instead, and looks again when woken.
+    fn on_timer(&mut self, ctx: &mut Context<Self>) {
+        self.timer = None;
+        let now = self.env.clock.now();
+        let Some(deadline) = self.core.deadline().filter(|d| *d <= now) else {
+            self.rearm(ctx); // the deadline moved later meanwhile
+            return;
+        };
+        if let Some(woken) = self.env.stream.wake_when(deadline, now) {
+            tracing::debug!(
+                server = %self.env.server,
+                session = %self.core.id(),
+                behind_ms = self.env.stream.lag(now).as_millis() as u64,
+                "deadline passed while events are still waiting to be handled: waiting for them"
+            );
+            let handle = ctx.spawn(async move { drop(woken.await) }.into_actor(self).map(|(), act, ctx| act.on_timer(ctx)));
+            self.timer = Some((handle, deadline));
+            return;
+        }
+        let effects = self.core.on_deadline(self.env.now());
+        self.apply(effects, ctx);
     }
 
     fn start_recovery(&mut self, order: RecoveryOrder, ctx: &mut Context<Self>) {

@@ -610,6 +610,9 @@ pub struct AttachServer {
     /// Back-off of a failed reconciliation (the server's reconnect back-off).
     pub retry_initial: Duration,
     pub retry_max: Duration,
+    /// The server's stream time, fed by its pump (a default clock, never behind, where
+    /// no pump runs).
+    pub stream: Arc<crate::stream_clock::StreamClock>,
 }
 
 impl Handler<AttachServer> for Supervisor {
@@ -630,6 +633,7 @@ impl Handler<AttachServer> for Supervisor {
             guard: Arc::clone(&self.guard),
             advisor: self.advisor.clone(),
             breaker: Arc::default(),
+            stream: msg.stream,
         });
         self.servers.insert(
             msg.name,
@@ -661,22 +665,18 @@ pub struct Ingest {
     pub envelope: Envelope,
 }
 
-/// Sent by a pump after the events of one read: when the supervisor reaches it, every
-/// event read before it has been handled (the mailbox keeps order), so the time since
-/// `read_at` is how far behind the server the supervisor works. Stored into `lag_ms`,
-/// which the pump shares with the engine's `stream_lag`.
+/// Sent by a pump behind the events of one read. Reaching it, the supervisor has handed
+/// every one of them to its session (the mailbox keeps order); dropping the mark moves
+/// the server's stream time on ([`crate::stream_clock`]).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ReadMark {
-    pub read_at: std::time::Instant,
-    pub lag_ms: Arc<std::sync::atomic::AtomicU64>,
-}
+pub struct ReadMark(pub crate::stream_clock::Mark);
 
 impl Handler<ReadMark> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, msg: ReadMark, _: &mut Context<Self>) {
-        msg.lag_ms.store(msg.read_at.elapsed().as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+        drop(msg.0);
     }
 }
 

@@ -1,0 +1,401 @@
+//! Stream time: up to when Shepherd has handled what a server sent.
+//!
+//! A session's silence is only silence if everything the server sent meanwhile has been
+//! handled. A CPU-starved Shepherd (the host busy with the agents' own builds) or a burst
+//! of thousands of sessions leaves events waiting — in the kernel's socket buffer, in the
+//! HTTP connection, in the supervisor's mailbox — and a deadline counted in wall time takes
+//! that backlog for silence: a working session is aborted. So a session's deadlines fall
+//! due in **stream time**: a deadline `d` is due once every event the server sent before
+//! `d` has been handled ([`StreamClock::wake_when`]). When Shepherd keeps up, stream time
+//! is now and nothing waits.
+//!
+//! The pump feeds the clock. After each read it hands the read's events on and then a
+//! [`Mark`]; the supervisor drops the mark after handling them (its mailbox keeps order),
+//! and dropping it moves stream time to the mark's `through` — the moment the pump last
+//! knew it had read everything the server had sent (the body was empty and the socket
+//! drained). While the pump waits on an empty socket and no mark is outstanding, stream
+//! time is now. Marks are also the backpressure: at most [`MAX_UNHANDLED_READS`] are
+//! outstanding; past that the pump stops reading, the backlog stays in the socket (where
+//! it costs Shepherd no memory) and TCP slows the server down.
+//!
+//! One assumption, written down because it is not the compiler's to keep: an event that
+//! reached the socket while every part of Shepherd was descheduled is seen by the
+//! [`SocketGauge`] (the kernel's count of unread bytes), so a deadline that fires in the
+//! same scheduler turn as the data's arrival waits for it too. Without a gauge (`https://`
+//! servers, read through reqwest) that turn is the one window left.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+/// How many reads may be handed to the supervisor and not handled yet. A read is at most
+/// the connection's read buffer (64 KiB), so this bounds the mailbox's backlog to a few
+/// megabytes; a bound, not a tuning knob.
+pub const MAX_UNHANDLED_READS: usize = 64;
+
+/// What the stream's socket can say about itself.
+pub trait SocketGauge: Send + Sync + 'static {
+    /// Successful reads of data so far.
+    fn reads(&self) -> u64;
+    /// When the latest read found the socket empty, if no data was read since.
+    fn drained_at(&self) -> Option<Instant>;
+    /// Bytes the kernel holds unread, if it can be asked.
+    fn unread_bytes(&self) -> Option<usize>;
+}
+
+/// One server's stream time, shared by its pump, the supervisor and its sessions.
+pub struct StreamClock {
+    state: Mutex<State>,
+    reads: Arc<Semaphore>,
+}
+
+impl Default for StreamClock {
+    fn default() -> Self {
+        Self { state: Mutex::new(State::new(Instant::now())), reads: Arc::new(Semaphore::new(MAX_UNHANDLED_READS)) }
+    }
+}
+
+impl std::fmt::Debug for StreamClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamClock").field("lag", &self.lag(Instant::now())).finish()
+    }
+}
+
+struct State {
+    /// The pump is connected and reading; when not, no event can be waiting (and the
+    /// sessions are blind: their silence does not count).
+    following: bool,
+    /// The pump waits on the stream having read everything it had (`socket_reads`: the
+    /// gauge's count then).
+    parked: Option<u64>,
+    gauge: Option<Arc<dyn SocketGauge>>,
+    /// Reads handed on and not handled yet.
+    unhandled: usize,
+    /// Everything the server sent before this has been handled.
+    handled_through: Instant,
+    /// Deadlines waiting for stream time to reach them.
+    sleepers: BinaryHeap<Reverse<Sleeper>>,
+    next_sleeper: u64,
+    /// How many deadlines waited for stream time (metrics).
+    deferred: u64,
+}
+
+impl State {
+    fn new(now: Instant) -> Self {
+        State {
+            following: false,
+            parked: None,
+            gauge: None,
+            unhandled: 0,
+            handled_through: now,
+            sleepers: BinaryHeap::new(),
+            next_sleeper: 0,
+            deferred: 0,
+        }
+    }
+
+    /// Stream time at `now`.
+    fn stream_now(&self, now: Instant) -> Instant {
+        if !self.following || self.caught_up() {
+            now
+        } else {
+            self.handled_through.min(now)
+        }
+    }
+
+    /// Nothing read is unhandled, the pump waits on the stream, and the socket has
+    /// received nothing since the pump last found it empty.
+    fn caught_up(&self) -> bool {
+        let Some(reads_then) = self.parked else { return false };
+        if self.unhandled > 0 {
+            return false;
+        }
+        match &self.gauge {
+            None => true,
+            Some(g) => g.reads() == reads_then && g.unread_bytes().unwrap_or(0) == 0,
+        }
+    }
+
+    /// Wakes every sleeper whose deadline stream time has reached.
+    fn wake_due(&mut self, now: Instant) {
+        let stream_now = self.stream_now(now);
+        while self.sleepers.peek().is_some_and(|Reverse(s)| s.at <= stream_now) {
+            if let Some(Reverse(s)) = self.sleepers.pop() {
+                let _ = s.wake.send(());
+            }
+        }
+    }
+}
+
+struct Sleeper {
+    at: Instant,
+    seq: u64,
+    wake: oneshot::Sender<()>,
+}
+
+impl PartialEq for Sleeper {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Sleeper {}
+impl PartialOrd for Sleeper {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Sleeper {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// The end of one read's events, handed to the supervisor behind them. Dropping it (once
+/// they are handled) moves stream time to `through` and frees one of the pump's
+/// [`MAX_UNHANDLED_READS`]; dropped unhandled (a mailbox gone at shutdown) it frees it too,
+/// so the clock can never stick.
+pub struct Mark {
+    clock: Arc<StreamClock>,
+    through: Option<Instant>,
+    _read: OwnedSemaphorePermit,
+}
+
+impl Drop for Mark {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        let mut s = self.clock.lock();
+        s.unhandled = s.unhandled.saturating_sub(1);
+        if let Some(t) = self.through {
+            s.handled_through = s.handled_through.max(t);
+        }
+        s.wake_due(now);
+    }
+}
+
+impl StreamClock {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    // ---- the pump's side ----
+
+    /// A connection is open; `gauge` watches its socket when it can.
+    pub fn connected(&self, gauge: Option<Arc<dyn SocketGauge>>) {
+        let mut s = self.lock();
+        s.following = true;
+        s.parked = None;
+        s.gauge = gauge;
+        s.handled_through = s.handled_through.max(Instant::now());
+    }
+
+    /// The connection is gone: nothing can wait unread (the sessions are blind until
+    /// the reconciliation), so stream time is now.
+    pub fn disconnected(&self) {
+        let now = Instant::now();
+        let mut s = self.lock();
+        s.following = false;
+        s.parked = None;
+        s.gauge = None;
+        s.wake_due(now);
+    }
+
+    /// The pump waits for the next chunk, having read everything there was.
+    pub fn parked(&self) {
+        let now = Instant::now();
+        let mut s = self.lock();
+        s.parked = Some(s.gauge.as_ref().map_or(0, |g| g.reads()));
+        s.wake_due(now);
+    }
+
+    /// A chunk arrived: the pump reads again.
+    pub fn reading(&self) {
+        self.lock().parked = None;
+    }
+
+    /// When the pump has read everything the server sent, as of now: `body_empty` says
+    /// the connection had no further chunk for it. With a gauge, the moment the socket
+    /// was last found empty (none if it holds data the pump has not had); without one, now.
+    pub fn read_through(&self, body_empty: bool) -> Option<Instant> {
+        if !body_empty {
+            return None;
+        }
+        match &self.lock().gauge {
+            Some(g) => g.drained_at(),
+            None => Some(Instant::now()),
+        }
+    }
+
+    /// The mark to send behind a read's events; `through` from [`Self::read_through`].
+    /// Waits while [`MAX_UNHANDLED_READS`] marks are unhandled (backpressure).
+    pub async fn mark(self: &Arc<Self>, through: Option<Instant>) -> Mark {
+        let read = Arc::clone(&self.reads).acquire_owned().await.expect("the clock never closes its semaphore");
+        self.lock().unhandled += 1;
+        Mark { clock: Arc::clone(self), through, _read: read }
+    }
+
+    // ---- the readers' side ----
+
+    /// How far stream time is behind `now` (zero when Shepherd keeps up).
+    pub fn lag(&self, now: Instant) -> std::time::Duration {
+        now.saturating_duration_since(self.lock().stream_now(now))
+    }
+
+    /// `None` when stream time has reached `deadline`; otherwise a receiver that
+    /// resolves once it has (or once the clock is gone).
+    pub fn wake_when(&self, deadline: Instant, now: Instant) -> Option<oneshot::Receiver<()>> {
+        let mut s = self.lock();
+        if s.stream_now(now) >= deadline {
+            return None;
+        }
+        let (wake, woken) = oneshot::channel();
+        let seq = s.next_sleeper;
+        s.next_sleeper += 1;
+        s.deferred += 1;
+        s.sleepers.push(Reverse(Sleeper { at: deadline, seq, wake }));
+        Some(woken)
+    }
+
+    /// How many deadlines have waited for stream time so far.
+    pub fn deferred(&self) -> u64 {
+        self.lock().deferred
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct FakeSocket {
+        reads: AtomicU64,
+        drained_at: Mutex<Option<Instant>>,
+        unread: AtomicUsize,
+    }
+
+    impl SocketGauge for FakeSocket {
+        fn reads(&self) -> u64 {
+            self.reads.load(Ordering::Relaxed)
+        }
+        fn drained_at(&self) -> Option<Instant> {
+            *self.drained_at.lock().unwrap()
+        }
+        fn unread_bytes(&self) -> Option<usize> {
+            Some(self.unread.load(Ordering::Relaxed))
+        }
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_without_a_stream_is_never_behind() {
+        let clock = StreamClock::default();
+        tokio::time::advance(secs(30)).await;
+        let now = Instant::now();
+        assert_eq!(clock.lag(now), Duration::ZERO);
+        assert!(clock.wake_when(now, now).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_a_read_is_unhandled_stream_time_stays_where_the_pump_last_caught_up() {
+        let clock = Arc::new(StreamClock::default());
+        clock.connected(None);
+        let t0 = Instant::now();
+        let mark = clock.mark(clock.read_through(true)).await;
+        tokio::time::advance(secs(4)).await;
+        clock.parked();
+        let now = Instant::now();
+        assert_eq!(clock.lag(now), secs(4), "the read's events are not handled yet");
+        let woken = clock.wake_when(t0 + secs(2), now).expect("a deadline inside the backlog waits");
+        drop(mark);
+        assert_eq!(clock.lag(Instant::now()), Duration::ZERO, "handled, and the pump waits on the stream");
+        woken.await.expect("woken once handled");
+        assert_eq!(clock.deferred(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backlog_moves_stream_time_only_to_where_the_body_was_last_empty() {
+        let clock = Arc::new(StreamClock::default());
+        clock.connected(None);
+        let t0 = Instant::now();
+        let first = clock.mark(clock.read_through(true)).await;
+        tokio::time::advance(secs(3)).await;
+        // Reads that found more already waiting do not move stream time on.
+        let behind = clock.mark(clock.read_through(false)).await;
+        drop(first);
+        drop(behind);
+        let now = Instant::now();
+        assert_eq!(clock.lag(now), secs(3), "still reading behind: the backlog may hold anything");
+        assert!(clock.wake_when(t0 + secs(1), now).is_some());
+        assert!(clock.wake_when(t0, now).is_none(), "everything before t0 was handled");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn data_the_socket_received_after_the_pump_parked_is_not_silence() {
+        let socket = Arc::new(FakeSocket::default());
+        let clock = Arc::new(StreamClock::default());
+        clock.connected(Some(socket.clone()));
+        *socket.drained_at.lock().unwrap() = Some(Instant::now());
+        drop(clock.mark(clock.read_through(true)).await);
+        clock.parked();
+        tokio::time::advance(secs(2)).await;
+        assert_eq!(clock.lag(Instant::now()), Duration::ZERO, "parked on an empty socket: caught up");
+        // The kernel holds bytes nobody has read yet.
+        socket.unread.store(100, Ordering::Relaxed);
+        assert_eq!(clock.lag(Instant::now()), secs(2));
+        // The connection read them; the pump has not had them.
+        socket.unread.store(0, Ordering::Relaxed);
+        socket.reads.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(clock.lag(Instant::now()), secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_socket_that_was_not_drained_does_not_move_stream_time() {
+        let socket = Arc::new(FakeSocket::default());
+        let clock = Arc::new(StreamClock::default());
+        clock.connected(Some(socket.clone()));
+        let t0 = Instant::now();
+        tokio::time::advance(secs(5)).await;
+        // The body had nothing more, but the socket's last read brought data (not drained).
+        let mark = clock.mark(clock.read_through(true)).await;
+        drop(mark);
+        assert_eq!(clock.lag(Instant::now()), secs(5));
+        *socket.drained_at.lock().unwrap() = Some(t0 + secs(4));
+        drop(clock.mark(clock.read_through(true)).await);
+        assert_eq!(clock.lag(Instant::now()), secs(1), "through the socket's last empty read");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pump_stops_reading_while_too_many_reads_are_unhandled() {
+        let clock = Arc::new(StreamClock::default());
+        clock.connected(None);
+        let mut marks = Vec::new();
+        for _ in 0..MAX_UNHANDLED_READS {
+            marks.push(clock.mark(None).await);
+        }
+        let next = clock.mark(None);
+        tokio::pin!(next);
+        assert!(futures::FutureExt::now_or_never(&mut next).is_none(), "waits for the supervisor");
+        marks.remove(0);
+        assert!(futures::FutureExt::now_or_never(&mut next).is_some(), "one handled: one more read");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_connection_wakes_every_waiting_deadline() {
+        let clock = Arc::new(StreamClock::default());
+        clock.connected(None);
+        let _unhandled = clock.mark(None).await;
+        tokio::time::advance(secs(3)).await;
+        let now = Instant::now();
+        let woken = clock.wake_when(now, now).expect("behind");
+        clock.disconnected();
+        woken.await.expect("woken: the sessions are blind now, their clocks decide");
+    }
+}
