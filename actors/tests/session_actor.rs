@@ -382,7 +382,9 @@ async fn a_deadline_passed_while_the_sessions_events_wait_unhandled_is_not_a_sta
     w.stream.connected(None);
     tokio::time::sleep(Duration::from_secs(10)).await;
     // At 10 s the pump reads a chunk the supervisor will not reach for 200 s.
-    let unhandled = w.stream.mark(w.stream.read_through(true)).await;
+    let park = w.stream.parked();
+    w.stream.reading();
+    let unhandled = w.stream.mark(w.stream.read_through(Some(park))).await;
     tokio::time::sleep(Duration::from_secs(200)).await;
     settle().await;
     assert!(w.engine.calls().iter().all(|c| !c.starts_with("abort")), "{:?}", w.engine.calls());

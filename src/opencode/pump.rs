@@ -151,17 +151,18 @@ impl EventPump {
         let mut waiting = None;
         let clock = &self.stats.clock;
         loop {
-            let next = match waiting.take() {
-                Some(next) => next,
+            let (next, park) = match waiting.take() {
+                Some(next) => (next, None),
                 None => {
-                    clock.parked();
+                    let park = clock.parked();
                     match tokio::time::timeout(read_timeout, stream.next_chunk()).await {
-                        Ok(next) => next,
+                        Ok(next) => (next, Some(park)),
                         Err(_) => return Err(format!("read: nothing for {read_timeout:?}")),
                     }
                 }
             };
             clock.reading();
+            let through = clock.read_through(park);
             let Some(chunk) = next else { break };
             let chunk = chunk?;
             let dropped = decoder.push_each(&chunk, |data| {
@@ -183,7 +184,6 @@ impl EventPump {
             // Is more already waiting? Asked outside tokio's co-operative budget, whose
             // forced "not yet" would read as "nothing more".
             waiting = tokio::task::unconstrained(stream.next_chunk()).now_or_never();
-            let through = clock.read_through(waiting.is_none());
             // Waits while too many reads are unhandled: the backlog stays in the socket.
             let mark = clock.mark(through).await;
             self.supervisor.do_send(ReadMark(mark));

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http_body_util::BodyExt;
 
-use shepherd_actors::stream_clock::SocketGauge;
+use shepherd_actors::stream_clock::{SocketBacklog, SocketGauge};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::client::Credentials;
@@ -172,7 +172,7 @@ struct GaugedTcp {
 #[derive(Debug)]
 struct TcpGauge {
     reads: AtomicU64,
-    drained_at: Mutex<Option<tokio::time::Instant>>,
+    backlog: Mutex<SocketBacklog>,
     /// The socket's descriptor while it is open (-1 once closed, so a reused number is
     /// never asked).
     fd: AtomicI32,
@@ -184,7 +184,7 @@ impl GaugedTcp {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&tcp);
         #[cfg(not(unix))]
         let fd = -1;
-        let gauge = Arc::new(TcpGauge { reads: AtomicU64::new(0), drained_at: Mutex::new(None), fd: AtomicI32::new(fd) });
+        let gauge = Arc::new(TcpGauge { reads: AtomicU64::new(0), backlog: Mutex::default(), fd: AtomicI32::new(fd) });
         (GaugedTcp { tcp, gauge: Arc::clone(&gauge) }, gauge)
     }
 }
@@ -197,16 +197,23 @@ impl Drop for GaugedTcp {
 
 impl AsyncRead for GaugedTcp {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
+        let (before, room) = (buf.filled().len(), buf.remaining());
         let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
-        let drained = &self.gauge.drained_at;
-        match &polled {
-            Poll::Pending => *drained.lock().unwrap_or_else(PoisonError::into_inner) = Some(tokio::time::Instant::now()),
-            Poll::Ready(Ok(())) if buf.filled().len() > before => {
-                *drained.lock().unwrap_or_else(PoisonError::into_inner) = None;
-                self.gauge.reads.fetch_add(1, Ordering::Relaxed);
-            }
-            Poll::Ready(_) => {}
+        let read = buf.filled().len() - before;
+        // Found nothing, or took less than it had room for: the kernel's buffer was
+        // emptied, and the server had nothing more on its way then.
+        let drained = match &polled {
+            Poll::Pending => true,
+            Poll::Ready(Ok(())) if read > 0 => read < room,
+            Poll::Ready(_) => return polled, // the end of the stream, or an error
+        };
+        if read > 0 {
+            self.gauge.reads.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut backlog = self.gauge.backlog();
+        backlog.polled(read as u64);
+        if drained {
+            backlog.emptied(tokio::time::Instant::now());
         }
         polled
     }
@@ -231,8 +238,8 @@ impl SocketGauge for TcpGauge {
         self.reads.load(Ordering::Relaxed)
     }
 
-    fn drained_at(&self) -> Option<tokio::time::Instant> {
-        *self.drained_at.lock().unwrap_or_else(PoisonError::into_inner)
+    fn proven(&self) -> Option<tokio::time::Instant> {
+        self.backlog().proven()
     }
 
     /// `FIONREAD`: the bytes waiting in the socket's receive buffer.
@@ -251,5 +258,17 @@ impl SocketGauge for TcpGauge {
         }
         #[cfg(not(unix))]
         None
+    }
+
+    fn look(&self) {
+        if self.unread_bytes() == Some(0) {
+            self.backlog().emptied(tokio::time::Instant::now());
+        }
+    }
+}
+
+impl TcpGauge {
+    fn backlog(&self) -> std::sync::MutexGuard<'_, SocketBacklog> {
+        self.backlog.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
