@@ -1,0 +1,209 @@
+//! Typed OpenCode events, decoded from the JSON of one SSE `data:` frame.
+//!
+//! Decoding is pure: a frame goes in, an [`Envelope`] or a [`DecodeError`] comes out.
+//! Both stream shapes are accepted — `/global/event` wraps each event as
+//! `{"directory","project","payload":{…}}`, `/event` sends the payload bare. Types the
+//! server may add (the schema lists 89, the stream also sends `server.heartbeat` and
+//! `sync`) decode to [`Event::Unknown`] so the caller can count them; a known type whose
+//! properties do not match its shape is a [`DecodeError`], never a panic. Only the
+//! fields Shepherd decides on are kept.
+//!
+//! Decoding is on the hot path (every frame of every session): the frame is read once
+//! into borrowed slices (`RawValue`), and only a known type's `properties` are then
+//! read into typed structs; fields Shepherd does not use are skipped, never built.
+//!
+//! Parts: this file holds [`Envelope`] and [`Event`]; `session` (a session, its status,
+//! its errors), `message` (a message's info and token usage), `part` (a message part,
+//! Shepherd's tag on its own prompts), `todo`, and `decoder` (the frame's two shapes, the
+//! checks on what a hostile server could send, [`decode`] itself). Every type is
+//! re-exported here: the paths are `crate::event::…` whatever file holds them.
+
+mod decoder;
+mod message;
+mod part;
+mod session;
+mod todo;
+
+pub use self::decoder::{decode, decode_message_info, is_known_kind, DecodeError, MAX_DIRECTORY_LEN, MAX_KIND_LEN};
+pub use self::message::{CacheTokens, MessageInfo, ModelRef, Role, Tokens};
+pub use self::part::{Part, PartKind, ShepherdTag, ToolStatus};
+pub use self::session::{ErrorData, ErrorInfo, SessionInfo, SessionMetadata, ShepherdSessionMark, Status, Times};
+pub use self::todo::{Todo, TodoStatus};
+
+use crate::ids::{IdKind, Ids};
+
+/// One decoded frame: the event and the directory (instance) it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    /// Absent on `server.*` events and on the per-directory stream.
+    pub directory: Option<String>,
+    pub event: Event,
+}
+
+/// The events Shepherd decides on. Everything else is [`Event::Unknown`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    ServerConnected,
+    Heartbeat,
+    /// The global stream's durable-change duplicate of another event; ignored.
+    Sync,
+    SessionCreated(SessionInfo),
+    SessionUpdated(SessionInfo),
+    SessionDeleted(SessionInfo),
+    SessionStatus {
+        session_id: String,
+        status: Status,
+    },
+    SessionIdle {
+        session_id: String,
+    },
+    SessionError {
+        session_id: Option<String>,
+        error: ErrorInfo,
+    },
+    SessionCompacted {
+        session_id: String,
+    },
+    SessionDiff {
+        session_id: String,
+    },
+    MessageUpdated(MessageInfo),
+    MessageRemoved {
+        session_id: String,
+        message_id: String,
+    },
+    PartUpdated(Part),
+    PartDelta {
+        session_id: String,
+        message_id: String,
+        part_id: String,
+    },
+    PartRemoved {
+        session_id: String,
+        message_id: String,
+        part_id: String,
+    },
+    TodoUpdated {
+        session_id: String,
+        todos: Vec<Todo>,
+    },
+    PermissionAsked {
+        id: String,
+        session_id: String,
+    },
+    PermissionReplied {
+        request_id: String,
+        session_id: String,
+    },
+    QuestionAsked {
+        id: String,
+        session_id: String,
+    },
+    QuestionReplied {
+        request_id: String,
+        session_id: String,
+    },
+    QuestionRejected {
+        request_id: String,
+        session_id: String,
+    },
+    /// A type Shepherd does not act on (counted, then ignored).
+    Unknown {
+        kind: String,
+    },
+}
+
+impl Event {
+    /// The session this event concerns, when it concerns one.
+    pub fn session_id(&self) -> Option<&str> {
+        use Event::*;
+        match self {
+            SessionCreated(s) | SessionUpdated(s) | SessionDeleted(s) => Some(&s.id),
+            SessionStatus { session_id, .. }
+            | SessionIdle { session_id }
+            | SessionCompacted { session_id }
+            | SessionDiff { session_id }
+            | MessageRemoved { session_id, .. }
+            | PartDelta { session_id, .. }
+            | PartRemoved { session_id, .. }
+            | TodoUpdated { session_id, .. }
+            | PermissionAsked { session_id, .. }
+            | PermissionReplied { session_id, .. }
+            | QuestionAsked { session_id, .. }
+            | QuestionReplied { session_id, .. }
+            | QuestionRejected { session_id, .. } => Some(session_id),
+            SessionError { session_id, .. } => session_id.as_deref(),
+            MessageUpdated(m) => Some(&m.session_id),
+            PartUpdated(p) => Some(&p.session_id),
+            ServerConnected | Heartbeat | Sync | Unknown { .. } => None,
+        }
+    }
+
+    /// Every id this event carries, with the kind it must be. [`decode`] refuses an
+    /// event when one of them is not of OpenCode's shape.
+    pub(crate) fn ids(&self) -> Ids<'_> {
+        use Event::*;
+        use IdKind::{Message, Part as PartId, Permission, Question, Session};
+        let mut ids = Vec::with_capacity(3);
+        if let Some(s) = self.session_id() {
+            ids.push((Session, s));
+        }
+        match self {
+            SessionCreated(s) | SessionUpdated(s) | SessionDeleted(s) => {
+                ids.extend(s.parent_id.as_deref().map(|p| (Session, p)));
+                ids.extend(s.handoff_from().map(|p| (Session, p)));
+            }
+            MessageUpdated(m) => ids.push((Message, &m.id)),
+            MessageRemoved { message_id, .. } => ids.push((Message, message_id)),
+            PartUpdated(p) => {
+                ids.push((PartId, &p.id));
+                ids.push((Message, &p.message_id));
+                if let PartKind::Tool { child_session: Some(child), .. } = &p.kind {
+                    ids.push((Session, child));
+                }
+            }
+            PartDelta { message_id, part_id, .. } | PartRemoved { message_id, part_id, .. } => {
+                ids.push((Message, message_id));
+                ids.push((PartId, part_id));
+            }
+            PermissionAsked { id, .. } => ids.push((Permission, id)),
+            PermissionReplied { request_id, .. } => ids.push((Permission, request_id)),
+            QuestionAsked { id, .. } => ids.push((Question, id)),
+            QuestionReplied { request_id, .. } | QuestionRejected { request_id, .. } => {
+                ids.push((Question, request_id))
+            }
+            _ => {}
+        }
+        Ids(ids)
+    }
+
+    /// A short stable name for metrics and logs.
+    pub fn kind(&self) -> &str {
+        use Event::*;
+        match self {
+            ServerConnected => "server.connected",
+            Heartbeat => "server.heartbeat",
+            Sync => "sync",
+            SessionCreated(_) => "session.created",
+            SessionUpdated(_) => "session.updated",
+            SessionDeleted(_) => "session.deleted",
+            SessionStatus { .. } => "session.status",
+            SessionIdle { .. } => "session.idle",
+            SessionError { .. } => "session.error",
+            SessionCompacted { .. } => "session.compacted",
+            SessionDiff { .. } => "session.diff",
+            MessageUpdated(_) => "message.updated",
+            MessageRemoved { .. } => "message.removed",
+            PartUpdated(_) => "message.part.updated",
+            PartDelta { .. } => "message.part.delta",
+            PartRemoved { .. } => "message.part.removed",
+            TodoUpdated { .. } => "todo.updated",
+            PermissionAsked { .. } => "permission.asked",
+            PermissionReplied { .. } => "permission.replied",
+            QuestionAsked { .. } => "question.asked",
+            QuestionReplied { .. } => "question.replied",
+            QuestionRejected { .. } => "question.rejected",
+            Unknown { kind } => kind,
+        }
+    }
+}

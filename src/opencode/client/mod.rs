@@ -1,0 +1,417 @@
+//! The REST side of one OpenCode server: the [`Engine`] port over HTTP.
+//!
+//! One `reqwest` client with a total timeout per request (the event stream has its own
+//! client, see `pump`). HTTP Basic auth when the server has a password. Every answer is
+//! mapped to an [`EngineError`] kind the cores can branch on; bodies in errors are
+//! truncated so a huge error page does not flood the log.
+//!
+//! `GET /session/status` is the one call a fleet makes in bursts (every recovery reads
+//! it, twice, and at 10,000 sessions a directory's map holds ~1,000 entries): reads of
+//! one directory are coalesced ([`StatusReads`]) and a single session's entry is found
+//! without building the map ([`status_of`]).
+//!
+//! Parts: `transport` (requests, auth, error mapping, capped reads), `status` (the
+//! coalesced status reads), `messages` (`GET /session/{id}/message` decoded for turns and
+//! hand-offs, the body of a prompt), `session_ids` (an id of OpenCode's shape only, in a
+//! path or in an answer). The [`Engine`] impl below is the port, call by call.
+
+mod messages;
+mod session_ids;
+mod status;
+mod transport;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use reqwest::Method;
+use serde_json::json;
+use shepherd_actors::config::ServerConfig;
+use shepherd_actors::event::{ModelRef, Role, SessionInfo, ShepherdSessionMark, Status, Todo};
+use shepherd_actors::ids::{self, IdKind};
+use shepherd_actors::ports::{Engine, EngineError, HistoryMessage, LastTurn, Prompt, Recent, TurnSettings};
+
+use self::messages::{
+    decode_message, history_message, prompt_body, turn_settings, ErrorOnly, MessageWithParts, TURN_LOOKBACK_MESSAGES,
+};
+use self::session_ids::{check_session, session_path, valid_sessions};
+use self::status::{status_of, StatusReads};
+
+/// Credentials for one server (the password comes from the environment, never a file).
+#[derive(Clone)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").field("username", &self.username).field("password", &"***").finish()
+    }
+}
+
+/// REST client of one OpenCode server.
+#[derive(Debug, Clone)]
+pub struct OpenCodeClient {
+    base: String,
+    http: reqwest::Client,
+    auth: Option<Credentials>,
+    /// Per-request timeout (ms) of calls that block until OpenCode has done the work
+    /// (`summarize`), instead of the server's `request_timeout`. Shared by clones, so a
+    /// reload of `compaction.max_wait` reaches the engine the sessions hold.
+    long_call_timeout_ms: Arc<std::sync::atomic::AtomicU64>,
+    status_reads: Arc<StatusReads>,
+    /// `servers[].max_response_bytes`: the largest answer read.
+    max_response_bytes: usize,
+    /// The counters of the pump that follows this server's events (its lag), once set.
+    stream: Arc<std::sync::OnceLock<Arc<super::PumpStats>>>,
+}
+
+impl OpenCodeClient {
+    pub fn new(server: &ServerConfig, auth: Option<Credentials>) -> Result<Self, EngineError> {
+        let http = reqwest::Client::builder()
+            .timeout(server.request_timeout)
+            .connect_timeout(server.request_timeout)
+            .build()
+            .map_err(|e| EngineError::Unreachable(format!("cannot build HTTP client: {e}")))?;
+        Ok(Self {
+            base: server.url.trim_end_matches('/').to_string(),
+            http,
+            auth,
+            long_call_timeout_ms: Arc::new(server.request_timeout.as_millis().try_into().unwrap_or(u64::MAX).into()),
+            status_reads: Arc::default(),
+            max_response_bytes: server.max_response_bytes,
+            stream: Arc::default(),
+        })
+    }
+
+    /// The pump that follows this server's events: its lag is the engine's
+    /// [`Engine::stream_lag`] (for this client and every clone of it).
+    pub fn follow_stream(&self, stats: Arc<super::PumpStats>) {
+        let _ = self.stream.set(stats);
+    }
+
+    /// Sets the timeout of calls that block until OpenCode finished (compaction).
+    pub fn with_long_call_timeout(self, timeout: std::time::Duration) -> Self {
+        self.set_long_call_timeout(timeout);
+        self
+    }
+
+    /// Changes that timeout for this client and every clone of it (hot reload).
+    pub fn set_long_call_timeout(&self, timeout: std::time::Duration) {
+        let ms = timeout.as_millis().try_into().unwrap_or(u64::MAX);
+        self.long_call_timeout_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn long_call_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.long_call_timeout_ms.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    pub fn credentials(&self) -> Option<&Credentials> {
+        self.auth.as_ref()
+    }
+
+    /// `POST /tui/show-toast` (a TUI attached to the server shows it; OpenCode answers
+    /// `true` once it has published the toast). Not part of the [`Engine`] port: toasts
+    /// are the edge's business ([`crate::toast`]), never a decision's.
+    pub async fn show_toast(&self, directory: Option<&str>, toast: &crate::toast::Toast) -> Result<bool, EngineError> {
+        let mut rb = self.request(Method::POST, "/tui/show-toast").json(toast);
+        if let Some(d) = directory.filter(|d| !d.is_empty()) {
+            rb = rb.query(&[("directory", d)]);
+        }
+        self.get_json(rb, "POST /tui/show-toast").await
+    }
+}
+
+#[async_trait]
+impl Engine for OpenCodeClient {
+    async fn statuses(&self, directory: &str) -> Result<HashMap<String, Status>, EngineError> {
+        let body = self.status_body(directory).await?;
+        let mut map: HashMap<String, Status> =
+            serde_json::from_slice(&body).map_err(|e| EngineError::Decode(format!("GET /session/status: {e}")))?;
+        map.retain(|id, _| match ids::check(IdKind::Session, id) {
+            Ok(()) => true,
+            Err(bad) => {
+                tracing::warn!(error = %bad, "GET /session/status: dropping an entry whose id is not of OpenCode's shape");
+                false
+            }
+        });
+        Ok(map)
+    }
+
+    async fn status(&self, directory: &str, session_id: &str) -> Result<Option<Status>, EngineError> {
+        let body = self.status_body(directory).await?;
+        status_of(&body, session_id).map_err(|e| EngineError::Decode(format!("GET /session/status: {e}")))
+    }
+
+    /// All projects' sessions, newest first, following `x-next-cursor` pages until
+    /// `limit` sessions or the last page.
+    async fn list_sessions(&self, limit: u32) -> Result<Vec<SessionInfo>, EngineError> {
+        let mut out: Vec<SessionInfo> = Vec::new();
+        let mut cursor: Option<String> = None;
+        while (out.len() as u32) < limit {
+            let want = limit - out.len() as u32;
+            let mut rb = self.request(Method::GET, "/experimental/session").query(&[("limit", want)]);
+            if let Some(c) = &cursor {
+                rb = rb.query(&[("cursor", c.as_str())]);
+            }
+            let resp = self.send(rb, "GET /experimental/session").await?;
+            cursor = resp.headers().get("x-next-cursor").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let page: Vec<SessionInfo> = self.read_json(resp, "GET /experimental/session").await?;
+            let last_page = page.is_empty() || cursor.is_none();
+            out.extend(valid_sessions(page, "GET /experimental/session"));
+            if last_page {
+                break;
+            }
+        }
+        out.truncate(limit as usize);
+        Ok(out)
+    }
+
+    async fn session(&self, session_id: &str) -> Result<SessionInfo, EngineError> {
+        let rb = self.request(Method::GET, &session_path(session_id, "")?);
+        let info: SessionInfo = self.get_json(rb, "GET /session/{id}").await?;
+        check_session(&info, "GET /session/{id}")?;
+        Ok(info)
+    }
+
+    async fn abort(&self, session_id: &str) -> Result<(), EngineError> {
+        let rb = self.request(Method::POST, &session_path(session_id, "/abort")?);
+        self.send(rb, "POST /session/{id}/abort").await.map(drop)
+    }
+
+    async fn todos(&self, session_id: &str) -> Result<Vec<Todo>, EngineError> {
+        let rb = self.request(Method::GET, &session_path(session_id, "/todo")?);
+        self.get_json(rb, "GET /session/{id}/todo").await
+    }
+
+    fn stream_lag(&self) -> Option<std::time::Duration> {
+        self.stream.get().and_then(|stats| stats.lag())
+    }
+
+    async fn last_turn_settings(&self, session_id: &str) -> Result<TurnSettings, EngineError> {
+        Ok(turn_settings(&self.recent_messages(session_id).await?))
+    }
+
+    /// One `GET /session/{id}/message` for both: enough messages for the turn's
+    /// settings, the newest `limit` of them kept.
+    async fn recent(&self, session_id: &str, limit: u32) -> Result<Recent, EngineError> {
+        let messages = self.messages(session_id, limit.max(TURN_LOOKBACK_MESSAGES)).await?;
+        let turn = turn_settings(&messages);
+        let newest = &messages[messages.len().saturating_sub(limit as usize)..];
+        Ok(Recent { messages: newest.iter().filter_map(history_message).collect(), turn })
+    }
+
+    async fn last_turn(&self, session_id: &str) -> Result<Option<LastTurn>, EngineError> {
+        let messages = self.recent_messages(session_id).await?;
+        for m in messages.iter().rev() {
+            let Some(info) = decode_message(&m.info) else { continue };
+            if info.role != Role::Assistant {
+                continue;
+            }
+            let running_task = m.parts.iter().any(|p| {
+                p["type"] == "tool"
+                    && p["tool"] == "task"
+                    && p.pointer("/state/status").and_then(|v| v.as_str()) == Some("running")
+            });
+            return Ok(Some(LastTurn {
+                message_id: info.id,
+                completed: info.time.completed.is_some(),
+                errored: info.error.is_some(),
+                running_task,
+            }));
+        }
+        Ok(None)
+    }
+
+    async fn summarize(&self, session_id: &str, model: &ModelRef) -> Result<(), EngineError> {
+        let rb = self
+            .request(Method::POST, &session_path(session_id, "/summarize")?)
+            .timeout(self.long_call_timeout())
+            .json(&json!({ "providerID": model.provider_id, "modelID": model.model_id }));
+        let done: serde_json::Value = self.get_json(rb, "POST /session/{id}/summarize").await?;
+        match done {
+            serde_json::Value::Bool(true) => Ok(()),
+            other => Err(EngineError::Decode(format!("POST /session/{{id}}/summarize answered {other}"))),
+        }
+    }
+
+    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
+        let rb = self.request(Method::GET, "/config/providers");
+        let body: serde_json::Value = self.get_json(rb, "GET /config/providers").await?;
+        let mut out = HashMap::new();
+        for provider in body["providers"].as_array().into_iter().flatten() {
+            let Some(pid) = provider["id"].as_str() else { continue };
+            for (mid, model) in provider["models"].as_object().into_iter().flatten() {
+                if let Some(ctx) = model.pointer("/limit/context").and_then(serde_json::Value::as_u64) {
+                    out.insert(format!("{pid}/{mid}"), ctx);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError> {
+        let rb = self.request(Method::POST, &session_path(session_id, "/prompt_async")?).json(&prompt_body(prompt));
+        self.send_effect(rb, "POST /session/{id}/prompt_async").await.map(drop)
+    }
+
+    async fn history(&self, session_id: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
+        Ok(self.messages(session_id, limit).await?.iter().filter_map(history_message).collect())
+    }
+
+    async fn create_session(
+        &self,
+        directory: Option<&str>,
+        title: &str,
+        mark: &ShepherdSessionMark,
+    ) -> Result<SessionInfo, EngineError> {
+        let mut rb = self.request(Method::POST, "/session");
+        if let Some(d) = directory.filter(|d| !d.is_empty()) {
+            rb = rb.query(&[("directory", d)]);
+        }
+        let rb = rb.json(&json!({ "title": title, "metadata": { "shepherd": mark } }));
+        let info: SessionInfo = self.get_json(rb, "POST /session").await?;
+        check_session(&info, "POST /session")?;
+        Ok(info)
+    }
+
+    async fn find_sessions(&self, directory: Option<&str>, title_part: &str) -> Result<Vec<SessionInfo>, EngineError> {
+        let mut rb = self.request(Method::GET, "/session").query(&[("search", title_part), ("limit", "20")]);
+        if let Some(d) = directory.filter(|d| !d.is_empty()) {
+            rb = rb.query(&[("directory", d)]);
+        }
+        let found: Vec<SessionInfo> = self.get_json(rb, "GET /session?search=").await?;
+        Ok(valid_sessions(found, "GET /session?search="))
+    }
+
+    async fn fork(&self, session_id: &str) -> Result<SessionInfo, EngineError> {
+        let rb = self.request(Method::POST, &session_path(session_id, "/fork")?).json(&json!({}));
+        let info: SessionInfo = self.get_json(rb, "POST /session/{id}/fork").await?;
+        check_session(&info, "POST /session/{id}/fork")?;
+        Ok(info)
+    }
+
+    async fn ask(&self, session_id: &str, prompt: &Prompt) -> Result<String, EngineError> {
+        let rb = self
+            .request(Method::POST, &session_path(session_id, "/message")?)
+            .timeout(self.long_call_timeout())
+            .json(&prompt_body(prompt));
+        let reply: MessageWithParts = self.get_json(rb, "POST /session/{id}/message").await?;
+        // Only the error's name is wanted: read it whatever else the info holds.
+        let info: Option<ErrorOnly> = serde_json::from_str(reply.info.get()).ok();
+        if let Some(err) = info.and_then(|i| i.error).map(|e| e.name) {
+            return Err(EngineError::Http { status: 200, body: format!("the model's turn ended with {err}") });
+        }
+        let text: Vec<&str> =
+            reply.parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
+        Ok(text.join("\n"))
+    }
+
+    async fn delete_session(&self, session_id: &str) -> Result<(), EngineError> {
+        let rb = self.request(Method::DELETE, &session_path(session_id, "")?);
+        self.send(rb, "DELETE /session/{id}").await.map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use shepherd_actors::event::ShepherdTag;
+
+    use super::*;
+
+    pub(super) fn prompt() -> Prompt {
+        Prompt {
+            text: "go on".into(),
+            tag: ShepherdTag { kind: "nudge".into(), instance: "i1".into(), decision: "d1".into(), lease: None },
+            turn: TurnSettings::default(),
+            no_reply: false,
+        }
+    }
+
+    #[test]
+    fn a_reloaded_long_call_timeout_reaches_the_clone_the_sessions_hold() {
+        let client = OpenCodeClient::new(&ServerConfig::new("a", "http://a:1"), None).unwrap();
+        let held = client.clone();
+        client.set_long_call_timeout(std::time::Duration::from_secs(99));
+        assert_eq!(held.long_call_timeout(), std::time::Duration::from_secs(99));
+    }
+
+    #[tokio::test]
+    async fn a_delivery_reads_the_session_once_for_its_turn_and_its_recent_messages() {
+        let message = |id: &str, role: &str, extra: serde_json::Value| {
+            let mut info = json!({"id": id, "sessionID": "ses_A", "role": role, "time": {"created": 1}});
+            info.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            json!({"info": info, "parts": [{"type": "text", "text": format!("text of {id}")}]})
+        };
+        let history = json!([
+            message("msg_1", "user", json!({"agent": "plan", "model": {"providerID": "p", "modelID": "m"}})),
+            message("msg_2", "assistant", json!({})),
+            message("msg_3", "user", json!({})),
+            message("msg_4", "assistant", json!({})),
+        ]);
+        let (url, seen) = recording_server(serde_json::to_vec(&history).unwrap(), false).await;
+        let client = OpenCodeClient::new(&ServerConfig::new("a", &url), None).unwrap();
+        let recent = client.recent("ses_A", 2).await.unwrap();
+        // The turn's settings come from a message older than the two kept.
+        assert_eq!(recent.turn.agent.as_deref(), Some("plan"));
+        assert_eq!(recent.turn.model.as_ref().map(|m| m.model_id.as_str()), Some("m"));
+        assert_eq!(recent.messages.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), ["msg_3", "msg_4"]);
+        let requests = seen.lock().unwrap().clone();
+        assert_eq!(requests.len(), 1, "{requests:?}");
+        assert!(requests[0].contains(&format!("limit={TURN_LOOKBACK_MESSAGES}")), "{requests:?}");
+    }
+
+    #[test]
+    fn credentials_never_print_the_password() {
+        let c = Credentials { username: "u".into(), password: "hunter2".into() };
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    /// A fake OpenCode that answers every request with `body` (chunked when `chunked`,
+    /// so no length announces it) and records each request line.
+    pub(super) async fn recording_server(body: Vec<u8>, chunked: bool) -> (String, Arc<Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let (body, log) = (body.clone(), Arc::clone(&log));
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let n = sock.read(&mut buf).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or_default().to_string();
+                    log.lock().unwrap().push(head);
+                    let answer = if chunked {
+                        let mut a = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".to_vec();
+                        for piece in body.chunks(16 * 1024) {
+                            a.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                            a.extend_from_slice(piece);
+                            a.extend_from_slice(b"\r\n");
+                        }
+                        a.extend_from_slice(b"0\r\n\r\n");
+                        a
+                    } else {
+                        let mut a = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                            body.len()
+                        )
+                        .into_bytes();
+                        a.extend_from_slice(&body);
+                        a
+                    };
+                    let _ = sock.write_all(&answer).await;
+                });
+            }
+        });
+        (url, seen)
+    }
+}

@@ -1,0 +1,215 @@
+//! `GET /session/status`, the one call a fleet makes in bursts: reads of one directory
+//! are coalesced ([`StatusReads`]) and a single session's entry is found without building
+//! the map ([`status_of`]).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use reqwest::Method;
+use shepherd_actors::event::Status;
+use shepherd_actors::ports::EngineError;
+
+use super::transport::read_capped;
+use super::OpenCodeClient;
+
+/// The body of one `GET /session/status` (shared by every reader it answers).
+type StatusBody = Result<bytes::Bytes, EngineError>;
+
+/// Coalesces `GET /session/status` reads per directory. A reader never gets an answer
+/// to a request sent before it asked (a recovery must see the status *after* its
+/// stall deadline): while a read is in flight, new readers wait for the next one,
+/// which then answers all of them. So a directory has at most one read in flight, and
+/// a burst of N concurrent readers costs about two requests, not N.
+#[derive(Debug, Default)]
+pub(super) struct StatusReads {
+    /// Directories with a read loop running → readers waiting for its next read.
+    waiting: Mutex<HashMap<String, Vec<tokio::sync::oneshot::Sender<StatusBody>>>>,
+}
+
+impl OpenCodeClient {
+    /// The body of a `GET /session/status` for `directory` sent after this call began,
+    /// possibly shared with other readers (see [`StatusReads`]).
+    pub(super) async fn status_body(&self, directory: &str) -> StatusBody {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let start_loop = {
+            let mut waiting = self.status_reads.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            match waiting.get_mut(directory) {
+                Some(readers) => {
+                    readers.push(tx);
+                    false
+                }
+                None => {
+                    waiting.insert(directory.to_string(), vec![tx]);
+                    true
+                }
+            }
+        };
+        if start_loop {
+            // Detached, so that no reader's cancellation strands the others.
+            let (client, directory) = (self.clone(), directory.to_string());
+            tokio::spawn(async move { client.status_read_loop(directory).await });
+        }
+        rx.await.unwrap_or_else(|_| Err(EngineError::Unreachable("GET /session/status: read abandoned".into())))
+    }
+
+    /// Reads until no reader waits: each round answers the readers that asked before
+    /// it was sent.
+    async fn status_read_loop(&self, directory: String) {
+        loop {
+            let readers = {
+                let mut waiting = self.status_reads.waiting.lock().unwrap_or_else(|e| e.into_inner());
+                match waiting.get_mut(&directory) {
+                    Some(readers) if !readers.is_empty() => std::mem::take(readers),
+                    _ => {
+                        waiting.remove(&directory);
+                        return;
+                    }
+                }
+            };
+            let mut rb = self.request(Method::GET, "/session/status");
+            if !directory.is_empty() {
+                rb = rb.query(&[("directory", directory.as_str())]);
+            }
+            let body = match self.send(rb, "GET /session/status").await {
+                Ok(resp) => read_capped(resp, self.max_response_bytes, "GET /session/status").await,
+                Err(e) => Err(e),
+            };
+            for reader in readers {
+                let _ = reader.send(body.clone());
+            }
+        }
+    }
+}
+
+/// One session's entry in a `GET /session/status` body (`{id: status, …}`), found by
+/// scanning: other entries are skipped unparsed and no key is copied.
+pub(super) fn status_of(body: &[u8], session_id: &str) -> Result<Option<Status>, serde_json::Error> {
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+    /// A map key, compared with the wanted id in place.
+    struct KeyIs<'s>(&'s str);
+    impl<'de> DeserializeSeed<'de> for KeyIs<'_> {
+        type Value = bool;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    impl Visitor<'_> for KeyIs<'_> {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a session id")
+        }
+        fn visit_str<E>(self, key: &str) -> Result<bool, E> {
+            Ok(key == self.0)
+        }
+    }
+
+    struct Find<'s>(&'s str);
+    impl<'de> Visitor<'de> for Find<'_> {
+        type Value = Option<Status>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of session id to status")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = None;
+            while let Some(wanted) = map.next_key_seed(KeyIs(self.0))? {
+                if wanted {
+                    found = Some(map.next_value::<Status>()?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let found = de.deserialize_map(Find(session_id))?;
+    de.end()?;
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+    use shepherd_actors::config::ServerConfig;
+    use shepherd_actors::ports::Engine;
+
+    use super::*;
+
+    #[test]
+    fn one_sessions_status_is_found_in_the_directorys_map() {
+        let body = br#"{"ses_a":{"type":"busy"},"ses_b":{"type":"retry","attempt":2,"message":"x","next":9},"ses_c":{"type":"busy"}}"#;
+        assert_eq!(status_of(body, "ses_a").unwrap(), Some(Status::Busy));
+        assert_eq!(status_of(body, "ses_b").unwrap(), Some(Status::Retry { attempt: Some(2), next: Some(9) }));
+        assert_eq!(status_of(body, "ses_z").unwrap(), None);
+        assert_eq!(status_of(b"{}", "ses_a").unwrap(), None);
+        assert!(status_of(b"[1]", "ses_a").is_err());
+        assert!(status_of(br#"{"ses_a":{"type":"busy"}"#, "ses_a").is_err());
+    }
+
+    /// A status endpoint that answers slowly, naming each answer after its request's
+    /// number (`{"ses_<n>": busy}`), and counts requests.
+    async fn numbered_status_server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = Arc::clone(&count);
+        tokio::spawn(async move {
+            loop {
+                let (mut sock, _) = listener.accept().await.unwrap();
+                let counter = Arc::clone(&counter);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        let Ok(n) = sock.read(&mut chunk).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    let body = format!(r#"{{"ses_{n}":{{"type":"busy"}}}}"#);
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = sock.write_all(format!("{head}{body}").as_bytes()).await;
+                });
+            }
+        });
+        (url, count)
+    }
+
+    #[tokio::test]
+    async fn concurrent_status_reads_of_a_directory_share_requests_sent_after_they_asked() {
+        let (url, requests) = numbered_status_server().await;
+        let server: ServerConfig = serde_json::from_value(json!({"name": "t", "url": url})).unwrap();
+        let client = OpenCodeClient::new(&server, None).unwrap();
+        let first = tokio::spawn({
+            let c = client.clone();
+            async move { c.statuses("/p").await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await; // the first read is in flight
+        let later: Vec<_> = (0..5)
+            .map(|_| {
+                let c = client.clone();
+                tokio::spawn(async move { c.status("/p", "ses_2").await })
+            })
+            .collect();
+        let first = first.await.unwrap().unwrap();
+        assert!(first.contains_key("ses_1"), "{first:?}");
+        for reader in later {
+            // Not the answer to the request already in flight: the next one, shared.
+            assert_eq!(reader.await.unwrap(), Ok(Some(Status::Busy)));
+        }
+        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // Another directory is another read.
+        assert_eq!(client.status("/q", "ses_3").await, Ok(Some(Status::Busy)));
+    }
+}

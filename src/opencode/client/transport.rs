@@ -1,0 +1,171 @@
+//! Requests to the server and what their answers become: the base URL and HTTP Basic
+//! auth on every request, each failure mapped to an [`EngineError`] kind the cores can
+//! branch on (a change whose answer never came is `Unconfirmed`, not `Unreachable`),
+//! error bodies cut short, and answers refused past `servers[].max_response_bytes`
+//! rather than read whole.
+
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::de::DeserializeOwned;
+use shepherd_actors::ports::EngineError;
+
+use super::OpenCodeClient;
+
+/// Error bodies are cut to this many characters in errors and logs.
+const ERROR_BODY_CHARS: usize = 300;
+/// Of an error answer, at most this many bytes are read.
+const ERROR_BODY_BYTES: usize = 4 * 1024;
+
+impl OpenCodeClient {
+    pub(super) fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let rb = self.http.request(method, format!("{}{}", self.base, path));
+        match &self.auth {
+            Some(c) => rb.basic_auth(&c.username, Some(&c.password)),
+            None => rb,
+        }
+    }
+
+    pub(super) async fn send(&self, rb: RequestBuilder, what: &str) -> Result<reqwest::Response, EngineError> {
+        let resp = rb.send().await.map_err(|e| EngineError::Unreachable(format!("{what}: {e}")))?;
+        Self::checked(resp, what).await
+    }
+
+    /// Like [`Self::send`], for a request that changes the session: a transport error
+    /// after the connection was made (a timeout, a connection broken while waiting for
+    /// the answer) may come after OpenCode acted on it — [`EngineError::Unconfirmed`].
+    pub(super) async fn send_effect(&self, rb: RequestBuilder, what: &str) -> Result<reqwest::Response, EngineError> {
+        let resp = rb.send().await.map_err(|e| {
+            if e.is_connect() || e.is_builder() {
+                EngineError::Unreachable(format!("{what}: {e}"))
+            } else {
+                EngineError::Unconfirmed(format!("{what}: {e}"))
+            }
+        })?;
+        Self::checked(resp, what).await
+    }
+
+    async fn checked(resp: reqwest::Response, what: &str) -> Result<reqwest::Response, EngineError> {
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let body = read_prefix(resp, ERROR_BODY_BYTES).await;
+        let body: String = String::from_utf8_lossy(&body).chars().take(ERROR_BODY_CHARS).collect();
+        if status == StatusCode::NOT_FOUND {
+            return Err(EngineError::NotFound(format!("{what}: {body}")));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(EngineError::Http {
+                status: 401,
+                body: format!("{what}: unauthorized (check the server password)"),
+            });
+        }
+        Err(EngineError::Http { status: status.as_u16(), body: format!("{what}: {body}") })
+    }
+
+    pub(super) async fn get_json<T: DeserializeOwned>(&self, rb: RequestBuilder, what: &str) -> Result<T, EngineError> {
+        let resp = self.send(rb, what).await?;
+        self.read_json(resp, what).await
+    }
+
+    /// The answer's body (at most `max_response_bytes`), parsed.
+    pub(super) async fn read_json<T: DeserializeOwned>(
+        &self,
+        resp: reqwest::Response,
+        what: &str,
+    ) -> Result<T, EngineError> {
+        let body = read_capped(resp, self.max_response_bytes, what).await?;
+        serde_json::from_slice(&body).map_err(|e| EngineError::Decode(format!("{what}: {e}")))
+    }
+}
+
+/// The body of `resp`, refused (never read whole) when it is longer than `max` bytes.
+pub(super) async fn read_capped(
+    mut resp: reqwest::Response,
+    max: usize,
+    what: &str,
+) -> Result<bytes::Bytes, EngineError> {
+    let too_large = || {
+        EngineError::Decode(format!(
+            "{what}: the answer is larger than {max} bytes (servers[].max_response_bytes); refused"
+        ))
+    };
+    if resp.content_length().is_some_and(|n| n > max as u64) {
+        return Err(too_large());
+    }
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| EngineError::Decode(format!("{what}: {e}")))? {
+        if body.len() + chunk.len() > max {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// The first `max` bytes or so of an error answer (the rest is not read).
+async fn read_prefix(mut resp: reqwest::Response, max: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < max {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk[..chunk.len().min(max - body.len())]),
+            _ => break,
+        }
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use shepherd_actors::config::ServerConfig;
+    use shepherd_actors::ports::Engine;
+
+    use super::super::tests::{prompt, recording_server};
+    use super::*;
+
+    #[tokio::test]
+    async fn a_prompt_whose_answer_never_came_is_unconfirmed_and_one_never_sent_is_unreachable() {
+        // A server that reads the request and never answers: it may have acted on it.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut buf).await;
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            drop(socket);
+        });
+        let mut server = ServerConfig::new("a", &url);
+        server.request_timeout = std::time::Duration::from_millis(300);
+        let client = OpenCodeClient::new(&server, None).unwrap();
+        let err = client.prompt("ses_A", &prompt()).await.unwrap_err();
+        assert!(matches!(err, EngineError::Unconfirmed(_)), "{err:?}");
+        held.abort();
+
+        // Nothing listens: the prompt surely did not arrive.
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let client = OpenCodeClient::new(&ServerConfig::new("a", &url), None).unwrap();
+        let err = client.prompt("ses_A", &prompt()).await.unwrap_err();
+        assert!(matches!(err, EngineError::Unreachable(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_max_response_bytes_is_refused_with_a_clear_error() {
+        let mut server = ServerConfig::new("a", "");
+        server.max_response_bytes = 64 * 1024;
+        // A JSON array a little past the cap: announced by its length, or chunked.
+        let big = format!("[{}1]", "1,".repeat(40 * 1024)).into_bytes();
+        for chunked in [false, true] {
+            let (url, _) = recording_server(big.clone(), chunked).await;
+            server.url = url;
+            let client = OpenCodeClient::new(&server, None).unwrap();
+            let err = client.todos("ses_A").await.unwrap_err();
+            assert!(err.to_string().contains("larger than 65536 bytes (servers[].max_response_bytes)"), "{err}");
+        }
+        // Under the cap it is read as before.
+        let (url, _) = recording_server(b"[]".to_vec(), true).await;
+        server.url = url;
+        assert_eq!(OpenCodeClient::new(&server, None).unwrap().todos("ses_A").await.unwrap(), vec![]);
+    }
+}
