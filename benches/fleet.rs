@@ -30,8 +30,7 @@
 //! Environment: `FLEET_SIZES` (default `1000,10000`), `FLEET_IDLE_SECS` (default 30),
 //! `FLEET_BURST_TURNS` (default 12 at 1k, 1 at 10k), `FLEET_BURST_STEP_US` (default 0:
 //! as fast as Shepherd reads), `FLEET_BACKGROUND_STEP_MS` (default 250; 0 = no
-//! background traffic during the stalls), `FLEET_MAX_STREAM_LAG_MS` (Shepherd's
-//! `recovery.max_stream_lag`; a huge value switches the guard off), `FLEET_EXIT_AT_END` (exit right after the
+//! background traffic during the stalls), `FLEET_EXIT_AT_END` (exit right after the
 //! last measurement, without shutting down: under `heaptrack`, whatever Shepherd still
 //! holds is then reported as leaked — run the child directly, e.g.
 //! `heaptrack target/release/deps/fleet-… --fleet-scale 1000`).
@@ -399,9 +398,6 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     cfg.review.enabled = false;
     cfg.recovery.stall_timeout = STALL_TIMEOUT;
     cfg.recovery.wait_after_abort = Duration::from_millis(100);
-    if let Some(ms) = std::env::var("FLEET_MAX_STREAM_LAG_MS").ok().and_then(|v| v.parse().ok()) {
-        cfg.recovery.max_stream_lag = Duration::from_millis(ms);
-    }
     // Simulated sessions stall seconds after they are created: the heuristic "new
     // session → wait" would postpone every measured abort. The advice is still sought.
     cfg.advisor.new_session = Duration::ZERO;

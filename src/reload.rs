@@ -172,7 +172,6 @@ impl Running {
     fn start_server(&mut self, p: Prepared) {
         let Prepared { server, auth, client } = p;
         let pump = EventPump::new(server.clone(), auth, self.supervisor.clone());
-        client.follow_stream(pump.stats());
         self.toasts.attach(&server.name, client.clone());
         self.clients.insert(server.name.clone(), client.clone());
         self.supervisor.do_send(AttachServer {

@@ -52,12 +52,6 @@ pub trait Engine: Send + Sync + 'static {
     async fn abort(&self, session_id: &str) -> Result<(), EngineError>;
     /// The session's current todo list.
     async fn todos(&self, session_id: &str) -> Result<Vec<Todo>, EngineError>;
-    /// How long Shepherd has been reading this server's event stream behind it (every
-    /// read found more already waiting), if it is: a session's silence meanwhile may be
-    /// events not read yet. `None`: caught up, or not known (the default).
-    fn stream_lag(&self) -> Option<std::time::Duration> {
-        None
-    }
     /// Agent and model of the session's last user message, read from its history.
     async fn last_turn_settings(&self, session_id: &str) -> Result<TurnSettings, EngineError>;
     /// The session's latest `limit` messages and its last turn's settings — what a

@@ -49,8 +49,6 @@ struct FakeEngine {
     slow_prompt: Mutex<Option<Duration>>,
     /// The next status reads are slow, one entry each.
     slow_statuses: Mutex<std::collections::VecDeque<SlowRead>>,
-    /// How far behind Shepherd reads the server's event stream (`None`: caught up).
-    stream_lag: Mutex<Option<Duration>>,
 }
 
 /// A slow `GET /session/status`.
@@ -118,9 +116,6 @@ impl Engine for FakeEngine {
     }
     async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
         Ok(self.todos.lock().unwrap().clone())
-    }
-    fn stream_lag(&self) -> Option<Duration> {
-        *self.stream_lag.lock().unwrap()
     }
     async fn last_turn_settings(&self, _: &str) -> Result<TurnSettings, EngineError> {
         Ok(TurnSettings {
@@ -340,34 +335,6 @@ async fn a_session_the_status_endpoint_calls_idle_is_not_aborted() {
     );
     // The intent written beside the status check is ended with the decline.
     assert_eq!(ledger.open_intents("srv", None).await.unwrap(), vec![]);
-}
-
-/// Shepherd starved of CPU reads the stream behind the server: a session's silence may
-/// be events not read yet, so no stall is acted on until it has caught up.
-#[actix::test]
-async fn a_stall_while_shepherd_reads_the_stream_behind_is_not_aborted_until_it_caught_up() {
-    tokio::time::pause();
-    let mut w = world(cfg());
-    w.busy("ses_A");
-    settle().await;
-    *w.engine.stream_lag.lock().unwrap() = Some(Duration::from_secs(5));
-    tokio::time::sleep(Duration::from_secs(200)).await;
-    settle().await;
-    assert!(!w.engine.calls().iter().any(|c| c.starts_with("abort")), "{:?}", w.engine.calls());
-    let records: Vec<ActionRecord> = std::iter::from_fn(|| w.records.try_recv().ok()).collect();
-    let declined = records.iter().find(|r| r.action == Action::Recover).expect("the recovery is declined");
-    assert_eq!(declined.outcome, Outcome::Declined);
-    assert!(declined.reason.contains("behind"), "{}", declined.reason);
-
-    // Caught up: a full stall timeout after the declined attempt (at 180 s), it is recovered.
-    *w.engine.stream_lag.lock().unwrap() = None;
-    tokio::time::sleep(Duration::from_secs(150)).await;
-    settle().await;
-    assert!(!w.engine.calls().iter().any(|c| c.starts_with("abort")), "the stall clock restarted");
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    settle().await;
-    assert_eq!(w.engine.calls().iter().filter(|c| *c == "abort ses_A").count(), 1);
-    assert!(w.drain().contains(&(Action::Continue, Outcome::Done)));
 }
 
 /// A CPU-starved Shepherd: the session kept working, but its events wait behind a read

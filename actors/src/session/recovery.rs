@@ -67,12 +67,8 @@ pub async fn recover(
     // the stall to its abort. An intent whose check then declines is ended at once; one
     // a crash leaves behind is moot (the last reply was not aborted).
     let (status, ()) = tokio::join!(engine.status(&directory, &order.session_id), write_intent(intents, &intent));
-    let lag = engine.stream_lag().filter(|lag| *lag > cfg.max_stream_lag);
     let declined = match status {
         Ok(Some(Status::Busy)) if stopping.load(Ordering::SeqCst) => Some(RecoveryReport::Cancelled),
-        Ok(Some(Status::Busy)) if lag.is_some() => {
-            Some(RecoveryReport::Behind { lag_ms: lag.map_or(0, |l| l.as_millis() as u64) })
-        }
         Ok(Some(Status::Busy)) => None,
         Ok(_) => Some(RecoveryReport::NotBusy),
         Err(e) => Some(RecoveryReport::StatusUnavailable(e)),

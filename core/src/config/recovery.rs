@@ -26,12 +26,6 @@ pub struct RecoveryConfig {
     /// still sent: OpenCode queues prompts to busy sessions).
     #[serde(with = "duration_str")]
     pub abort_poll_max: Duration,
-    /// A stall is not acted on while Shepherd has been reading the server's event stream
-    /// this far behind (every read found more already waiting): the session's events may
-    /// be unread, not missing. Shepherd starved of CPU would otherwise abort working
-    /// sessions by the thousand.
-    #[serde(with = "duration_str")]
-    pub max_stream_lag: Duration,
     /// Consecutive recoveries before backing off.
     pub max_recoveries: u32,
     /// First back-off delay once `max_recoveries` is exceeded; doubles per attempt.
@@ -119,7 +113,6 @@ impl Default for RecoveryConfig {
             wait_after_abort: Duration::from_millis(1500),
             abort_poll_interval: Duration::from_millis(200),
             abort_poll_max: Duration::from_secs(5),
-            max_stream_lag: Duration::from_secs(1),
             max_recoveries: 3,
             cooldown: Duration::from_secs(60),
             max_backoff: Duration::from_secs(30 * 60),

@@ -328,9 +328,6 @@ pub enum RecoveryReport {
     Cancelled,
     /// Another Shepherd instance holds the session's lease: it acts, this one did nothing.
     NotOurs(String),
-    /// Shepherd has been reading the server's event stream this far behind (past
-    /// `recovery.max_stream_lag`): the silence may be events not read yet. Nothing done.
-    Behind { lag_ms: u64 },
     /// Aborted, then continued.
     /// Aborted, then continued (`compacted`: the hard gate's compaction, if one ran).
     /// `tool_call_as_text`: the specialised prompt was sent because of this;

@@ -63,8 +63,6 @@ pub struct OpenCodeClient {
     status_reads: Arc<StatusReads>,
     /// `servers[].max_response_bytes`: the largest answer read.
     max_response_bytes: usize,
-    /// The counters of the pump that follows this server's events (its lag), once set.
-    stream: Arc<std::sync::OnceLock<Arc<super::PumpStats>>>,
 }
 
 impl OpenCodeClient {
@@ -81,15 +79,9 @@ impl OpenCodeClient {
             long_call_timeout_ms: Arc::new(server.request_timeout.as_millis().try_into().unwrap_or(u64::MAX).into()),
             status_reads: Arc::default(),
             max_response_bytes: server.max_response_bytes,
-            stream: Arc::default(),
         })
     }
 
-    /// The pump that follows this server's events: its lag is the engine's
-    /// [`Engine::stream_lag`] (for this client and every clone of it).
-    pub fn follow_stream(&self, stats: Arc<super::PumpStats>) {
-        let _ = self.stream.set(stats);
-    }
 
     /// Sets the timeout of calls that block until OpenCode finished (compaction).
     pub fn with_long_call_timeout(self, timeout: std::time::Duration) -> Self {
@@ -187,10 +179,6 @@ impl Engine for OpenCodeClient {
     async fn todos(&self, session_id: &str) -> Result<Vec<Todo>, EngineError> {
         let rb = self.request(Method::GET, &session_path(session_id, "/todo")?);
         self.get_json(rb, "GET /session/{id}/todo").await
-    }
-
-    fn stream_lag(&self) -> Option<std::time::Duration> {
-        self.stream.get().and_then(|stats| stats.lag())
     }
 
     async fn last_turn_settings(&self, session_id: &str) -> Result<TurnSettings, EngineError> {

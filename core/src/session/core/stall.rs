@@ -268,7 +268,6 @@ impl SessionCore {
             | RecoveryReport::StatusUnavailable(_)
             | RecoveryReport::AbortFailed(_)
             | RecoveryReport::NotOurs(_)
-            | RecoveryReport::Behind { .. }
             | RecoveryReport::Cancelled => {
                 // Nothing reached the session: the attempt does not count.
                 self.attempts = self.attempts.saturating_sub(1);
@@ -297,12 +296,6 @@ impl SessionCore {
                         self.verify_later(e, now);
                         (Outcome::Failed, format!("abort request failed: {e}"))
                     }
-                    RecoveryReport::Behind { lag_ms } => (
-                        Outcome::Declined,
-                        format!(
-                            "Shepherd reads the server's events {lag_ms} ms behind: the silence may be events not read yet; not aborting"
-                        ),
-                    ),
                     RecoveryReport::NotOurs(holder) => {
                         // Its abort is about to arrive: not the person's.
                         self.recovery_ended = Some((now.mono, aborted.clone()));
