@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use shepherd::testbed::client::wait_until;
-use shepherd_actors::config::{Config, ServerConfig};
+use shepherd_actors::config::Config;
 use shepherd_actors::killpoint::step;
 use support::process::ShepherdProcess;
 use support::{fresh_sessions, tagged, Rig, PATIENCE};
@@ -18,28 +18,6 @@ use tempfile::TempDir;
 
 fn is_action(v: &Value, session: &str, action: &str) -> bool {
     v["target"] == "shepherd::action" && v["session"] == session && v["action"] == action
-}
-
-/// The rig's OpenCode and fake model with its in-process daemon stopped, and a config
-/// file for `shepherd run` (fast timings, a SQLite ledger in `dir`), adjusted by `tweak`.
-async fn rig_and_config(dir: &TempDir, tweak: impl FnOnce(&mut Config)) -> anyhow::Result<(Rig, Config)> {
-    let mut rig = Rig::start_config(|_| {}).await?;
-    if let Some(daemon) = rig.daemon.take() {
-        daemon.shutdown().await;
-    }
-    let mut cfg = Config {
-        servers: vec![ServerConfig::new("local", rig.opencode.url())],
-        recovery: support::fast_recovery(),
-        advisor: support::fast_advice(),
-        ..Default::default()
-    };
-    cfg.advisor.new_session = Duration::ZERO;
-    cfg.control.enabled = false;
-    cfg.status.enabled = false;
-    cfg.store.path = dir.path().join("ledger.sqlite3").display().to_string();
-    tweak(&mut cfg);
-    Rig::write_config(&dir.path().join("shepherd.toml"), &cfg)?;
-    Ok((rig, cfg))
 }
 
 /// Starts a Shepherd that kills itself at `kill_at`, has `start` begin the work on a
@@ -90,7 +68,7 @@ async fn one_continue_and_then_quiet(
 /// same ledger: the session gets exactly one continue and finishes its turn.
 async fn crash_during_a_recovery_loses_and_repeats_nothing(kill_at: &str) -> anyhow::Result<()> {
     let dir = TempDir::new()?;
-    let (mut rig, cfg) = rig_and_config(&dir, |_| {}).await?;
+    let (mut rig, cfg) = Rig::for_process(&dir, |_| {}).await?;
     let (id, mut second) = kill_and_restart(&dir, &rig, kill_at, "[[fake:stall]] work on it").await?;
     let result = async {
         one_continue_and_then_quiet(&rig, &mut second, &id, &cfg, kill_at).await
@@ -138,7 +116,7 @@ async fn killed_after_the_continue_was_sent_but_before_it_was_ledgered() -> anyh
 /// again: one fresh session, one continuation in it, one resume prompt, and it works.
 async fn crash_during_a_hand_off_hands_off_once(kill_at: &str) -> anyhow::Result<()> {
     let dir = TempDir::new()?;
-    let (mut rig, _) = rig_and_config(&dir, |c| {
+    let (mut rig, _) = Rig::for_process(&dir, |c| {
         c.nudge.enabled = false;
         c.review.enabled = false;
         c.handoff.ask_model = false;
@@ -204,7 +182,7 @@ async fn killed_after_the_resume_prompt_was_sent() -> anyhow::Result<()> {
 async fn killed_in_the_middle_of_its_own_compaction() -> anyhow::Result<()> {
     use shepherd::testbed::fake_model::Behaviour;
     let dir = TempDir::new()?;
-    let (mut rig, cfg) = rig_and_config(&dir, |c| {
+    let (mut rig, cfg) = Rig::for_process(&dir, |c| {
         c.nudge.enabled = false;
         c.review.enabled = false;
         c.handoff.enabled = false;

@@ -9,7 +9,8 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
-use super::PATIENCE;
+use super::{Rig, PATIENCE};
+use shepherd_actors::config::{Config, ServerConfig};
 
 /// A running `shepherd` and its JSON log lines (stderr).
 pub struct ShepherdProcess {
@@ -74,6 +75,14 @@ impl ShepherdProcess {
         }
     }
 
+    /// Every log line so far, without waiting for more.
+    pub fn drain(&mut self) -> &[Value] {
+        while let Ok(v) = self.log.try_recv() {
+            self.seen.push(v);
+        }
+        &self.seen
+    }
+
     /// Sends `signal` (`libc::SIGTERM`, `libc::SIGHUP`, …).
     pub fn signal(&self, signal: libc::c_int) {
         if let Some(pid) = self.child.id() {
@@ -86,5 +95,29 @@ impl ShepherdProcess {
     pub async fn stop(mut self) -> Option<std::process::ExitStatus> {
         self.signal(libc::SIGTERM);
         tokio::time::timeout(PATIENCE, self.child.wait()).await.ok().and_then(Result::ok)
+    }
+}
+
+impl Rig {
+    /// The rig's OpenCode and fake model with its in-process daemon stopped, and a config
+    /// file for `shepherd run` (fast timings, a SQLite ledger in `dir`), adjusted by `tweak`.
+    pub async fn for_process(dir: &tempfile::TempDir, tweak: impl FnOnce(&mut Config)) -> anyhow::Result<(Rig, Config)> {
+        let mut rig = Rig::start_config(|_| {}).await?;
+        if let Some(daemon) = rig.daemon.take() {
+            daemon.shutdown().await;
+        }
+        let mut cfg = Config {
+            servers: vec![ServerConfig::new("local", rig.opencode.url())],
+            recovery: super::fast_recovery(),
+            advisor: super::fast_advice(),
+            ..Default::default()
+        };
+        cfg.advisor.new_session = std::time::Duration::ZERO;
+        cfg.control.enabled = false;
+        cfg.status.enabled = false;
+        cfg.store.path = dir.path().join("ledger.sqlite3").display().to_string();
+        tweak(&mut cfg);
+        Rig::write_config(&dir.path().join("shepherd.toml"), &cfg)?;
+        Ok((rig, cfg))
     }
 }
