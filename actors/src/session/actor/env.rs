@@ -1,5 +1,5 @@
-//! What every session actor of one server shares, and the small shared tables in it
-//! (Shepherd's own scratch sessions, the models' context windows).
+//! What every session actor of one server shares, and the models' context windows in
+//! it (the scratch sessions' set is the hand-off's: `handover::Scratch`).
 
 use super::*;
 
@@ -28,23 +28,6 @@ pub struct SessionEnv {
     pub breaker: Arc<ProviderBreaker>,
     /// Up to when this server's events are handled: deadlines fall due in it.
     pub stream: Arc<crate::stream_clock::StreamClock>,
-}
-
-/// Session ids Shepherd created for its own use (a fork to ask the model in): they are
-/// not supervised, or a fork of a filling session would be handed off in turn.
-#[derive(Debug, Clone, Default)]
-pub struct Scratch(Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
-
-impl Scratch {
-    pub fn insert(&self, id: &str) {
-        if let Ok(mut set) = self.0.lock() {
-            set.insert(id.to_string());
-        }
-    }
-
-    pub fn contains(&self, id: &str) -> bool {
-        self.0.lock().map(|set| set.contains(id)).unwrap_or(false)
-    }
 }
 
 /// Context windows of one server's models (`provider/model` → tokens), read by the

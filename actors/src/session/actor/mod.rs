@@ -4,14 +4,14 @@
 //! out the effects (journal records, the recovery procedure). Policy lives in the core;
 //! if a handler here grows an `if` about policy, move it there.
 //!
-//! Parts: [`env`] (what the actors of one server share: `SessionEnv`, `Scratch`,
-//! `ModelWindows`), [`effects`] (carrying out the core's effects; writing the durable
-//! state), [`timer`] (the one timer at the core's deadline, held back while the stream
-//! is behind), [`procedures`] (starting what an effect orders — recovery, delivery,
-//! hand-off step, compaction, consultation, finishing an open intent — and feeding the
-//! outcome back), [`messages`] (what the supervisor tells a session) and [`requests`]
-//! (what the control API asks of one). This file keeps the actor's state, its start
-//! (resuming from the ledger) and its stop.
+//! Parts: [`env`] (what the actors of one server share: `SessionEnv`, `ModelWindows`;
+//! `Scratch` is the hand-off's, re-exported here), [`effects`] (carrying out the core's
+//! effects; writing the durable state), [`timer`] (the one timer at the core's
+//! deadline, held back while the stream is behind), [`procedures`] (starting what an
+//! effect orders — recovery, delivery, hand-off step, compaction, consultation,
+//! finishing an open intent — and feeding the outcome back), [`messages`] (what the
+//! supervisor tells a session) and [`requests`] (what the control API asks of one).
+//! This file keeps the actor's state, its start (resuming from the ledger) and its stop.
 
 mod effects;
 mod env;
@@ -20,7 +20,8 @@ mod procedures;
 mod requests;
 mod timer;
 
-pub use env::{ModelWindows, Scratch, SessionEnv};
+pub use crate::session::handover::Scratch;
+pub use env::{ModelWindows, SessionEnv};
 pub use messages::{
     Blind, CheckInterrupted, ChildObserve, Evict, Hydrate, Observe, Reconfigure, RefreshTodos, ResumeIntents, Retire,
     Sighted, StopSession,
