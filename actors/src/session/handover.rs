@@ -19,6 +19,7 @@
 //!   once), then send the resume prompt with the old session's agent and model —
 //!   unless it is already there.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{HandoffConfig, HandoffMode};
@@ -41,10 +42,27 @@ pub struct Tools<'a> {
     /// Every text this procedure stores or sends on passes it.
     pub redactor: &'a crate::redact::Redactor,
     /// Sessions Shepherd creates for its own questions (forks): not to be supervised.
-    pub scratch: &'a crate::session::actor::Scratch,
+    pub scratch: &'a Scratch,
     pub wall_ms: i64,
     /// How often to poll for idle after an abort, and for how long at most.
     pub poll: (Duration, Duration),
+}
+
+/// Session ids Shepherd created for its own use (a fork to ask the model in): they are
+/// not supervised, or a fork of a filling session would be handed off in turn.
+#[derive(Debug, Clone, Default)]
+pub struct Scratch(Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+
+impl Scratch {
+    pub fn insert(&self, id: &str) {
+        if let Ok(mut set) = self.0.lock() {
+            set.insert(id.to_string());
+        }
+    }
+
+    pub fn contains(&self, id: &str) -> bool {
+        self.0.lock().map(|set| set.contains(id)).unwrap_or(false)
+    }
 }
 
 /// The marker in a fresh session's title that finds it again after a crash.

@@ -1,0 +1,101 @@
+//! Carrying out the core's effects: each record goes to the ledger and the journal,
+//! each order to its procedure; then the durable state is written if it changed and
+//! the timer re-armed.
+
+use super::*;
+
+/// How long a failed state write waits before it is tried again. Not a tuning knob:
+/// a ledger that fails is logged and counted; this only keeps the retry from spinning.
+const SAVE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl SessionActor {
+    pub(super) fn apply(&mut self, effects: Vec<Effect>, ctx: &mut Context<Self>) {
+        for effect in effects {
+            match effect {
+                Effect::Record(r) => {
+                    // The one door of every record: the ledger, the journal's log line and
+                    // its subscribers (status, history, `/v1/status`, toasts, metrics).
+                    let r = r.redacted(&self.cfg.redactor);
+                    self.last_action = Some(LastAction::from(&r));
+                    self.record_unsaved = true;
+                    let ledger = Arc::clone(&self.env.ledger);
+                    let entry = r.clone();
+                    ctx.spawn(
+                        async move {
+                            if let Err(e) = ledger.append(&entry).await {
+                                tracing::warn!(server = %entry.server, session = %entry.session, error = %e, "ledger: journal write failed");
+                            }
+                        }
+                        .into_actor(self),
+                    );
+                    self.env.journal.record(r);
+                }
+                Effect::Recover(order) => self.start_recovery(order, ctx),
+                Effect::Prompt(order) => self.start_delivery(order, ctx),
+                Effect::Compact(order) => self.start_compaction(order, ctx),
+                Effect::HandOff(order) => self.start_handoff_step(order, ctx),
+                Effect::Advise(request) => self.start_consultation(request, ctx),
+                Effect::Finish(order) => self.start_finish(order, ctx),
+                Effect::FindIntents => self.find_open_intents(ctx),
+                Effect::Breaker(call) => self.call_breaker(call, ctx),
+                Effect::Stop => ctx.stop(),
+            }
+        }
+        self.persist(ctx);
+        self.rearm(ctx);
+    }
+
+    /// Writes the durable state when it changed since the last write: the core counts
+    /// its changes, so most events (deltas, part updates) cost one comparison here. The
+    /// state counts as saved only once the write succeeded; a failed write is retried
+    /// [`SAVE_RETRY`] later with the state as it is then, so a restart never acts again
+    /// on an edge whose handling was not written.
+    fn persist(&mut self, ctx: &mut Context<Self>) {
+        let generation = self.core.durable_generation();
+        let written_or_writing =
+            self.saved_generation == Some(generation) || self.saving_generation == Some(generation);
+        if written_or_writing && !self.record_unsaved {
+            return;
+        }
+        self.record_unsaved = false;
+        self.saving_generation = Some(generation);
+        let state = self.durable_state();
+        let ledger = Arc::clone(&self.env.ledger);
+        let (server, id) = (self.env.server.clone(), self.core.id().to_string());
+        ctx.spawn(async move { ledger.save(&server, &id, &state).await }.into_actor(self).map(
+            move |saved, act, ctx| match saved {
+                Ok(()) => {
+                    act.saved_generation = Some(generation);
+                    if act.saving_generation == Some(generation) {
+                        act.saving_generation = None;
+                    }
+                }
+                Err(e) => {
+                    if act.saving_generation == Some(generation) {
+                        act.saving_generation = None;
+                    }
+                    tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, retry_in_ms = SAVE_RETRY.as_millis() as u64, "ledger: state write failed; retrying");
+                    act.record_unsaved = true;
+                    if act.save_retry.is_none() {
+                        act.save_retry = Some(ctx.run_later(SAVE_RETRY, |act, ctx| {
+                            act.save_retry = None;
+                            act.persist(ctx);
+                        }));
+                    }
+                }
+            },
+        ));
+    }
+
+    /// The core's durable state plus the latest record.
+    pub(super) fn durable_state(&self) -> DurableState {
+        let mut state = self.core.export(self.env.now());
+        if let Some(r) = &self.last_action {
+            state.last_action = Some(format!("{}:{}", r.action.as_str(), r.outcome.as_str()));
+            state.last_action_ms = Some(r.at_ms);
+        } else {
+            (state.last_action, state.last_action_ms) = self.loaded_last_action.as_deref().cloned().unwrap_or_default();
+        }
+        state
+    }
+}

@@ -1,0 +1,269 @@
+//! What the supervisor tells a session actor: its events (and its subagents'), its
+//! description, new rules, the stream going blind and coming back, checks after a
+//! reconnect, and when to write its state and stop.
+
+use super::*;
+
+/// One event of this session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Observe(pub Event);
+
+impl Handler<Observe> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Observe, ctx: &mut Context<Self>) {
+        let effects = self.core.observe(&msg.0, self.env.now());
+        self.learn_window();
+        self.apply(effects, ctx);
+    }
+}
+
+/// The session's description, read by REST when the actor was created mid-flight.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Hydrate(pub SessionInfo);
+
+impl Handler<Hydrate> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Hydrate, ctx: &mut Context<Self>) {
+        self.core.hydrate(&msg.0);
+        self.rearm(ctx);
+    }
+}
+
+/// New session rules (hot reload): decisions from now on use them. The timer is
+/// re-armed at once, so a stall timeout that got shorter fires at its new deadline
+/// (immediately if that has passed), not at the old one.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Reconfigure(pub Arc<SessionRules>);
+
+impl Handler<Reconfigure> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Reconfigure, ctx: &mut Context<Self>) {
+        self.cfg = Arc::clone(&msg.0);
+        self.core.set_config(msg.0);
+        self.rearm(ctx);
+    }
+}
+
+/// Stops the actor (its timer would otherwise keep it alive).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopSession;
+
+impl Handler<StopSession> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: StopSession, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+/// The session's server left the configuration (hot reload): write the durable state,
+/// then stop, whatever the session is doing. A recovery under way still finishes first
+/// ([`Actor::stopping`]), so an abort is never left without its continue.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Retire;
+
+impl Handler<Retire> for SessionActor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _: Retire, _: &mut Context<Self>) -> Self::Result {
+        let state = self.durable_state();
+        let ledger = Arc::clone(&self.env.ledger);
+        let (server, id) = (self.env.server.clone(), self.core.id().to_string());
+        Box::pin(async move { ledger.save(&server, &id, &state).await }.into_actor(self).map(|saved, act, ctx| {
+            if let Err(e) = saved {
+                tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "ledger: state write failed before the session was released");
+            }
+            ctx.stop();
+        }))
+    }
+}
+
+/// Re-read the todo list by REST (after a reconnect: `todo.updated` events may have
+/// been missed) and feed it in as if it had arrived as an event.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RefreshTodos;
+
+impl Handler<RefreshTodos> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: RefreshTodos, ctx: &mut Context<Self>) {
+        // Only where a missed update could matter: a session that is busy or has a list.
+        if !self.core.is_busy() && self.core.todos().is_empty() {
+            return;
+        }
+        let engine = Arc::clone(&self.env.engine);
+        let id = self.core.id().to_string();
+        let work = async move { engine.todos(&id).await.map(|todos| (id, todos)) };
+        ctx.spawn(work.into_actor(self).map(|result, act, ctx| match result {
+            Ok((_, todos)) => {
+                let effects = act.core.on_todos_refreshed(todos, act.env.now());
+                act.apply(effects, ctx);
+            }
+            Err(e) => tracing::debug!(server = %act.env.server, session = %act.core.id(), error = %e, "could not re-read todos"),
+        }));
+    }
+}
+
+/// Idle cleanup: write the durable state, then stop. Nothing is forgotten: a later
+/// event or rediscovery creates a new actor that resumes from the ledger.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub struct Evict;
+
+impl Handler<Evict> for SessionActor {
+    type Result = ResponseActFuture<Self, bool>;
+
+    fn handle(&mut self, _: Evict, _: &mut Context<Self>) -> Self::Result {
+        // A session with a resume scheduled stays: nothing else would wake it; so does
+        // one the person paused (a timed pause ends on this actor's timer).
+        if self.core.is_recovering()
+            || self.core.pause() == Some(Pause::Person)
+            || self.core.is_busy()
+            || self.core.handoff().phase().is_running()
+            || self.core.resume_pending()
+        {
+            return Box::pin(actix::fut::ready(false));
+        }
+        let state = self.durable_state();
+        let ledger = Arc::clone(&self.env.ledger);
+        let (server, id) = (self.env.server.clone(), self.core.id().to_string());
+        Box::pin(
+            async move { ledger.save(&server, &id, &state).await }.into_actor(self).map(|saved, act, ctx| {
+                match saved {
+                    Ok(()) => {
+                        ctx.stop();
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "ledger: not evicting, state could not be written");
+                        false
+                    }
+                }
+            }),
+        )
+    }
+}
+
+/// After a reconnect the status endpoint says this session is idle: if the core still
+/// believed it busy, look at how its last turn ended (a server restart leaves it cut off).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CheckInterrupted;
+
+impl Handler<CheckInterrupted> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: CheckInterrupted, ctx: &mut Context<Self>) {
+        if !self.core.is_busy() || self.core.is_recovering() {
+            return;
+        }
+        let engine = Arc::clone(&self.env.engine);
+        let id = self.core.id().to_string();
+        let poll = (self.cfg.recovery.abort_poll_interval, self.cfg.recovery.abort_poll_max);
+        // `wait`: the idle status that follows must not be applied before this check.
+        ctx.wait(async move { read_last_turn(&*engine, &id, poll).await }.into_actor(self).map(|turn, act, ctx| match turn {
+            Ok(Some(turn)) if turn.interrupted() => {
+                let effects = act.core.on_interrupted(&turn.message_id, act.env.now());
+                act.apply(effects, ctx);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "could not read the last turn after a reconnect"),
+        }));
+    }
+}
+
+/// The session's last turn, the read tried again every `poll.0` for up to `poll.1` after
+/// the first failure (a 5xx, a timeout: a timed-out read alone can outlast `poll.1`):
+/// once the idle status that follows is applied nothing looks again, so one failed read
+/// would cost a cut-off turn its continue. A read is safe to repeat; the session actor
+/// waits meanwhile.
+async fn read_last_turn(
+    engine: &dyn Engine,
+    id: &str,
+    (every, max): (std::time::Duration, std::time::Duration),
+) -> Result<Option<crate::ports::LastTurn>, crate::ports::EngineError> {
+    let mut give_up = None;
+    loop {
+        match engine.last_turn(id).await {
+            Err(e) if !matches!(e, crate::ports::EngineError::NotFound(_)) => {
+                let now = tokio::time::Instant::now();
+                if now >= *give_up.get_or_insert(now + max) {
+                    return Err(e);
+                }
+                tracing::debug!(session = %id, error = %e, "could not read the last turn after a reconnect; trying again");
+                tokio::time::sleep(every).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// After a reconnect: finish this session's actions left open (intents in the ledger
+/// whose procedure is not running here).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ResumeIntents;
+
+impl Handler<ResumeIntents> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: ResumeIntents, ctx: &mut Context<Self>) {
+        self.find_open_intents(ctx);
+    }
+}
+
+/// The server's event stream went down: the clocks that measure this session's silence
+/// stop (the core decides which), so its timer is cancelled unless something else is due.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Blind;
+
+impl Handler<Blind> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Blind, ctx: &mut Context<Self>) {
+        self.core.on_blind();
+        self.rearm(ctx);
+    }
+}
+
+/// The stream is back and the reconciliation has run (sent after its statuses and
+/// interrupted-turn checks): silence is counted from now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Sighted;
+
+impl Handler<Sighted> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Sighted, ctx: &mut Context<Self>) {
+        self.core.on_sight(self.env.now());
+        self.rearm(ctx);
+    }
+}
+
+/// An event of a subagent session this session started.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ChildObserve {
+    pub child: String,
+    pub event: Event,
+}
+
+impl Handler<ChildObserve> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ChildObserve, ctx: &mut Context<Self>) {
+        let effects = self.core.on_child_event(&msg.child, &msg.event, self.env.now());
+        self.apply(effects, ctx);
+    }
+}

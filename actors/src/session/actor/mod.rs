@@ -1,0 +1,161 @@
+//! The session actor: a thin shell around [`SessionCore`].
+//!
+//! It feeds events in, keeps one timer armed at the core's next deadline, and carries
+//! out the effects (journal records, the recovery procedure). Policy lives in the core;
+//! if a handler here grows an `if` about policy, move it there.
+//!
+//! Parts: [`env`] (what the actors of one server share: `SessionEnv`, `ModelWindows`;
+//! `Scratch` is the hand-off's, re-exported here), [`effects`] (carrying out the core's
+//! effects; writing the durable state), [`timer`] (the one timer at the core's
+//! deadline, held back while the stream is behind), [`procedures`] (starting what an
+//! effect orders — recovery, delivery, hand-off step, compaction, consultation,
+//! finishing an open intent — and feeding the outcome back), [`messages`] (what the
+//! supervisor tells a session) and [`requests`] (what the control API asks of one).
+//! This file keeps the actor's state, its start (resuming from the ledger) and its stop.
+
+mod effects;
+mod env;
+mod messages;
+mod procedures;
+mod requests;
+mod timer;
+
+pub use crate::session::handover::Scratch;
+pub use env::{ModelWindows, SessionEnv};
+pub use messages::{
+    Blind, CheckInterrupted, ChildObserve, Evict, Hydrate, Observe, Reconfigure, RefreshTodos, ResumeIntents, Retire,
+    Sighted, StopSession,
+};
+pub use requests::{DeliverCustom, Inspect, RequestHandoff, ResumeSnapshot, SetHold};
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use crate::advisor::actor::{heuristic_answer, AdvisorSlot, Consult};
+use crate::advisor::gate::AdviceRequest;
+use crate::advisor::Source;
+use crate::config::SessionRules;
+use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
+use crate::control::{HandoffView, PauseView, SessionDetail};
+use crate::event::{Event, ModelRef, SessionInfo, Todo};
+use crate::guard::PromptGuard;
+use crate::journal::{Journal, LastAction};
+use crate::ledger::{DurableState, Intent, IntentKind, IntentStep, Ledger, LedgerError};
+use crate::ports::{Clock, Engine, Workspace};
+use crate::session::breaker::{Permit, ProviderBreaker};
+use crate::session::core::{
+    BreakerCall, CompactOrder, Effect, HoldScope, Now, Pause, RecoveryOrder, RecoveryReport, SessionCore,
+};
+use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
+use crate::session::handover::{run_step, HandoffOrder, Tools};
+use crate::session::recovery::{end_intent, may_have_arrived, recover, write_intent, InFlight};
+use crate::session::unfinished::{finish, same_action, FinishOrder};
+
+/// One OpenCode session.
+pub struct SessionActor {
+    core: SessionCore,
+    cfg: Arc<SessionRules>,
+    env: Arc<SessionEnv>,
+    /// The armed timer and when it fires.
+    timer: Option<(SpawnHandle, tokio::time::Instant)>,
+    /// A stop arrived during a recovery: stop once it has finished.
+    stop_after_recovery: bool,
+    /// What the latest record about this session was, and when.
+    last_action: Option<LastAction>,
+    /// The core's durable generation when the state was last written or loaded (to
+    /// write only changes); `None` until then.
+    saved_generation: Option<u64>,
+    /// A record was made since the last write (its action is part of the state).
+    record_unsaved: bool,
+    /// The last action as the ledger had it (name, epoch ms), until this actor records
+    /// one of its own. Boxed: only sessions loaded from the ledger have one.
+    loaded_last_action: Option<Box<(Option<String>, Option<i64>)>>,
+    /// (window table, core model) generations at the last window lookup.
+    window_seen: Option<(u64, u64)>,
+    /// Decisions whose procedure runs in this actor now: their intents are open in the
+    /// ledger but not left behind by a crash, so a reconnect does not resume them.
+    running: Vec<String>,
+    /// A failed state write is retried (once armed, until a write succeeds).
+    save_retry: Option<SpawnHandle>,
+    /// The generation whose write is under way (not written again meanwhile).
+    saving_generation: Option<u64>,
+}
+
+impl SessionActor {
+    pub fn new(id: &str, cfg: Arc<SessionRules>, env: Arc<SessionEnv>) -> Self {
+        let core = SessionCore::new(Arc::clone(&env.server), id, Arc::clone(&cfg), env.now());
+        Self {
+            core,
+            cfg,
+            env,
+            timer: None,
+            stop_after_recovery: false,
+            last_action: None,
+            saved_generation: None,
+            record_unsaved: false,
+            loaded_last_action: None,
+            window_seen: None,
+            running: Vec::new(),
+            save_retry: None,
+            saving_generation: None,
+        }
+    }
+
+    /// Looks the session's model up in the server's window table, when the model or
+    /// the table changed since the last look (not on every event).
+    fn learn_window(&mut self) {
+        let Some(model) = self.core.model() else { return };
+        let seen = (self.env.windows.generation(), self.core.model_generation());
+        if self.window_seen == Some(seen) {
+            return;
+        }
+        self.window_seen = Some(seen);
+        let window = self.env.windows.get(model);
+        self.core.set_window(window);
+    }
+}
+
+impl Actor for SessionActor {
+    type Context = Context<Self>;
+
+    /// Resumes from the ledger before handling any event, so an evicted or
+    /// rediscovered session, or one seen again after a restart, repeats nothing.
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let ledger = Arc::clone(&self.env.ledger);
+        let (server, id) = (self.env.server.clone(), self.core.id().to_string());
+        let load = async move { (ledger.load(&server, &id).await, ledger.open_intents(&server, Some(&id)).await) };
+        ctx.wait(load.into_actor(self).map(|(loaded, intents), act, ctx| {
+            match loaded {
+                Ok(Some(state)) => {
+                    act.core.restore(&state, act.env.now());
+                    act.loaded_last_action = (state.last_action.is_some() || state.last_action_ms.is_some())
+                        .then(|| Box::new((state.last_action.clone(), state.last_action_ms)));
+                    act.saved_generation = Some(act.core.durable_generation());
+                    let effects = act.core.resume_interrupted_handoff(act.env.now());
+                    if !effects.is_empty() {
+                        act.apply(effects, ctx);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    server = %act.env.server, session = %act.core.id(), error = %e,
+                    "ledger: could not load this session's state; starting from what events show"
+                ),
+            }
+            // Actions a crash left open: finished once the state is back.
+            act.open_intents_found(intents, ctx);
+        }));
+    }
+
+    /// A session is not stopped half-way through a recovery: an abort is always
+    /// followed by its continue (or a record saying it was not sent).
+    fn stopping(&mut self, _: &mut Context<Self>) -> Running {
+        if self.core.is_recovering() {
+            self.stop_after_recovery = true;
+            Running::Continue
+        } else {
+            Running::Stop
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! What the control API asks of one session: its detail, a custom prompt, the off
+//! switch, a hand-off now, a snapshot resumed.
+
+use super::procedures::deliver_with_intent;
+use super::*;
+
+/// What Shepherd knows about this session (status, control API, tests).
+#[derive(Message)]
+#[rtype(result = "SessionDetail")]
+pub struct Inspect;
+
+impl Handler<Inspect> for SessionActor {
+    type Result = MessageResult<Inspect>;
+
+    fn handle(&mut self, _: Inspect, _: &mut Context<Self>) -> Self::Result {
+        let now = self.env.now();
+        let quiet_ms = i64::try_from(self.core.quiet_for(now).as_millis()).unwrap_or(i64::MAX);
+        MessageResult(SessionDetail {
+            server: self.env.server.to_string(),
+            id: self.core.id().to_string(),
+            // Raw: redacted where it leaves, on the reader's thread (`SessionDetail::redacted`):
+            // the status writer reads every session at each refresh, and redacting here
+            // would cost the actors' thread that much per refresh.
+            title: self.core.title().map(str::to_string),
+            directory: self.core.directory().map(str::to_string),
+            busy: self.core.is_busy(),
+            waiting_on_person: self.core.waits_on_person(),
+            last_activity_ms: now.wall_ms.saturating_sub(quiet_ms),
+            stall_timeout_ms: self.core.stall_clock().map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            recovering: self.core.is_recovering(),
+            paused: self.core.pause().map(|p| p.as_str().to_string()),
+            attempts: self.core.attempts(),
+            todos: self.core.todos().to_vec(),
+            context_tokens: self.core.context().0,
+            context_window: self.core.context().1,
+            context_percent: self.core.context_share().map(|s| (s * 1000.0).round() / 10.0),
+            compacting: self.core.is_compacting(),
+            last_action: self.last_action,
+            handoff: HandoffView::of(self.core.handoff()),
+        })
+    }
+}
+
+/// A person's or tool's prompt (control API), delivered like every other prompt.
+#[derive(Message)]
+#[rtype(result = "Result<CustomPromptReply, ControlError>")]
+pub struct DeliverCustom(pub CustomPromptRequest);
+
+impl Handler<DeliverCustom> for SessionActor {
+    type Result = ResponseActFuture<Self, Result<CustomPromptReply, ControlError>>;
+
+    fn handle(&mut self, msg: DeliverCustom, _: &mut Context<Self>) -> Self::Result {
+        let req = msg.0;
+        let base = match (&req.custom_prompt, &req.message) {
+            (Some(t), _) | (None, Some(t)) if !t.trim().is_empty() => t.clone(),
+            _ => {
+                let err =
+                    ControlError::BadRequest { field: "message".into(), reason: "required (or custom_prompt)".into() };
+                return Box::pin(actix::fut::ready(Err(err)));
+            }
+        };
+        let mut template = base;
+        if req.include_todo_context {
+            template.push_str("\n\nOpen todos ({pending} of {total}):\n{todoList}");
+        }
+        if req.include_context_summary {
+            template.push_str("\n\n{contextSummary}");
+        }
+        let now = self.env.now();
+        let order = self.core.custom_order(template, now);
+        let summary = order.facts.context_summary.clone();
+        let env = self.env.clone();
+        let work = async move {
+            let delivery = deliver_with_intent(&env, &order).await;
+            (order, delivery)
+        };
+        Box::pin(work.into_actor(self).map(move |(order, delivery), act, ctx| {
+            let effects = act.core.on_prompt_finished(&order, &delivery, act.env.now());
+            act.apply(effects, ctx);
+            let todos = delivery.todos().map_or_else(|| order.known_todos.clone(), <[_]>::to_vec);
+            let (success, message, reason) = match delivery {
+                Delivery::Sent { text, .. } => (true, text, None),
+                Delivery::Skipped { reason, .. } => (false, String::new(), Some(reason.to_string())),
+                Delivery::Guarded { reason, .. } => (false, String::new(), Some(reason)),
+                Delivery::Failed { error } => (false, String::new(), Some(error.to_string())),
+            };
+            // Echoed to the caller (and whatever logs its answers): redacted like all output.
+            let redactor = &act.cfg.redactor;
+            Ok(CustomPromptReply {
+                success,
+                message: redactor.redact_owned(message),
+                todos: req.include_todo_context.then(|| {
+                    todos.into_iter().map(|t| Todo { content: redactor.redact_owned(t.content.clone()), ..t }).collect()
+                }),
+                context_summary: req.include_context_summary.then(|| redactor.redact_owned(summary)),
+                reason: reason.map(|r| redactor.redact_owned(r)),
+            })
+        }))
+    }
+}
+
+/// The person's off switch for this session, or the fleet's as it reaches this session
+/// (see `core/hold.rs`): `hold` pauses, else resumes.
+#[derive(Message)]
+#[rtype(result = "PauseView")]
+pub struct SetHold {
+    pub scope: HoldScope,
+    pub hold: bool,
+    pub until_ms: Option<i64>,
+    pub by: String,
+}
+
+impl Handler<SetHold> for SessionActor {
+    type Result = MessageResult<SetHold>;
+
+    fn handle(&mut self, msg: SetHold, ctx: &mut Context<Self>) -> Self::Result {
+        let now = self.env.now();
+        let effects = if msg.hold {
+            self.core.on_hold(msg.scope, msg.until_ms, &msg.by, now)
+        } else {
+            self.core.on_release(msg.scope, &msg.by, now)
+        };
+        self.apply(effects, ctx);
+        MessageResult(PauseView {
+            session: Some(self.core.id().to_string()),
+            paused: self.core.pause().map(|p| p.as_str().to_string()),
+            until_ms: self.core.hold_until_ms(),
+        })
+    }
+}
+
+/// Hand this session over to a fresh one now (control API).
+#[derive(Message)]
+#[rtype(result = "Result<HandoffView, ControlError>")]
+pub struct RequestHandoff;
+
+impl Handler<RequestHandoff> for SessionActor {
+    type Result = Result<HandoffView, ControlError>;
+
+    fn handle(&mut self, _: RequestHandoff, ctx: &mut Context<Self>) -> Self::Result {
+        let effects = self.core.request_handoff(self.env.now()).map_err(ControlError::Conflict)?;
+        self.apply(effects, ctx);
+        Ok(HandoffView::of(self.core.handoff()))
+    }
+}
+
+/// Restore a stored snapshot of this session into a fresh session (control API).
+#[derive(Message)]
+#[rtype(result = "Result<HandoffView, ControlError>")]
+pub struct ResumeSnapshot(pub String);
+
+impl Handler<ResumeSnapshot> for SessionActor {
+    type Result = Result<HandoffView, ControlError>;
+
+    fn handle(&mut self, msg: ResumeSnapshot, ctx: &mut Context<Self>) -> Self::Result {
+        let effects = self.core.resume_snapshot(&msg.0, self.env.now()).map_err(ControlError::Conflict)?;
+        self.apply(effects, ctx);
+        Ok(HandoffView::of(self.core.handoff()))
+    }
+}

@@ -1,0 +1,116 @@
+//! A server's place in the supervisor: attached (its sessions' shared environment is
+//! built), reconfigured on a hot reload, detached (its sessions write their state and
+//! stop).
+
+use super::*;
+
+/// Starts supervising a server.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AttachServer {
+    pub name: String,
+    pub engine: Arc<dyn Engine>,
+    pub list_limit: u32,
+    /// Back-off of a failed reconciliation (the server's reconnect back-off).
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+    /// The server's stream time, fed by its pump (a default clock, never behind, where
+    /// no pump runs).
+    pub stream: Arc<crate::stream_clock::StreamClock>,
+}
+
+impl Handler<AttachServer> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AttachServer, _: &mut Context<Self>) {
+        let env = Arc::new(SessionEnv {
+            server: msg.name.as_str().into(),
+            engine: msg.engine,
+            clock: Arc::clone(&self.clock),
+            journal: self.journal.clone(),
+            in_flight: self.in_flight.clone(),
+            instance: self.instance.clone(),
+            ledger: Arc::clone(&self.ledger),
+            windows: Arc::default(),
+            workspace: Arc::clone(&self.workspace),
+            scratch: self.scratch.clone(),
+            guard: Arc::clone(&self.guard),
+            advisor: self.advisor.clone(),
+            breaker: Arc::default(),
+            stream: msg.stream,
+        });
+        self.servers.insert(
+            msg.name,
+            Server {
+                env,
+                list_limit: msg.list_limit,
+                retry_initial: msg.retry_initial,
+                retry_max: msg.retry_max,
+                retry_next: msg.retry_initial,
+                directories: HashSet::new(),
+                connected: false,
+                reconciled: false,
+                blind: false,
+                epoch: 0,
+                windows_stale: true,
+                events: BTreeMap::new(),
+                capped: Capped::default(),
+            },
+        );
+    }
+}
+
+/// New settings (hot reload): session rules for every live session actor and for
+/// those created later; the supervisor's own intervals and limits.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReconfigureAll {
+    pub rules: Arc<SessionRules>,
+    pub fleet: SupervisorConfig,
+}
+
+impl Handler<ReconfigureAll> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReconfigureAll, ctx: &mut Context<Self>) {
+        self.cfg = Arc::clone(&msg.rules);
+        for slot in self.sessions.values() {
+            slot.addr.do_send(Reconfigure(Arc::clone(&msg.rules)));
+        }
+        let rearm = msg.fleet.cleanup_interval != self.fleet.cleanup_interval
+            || msg.fleet.discovery_interval != self.fleet.discovery_interval;
+        self.fleet = msg.fleet;
+        if rearm {
+            self.arm_intervals(ctx);
+        }
+    }
+}
+
+/// Stops supervising a server (removed from the configuration, or about to be attached
+/// again with changed settings): its sessions write their state to the ledger and stop,
+/// and its events, should any still arrive, are ignored. Answers with the number of
+/// session actors released.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct DetachServer {
+    pub name: String,
+}
+
+impl Handler<DetachServer> for Supervisor {
+    type Result = ResponseFuture<usize>;
+
+    fn handle(&mut self, msg: DetachServer, _: &mut Context<Self>) -> Self::Result {
+        self.servers.remove(&msg.name);
+        self.parents.retain(|(server, _), _| *server != msg.name);
+        let keys: Vec<SessionKey> = self.sessions.keys().filter(|(server, _)| *server == msg.name).cloned().collect();
+        let retiring: Vec<_> =
+            keys.iter().filter_map(|k| self.sessions.remove(k)).map(|slot| slot.addr.send(Retire)).collect();
+        let count = retiring.len();
+        tracing::info!(server = %msg.name, sessions = count, "no longer supervising this server");
+        Box::pin(async move {
+            // Each actor answers once its state is written; a stopped one is as good.
+            futures::future::join_all(retiring).await;
+            count
+        })
+    }
+}

@@ -1,0 +1,176 @@
+//! Reconciliation: the stream replays nothing, so after every (re)connect, and at each
+//! discovery interval, a server's sessions and statuses are read by REST and the actors
+//! brought in line. A reading older than the stream's last change, or than what the
+//! stream said since about a session, is not applied.
+
+use super::*;
+
+impl Supervisor {
+    /// Lists sessions and statuses by REST and brings the actors in line. After a
+    /// (re)connect (`after_connect`) todo lists are re-read too, since their events may
+    /// have been missed; periodic discovery skips that.
+    pub(super) fn reconcile(&mut self, server: &str, after_connect: bool, ctx: &mut Context<Self>) {
+        let Some(srv) = self.servers.get(server) else { return };
+        let engine = Arc::clone(&srv.env.engine);
+        let limit = srv.list_limit;
+        let mut directories = srv.directories.clone();
+        let read_windows = srv.windows_stale;
+        let (epoch, routed) = (srv.epoch, self.routed);
+        let server = server.to_string();
+        let work = async move {
+            let windows = if read_windows { Some(engine.model_windows().await) } else { None };
+            let listed = engine.list_sessions(limit).await;
+            if let Ok(infos) = &listed {
+                directories.extend(infos.iter().filter_map(|i| i.directory.clone()));
+            }
+            let mut statuses = Vec::new();
+            for dir in directories {
+                let result = engine.statuses(&dir).await;
+                statuses.push((dir, result));
+            }
+            Reconciled { server, listed, statuses, windows, after_connect, epoch, routed }
+        };
+        ctx.spawn(work.into_actor(self).map(|r, act, ctx| act.apply_reconciliation(r, ctx)));
+    }
+
+    fn apply_reconciliation(&mut self, r: Reconciled, ctx: &mut Context<Self>) {
+        let Some(srv) = self.servers.get(&r.server) else { return };
+        if r.epoch != srv.epoch || (srv.blind && !r.after_connect) {
+            // The stream went down or came back while this was read: the server it
+            // describes is gone, and the reconnect reconciles afresh. A periodic read
+            // while blind would mark idle, without checking for a cut-off turn, sessions
+            // that the reconnect's own reconciliation checks.
+            tracing::debug!(server = %r.server, after_connect = r.after_connect, "reconcile: dropped a reading from before the stream's last change");
+            return;
+        }
+        let mut failed = r.listed.is_err();
+        match (r.windows, self.servers.get_mut(&r.server)) {
+            (Some(Ok(windows)), Some(srv)) => {
+                srv.env.windows.replace(windows);
+                srv.windows_stale = false;
+            }
+            (Some(Err(e)), _) => {
+                // A booting OpenCode may answer its stream before its config: retried below.
+                tracing::warn!(server = %r.server, error = %e, "could not read the models' context windows");
+                failed = true;
+            }
+            _ => {}
+        }
+        let infos: HashMap<String, SessionInfo> = match r.listed {
+            Ok(list) => list.into_iter().map(|i| (i.id.clone(), i)).collect(),
+            Err(e) => {
+                tracing::warn!(server = %r.server, error = %e, "reconcile: could not list sessions");
+                HashMap::new()
+            }
+        };
+        let mut busy_ids = HashSet::new();
+        let mut checked_dirs = HashSet::new();
+        let statuses_read = r.statuses.iter().all(|(_, result)| result.is_ok());
+        for (dir, result) in r.statuses {
+            let map = match result {
+                Ok(map) => map,
+                Err(e) => {
+                    tracing::warn!(server = %r.server, directory = %dir, error = %e, "reconcile: could not read statuses");
+                    failed = true;
+                    continue;
+                }
+            };
+            if let Some(srv) = self.servers.get_mut(&r.server) {
+                srv.learn_directory(&dir, self.fleet.max_directories, &r.server);
+            }
+            checked_dirs.insert(dir.clone());
+            for (id, status) in map {
+                busy_ids.insert(id.clone());
+                if self.heard_since(&r.server, &id, r.routed) {
+                    continue;
+                }
+                if let Some(addr) = self.session(&r.server, &id, infos.get(&id), Some(&dir), ctx) {
+                    addr.do_send(Observe(Event::SessionStatus { session_id: id, status }));
+                }
+            }
+        }
+        // Tracked sessions of a checked directory that the status endpoint left out
+        // are idle now (their idle event may have been lost while disconnected).
+        for ((server, id), slot) in &self.sessions {
+            if *server != r.server || busy_ids.contains(id) || slot.last_event > r.routed {
+                // Busy, or the stream spoke of it after the statuses were asked for:
+                // its word is newer than this reading.
+                continue;
+            }
+            let dir = slot.directory.clone().or_else(|| infos.get(id).and_then(|i| i.directory.clone()));
+            if dir.is_some_and(|d| checked_dirs.contains(&d)) {
+                if r.after_connect {
+                    slot.addr.do_send(CheckInterrupted);
+                }
+                slot.addr.do_send(Observe(Event::SessionStatus { session_id: id.clone(), status: Status::Idle }));
+            }
+        }
+        // Todo events may have been missed while disconnected.
+        for ((server, _), slot) in &self.sessions {
+            if r.after_connect && *server == r.server {
+                slot.addr.do_send(RefreshTodos);
+            }
+        }
+        // Every status is known again and every interrupted turn checked (the messages
+        // above are ahead of this one in each actor's mailbox): silence counts from now.
+        if r.after_connect && statuses_read {
+            self.regain_sight(&r.server);
+        }
+        if let Some(srv) = self.servers.get_mut(&r.server) {
+            if failed {
+                // Try again soon (what was read is applied; the rest is not lost).
+                let delay = srv.retry_next;
+                srv.retry_next = (srv.retry_next * 2).min(srv.retry_max);
+                let (server, after_connect, epoch) = (r.server.clone(), r.after_connect, r.epoch);
+                tracing::info!(server = %server, retry_in_ms = delay.as_millis() as u64, "reconcile incomplete; retrying");
+                ctx.run_later(delay, move |act, ctx| {
+                    // A reconnect meanwhile started its own reconciliation.
+                    if act.servers.get(&server).is_some_and(|s| s.epoch == epoch) {
+                        act.reconcile(&server, after_connect, ctx);
+                    }
+                });
+                return;
+            }
+            srv.retry_next = srv.retry_initial;
+            srv.reconciled = true;
+        }
+        tracing::info!(server = %r.server, directories = checked_dirs.len(), busy = busy_ids.len(), "reconciled after stream connect");
+    }
+}
+
+impl Supervisor {
+    /// Whether the stream spoke of this session after a reading stamped `routed` began.
+    fn heard_since(&self, server: &str, id: &str, routed: u64) -> bool {
+        self.sessions.get(key(&(server, id))).is_some_and(|s| s.last_event > routed)
+    }
+
+    /// After an outage: the server's sessions count silence from now.
+    fn regain_sight(&mut self, server: &str) {
+        let Some(srv) = self.servers.get_mut(server) else { return };
+        if !srv.blind {
+            return;
+        }
+        srv.blind = false;
+        for ((s, _), slot) in &self.sessions {
+            if s == server {
+                slot.addr.do_send(Sighted);
+            }
+        }
+    }
+}
+
+/// The statuses of one directory, or why they could not be read.
+type DirectoryStatuses = (String, Result<HashMap<String, Status>, EngineError>);
+
+struct Reconciled {
+    server: String,
+    after_connect: bool,
+    /// `None` when the windows were not due for a read.
+    windows: Option<Result<HashMap<String, u64>, EngineError>>,
+    listed: Result<Vec<SessionInfo>, EngineError>,
+    statuses: Vec<DirectoryStatuses>,
+    /// The server's [`Server::epoch`] when the reading started.
+    epoch: u64,
+    /// [`Supervisor::routed`] when the reading started.
+    routed: u64,
+}
