@@ -2,7 +2,7 @@
 //! (found or created, as for a hand-off); the fleet's pause is the supervisor's own
 //! state — ledgered (it survives restarts), passed to every session actor and to each
 //! one created while it lasts, and lifted at its end when it was given one. What a held
-//! session does (nothing) is its core's: `session/core/hold.rs`.
+//! session does (nothing) is its core's: `core/src/session/core/hold.rs`.
 
 use super::*;
 use crate::control::{PauseTarget, PauseView, SetPause};
