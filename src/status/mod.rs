@@ -228,6 +228,7 @@ impl StatusBoard {
                 malformed: stats.malformed.load(Relaxed),
                 last_event_ms: stats.last_frame_ms(),
                 opencode_version: stats.opencode_version(),
+                behind_ms: stats.lag().map_or(0, |lag| lag.as_millis() as u64),
             })
             .collect()
     }

@@ -94,6 +94,7 @@ pub fn fleet_doc() -> StatusDocument {
             malformed: 0,
             last_event_ms: Some(NOW_MS - 2 * S),
             opencode_version: None,
+            behind_ms: 0,
         },
         StreamFacts {
             name: "remote".into(),
@@ -104,6 +105,7 @@ pub fn fleet_doc() -> StatusDocument {
             malformed: 1,
             last_event_ms: Some(NOW_MS - 5 * M),
             opencode_version: None,
+            behind_ms: 0,
         },
     ];
     let mut book = StatsBook::new(10);

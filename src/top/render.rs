@@ -167,12 +167,14 @@ fn totals(fleet: &Fleet) -> String {
     }
 }
 
-/// `(last event 2s ago, 1 reconnect)`.
+/// `(last event 2s ago, 1 reconnect)`, and `, 3s behind` while Shepherd works a second
+/// or more behind the server.
 fn stream_facts(s: &ServerStatus) -> String {
     let last =
         s.since_last_event_ms.map_or_else(|| "no event yet".to_string(), |ms| format!("last event {} ago", ago(ms)));
     let plural = if s.reconnects == 1 { "" } else { "s" };
-    format!("({last}, {} reconnect{plural})", s.reconnects)
+    let behind = if s.behind_ms >= 1000 { format!(", {} behind", ago(s.behind_ms as i64)) } else { String::new() };
+    format!("({last}, {} reconnect{plural}{behind})", s.reconnects)
 }
 
 /// The cells of one row, as text: `[server, session, state, quiet, todos, context, last]`.
@@ -401,6 +403,15 @@ mod tests {
     use crate::top::app::Key;
     use crate::top::fixtures::{fleet_doc, journal};
     use crate::top::model::{visible, Filter, SortKey};
+
+    #[test]
+    fn a_stream_shepherd_reads_a_second_or_more_behind_says_so() {
+        let mut s = fleet_doc().servers[0].clone();
+        s.behind_ms = 400;
+        assert!(!stream_facts(&s).contains("behind"), "{}", stream_facts(&s));
+        s.behind_ms = 3_200;
+        assert!(stream_facts(&s).ends_with(", 3s behind)"), "{}", stream_facts(&s));
+    }
 
     /// The screen as text, one line per row, trailing blanks cut.
     fn screen(app: &App, palette: Palette, width: u16, height: u16) -> (String, Buffer) {

@@ -87,6 +87,9 @@ pub struct StreamFacts {
     pub last_event_ms: Option<i64>,
     /// The OpenCode version the server reported at the latest connect.
     pub opencode_version: Option<String>,
+    /// How far behind the server Shepherd works: the time since everything it sent was
+    /// handled ([`crate::stream_clock`]); 0 while it keeps up.
+    pub behind_ms: u64,
 }
 
 /// One server's event stream in the status document.
@@ -106,6 +109,10 @@ pub struct ServerStatus {
     /// read; outside the supported range it was warned about in the log).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opencode_version: Option<String>,
+    /// How far behind the server Shepherd works (0 while it keeps up): deadlines wait
+    /// this long for the events in front of them.
+    #[serde(default)]
+    pub behind_ms: u64,
 }
 
 impl ServerStatus {
@@ -120,6 +127,7 @@ impl ServerStatus {
             last_event_ms: f.last_event_ms,
             since_last_event_ms: f.last_event_ms.map(|t| (now_ms - t).max(0)),
             opencode_version: f.opencode_version.clone(),
+            behind_ms: f.behind_ms,
         }
     }
 }

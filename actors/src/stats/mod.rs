@@ -497,6 +497,7 @@ mod tests {
             malformed: 1,
             last_event_ms: Some(4_000),
             opencode_version: Some("1.18.34".into()),
+            behind_ms: 1_500,
         }];
         let doc = book.document(&live, &streams, 5_000, "inst");
         assert_eq!(doc.totals[&SessionState::Working], 2);
@@ -506,6 +507,7 @@ mod tests {
         let s = &doc.servers[0];
         assert_eq!((s.connected, s.reconnects, s.since_last_event_ms), (true, 2, Some(1_000)));
         assert_eq!(s.opencode_version.as_deref(), Some("1.18.34"));
+        assert_eq!(s.behind_ms, 1_500, "how far behind Shepherd works, as the metrics say");
     }
 
     #[test]
