@@ -9,6 +9,12 @@
 //! supervisor reconciles by REST, because the stream replays nothing. Beside each
 //! connect it reads the server's OpenCode version once ([`super::version`]), which warns
 //! when the version is outside the supported range.
+//!
+//! It also keeps the server's stream time ([`StreamClock`]): behind each read's events it
+//! sends a [`ReadMark`] saying how far the read is proven to reach, and it waits when
+//! `MAX_UNHANDLED_READS` marks are unhandled — the supervisor's backlog is bounded, the
+//! rest waits in the socket. (That wait is a tokio semaphore, so the pump also yields
+//! when its task's co-operative budget is spent: a backlog does not starve the actors.)
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
