@@ -168,6 +168,13 @@ impl State {
             self.handled_through = self.handled_through.max(now);
             now
         } else {
+            // Everything the pump took is handled and it holds nothing (it waits on the
+            // stream): what the socket has proven is handled too, new data or not.
+            if self.parked.is_some() && self.unhandled == 0 {
+                if let Some(proven) = self.gauge.as_ref().and_then(|g| g.proven()) {
+                    self.handled_through = self.handled_through.max(proven);
+                }
+            }
             self.handled_through.min(now)
         }
     }
@@ -482,6 +489,28 @@ mod tests {
             drop(clock.mark(clock.read_through(None)).await);
         }
         assert_eq!(clock.lag(Instant::now()), secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_everything_handled_new_data_waits_behind_what_the_socket_proved() {
+        let socket = Arc::new(FakeSocket::default());
+        let clock = Arc::new(StreamClock::default());
+        clock.connected(Some(socket.clone()));
+        tokio::time::advance(secs(1)).await;
+        socket.arrive(50);
+        socket.read(100); // at 1 s: the buffer emptied
+        clock.reading();
+        drop(clock.mark(clock.read_through(None)).await); // nothing proven yet at that chunk
+        clock.parked();
+        tokio::time::advance(secs(1)).await;
+        socket.arrive(500); // the next burst, read by the connection, not yet the pump's
+        socket.read(100); // polls from beyond byte 50: 1 s proven
+        assert_eq!(clock.lag(Instant::now()), secs(1), "behind the new data, not behind the last burst");
+        clock.reading();
+        let unhandled = clock.mark(clock.read_through(None)).await;
+        tokio::time::advance(secs(1)).await;
+        assert_eq!(clock.lag(Instant::now()), secs(2), "a read in the pump's hands holds it back");
+        drop(unhandled);
     }
 
     #[test]
