@@ -11,18 +11,21 @@
 //!
 //! The pump feeds the clock. After each read it hands the read's events on and then a
 //! [`Mark`]; the supervisor drops the mark after handling them (its mailbox keeps order),
-//! and dropping it moves stream time to the mark's `through` — the moment the pump last
-//! knew it had read everything the server had sent (the body was empty and the socket
-//! drained). While the pump waits on an empty socket and no mark is outstanding, stream
-//! time is now. Marks are also the backpressure: at most [`MAX_UNHANDLED_READS`] are
+//! and dropping it moves stream time to the mark's `through` — how far the socket had
+//! proven the pump's reads to reach ([`SocketBacklog`]). While the pump waits with every
+//! read handled, stream time is the socket's latest proof, and now if the kernel holds
+//! nothing new. Marks are also the backpressure: at most [`MAX_UNHANDLED_READS`] are
 //! outstanding; past that the pump stops reading, the backlog stays in the socket (where
 //! it costs Shepherd no memory) and TCP slows the server down.
 //!
-//! One assumption, written down because it is not the compiler's to keep: an event that
-//! reached the socket while every part of Shepherd was descheduled is seen by the
-//! [`SocketGauge`] (the kernel's count of unread bytes), so a deadline that fires in the
-//! same scheduler turn as the data's arrival waits for it too. Without a gauge (`https://`
-//! servers, read through reqwest) that turn is the one window left.
+//! Two assumptions, written down because they are not the compiler's to keep. The pump,
+//! the supervisor and the sessions share one thread (actix's), so the pump's steps
+//! between two awaits look atomic to the readers. And an event that reached the socket
+//! while Shepherd was descheduled is seen by the [`SocketGauge`] (the kernel's count of
+//! unread bytes), so a deadline that fires in the same scheduler turn as the data's
+//! arrival waits for it too. Without a gauge (`https://` servers, read through reqwest)
+//! a read that ended the pump's wait counts from the wait's start, and that turn is the
+//! one window left.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
