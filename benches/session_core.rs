@@ -26,6 +26,7 @@ fn main() {
         decoded.push(decode(frames[i % frames.len()]).expect("bench frames decode").event);
     }
     report("decode", 100_000, t.elapsed());
+    decode_captures();
 
     let cfg = Arc::new(SessionRules::default());
     let t0 = tokio::time::Instant::now();
@@ -50,6 +51,46 @@ fn main() {
     }
     report("on_deadline", SESSIONS, t.elapsed());
     println!("({effects} effects produced)");
+}
+
+/// Every frame of the captured OpenCode streams (the test fixtures), decoded by
+/// Shepherd's decoder against a full `serde_json` parse of the same frames — the
+/// ceiling a decoder that builds every field would have. Frames are weighted as the
+/// captures have them (deltas and `sync` duplicates are most of a busy stream).
+fn decode_captures() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("actors/tests/fixtures/captures");
+    let mut frames = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("the captures are in the repository") {
+        let text = std::fs::read_to_string(entry.expect("readable").path()).expect("readable");
+        frames.extend(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string));
+    }
+    let bytes: usize = frames.iter().map(String::len).sum();
+    const ROUNDS: usize = 50;
+    let n = frames.len() * ROUNDS;
+    let t = StdInstant::now();
+    let mut parsed = 0usize;
+    for _ in 0..ROUNDS {
+        for f in &frames {
+            parsed += usize::from(serde_json::from_str::<serde_json::Value>(f).is_ok());
+        }
+    }
+    let full = t.elapsed();
+    report("full parse", n, full);
+    let t = StdInstant::now();
+    let mut decoded = 0usize;
+    for _ in 0..ROUNDS {
+        for f in &frames {
+            decoded += usize::from(decode(f).is_ok());
+        }
+    }
+    let ours = t.elapsed();
+    report("decode", n, ours);
+    println!(
+        "(captured frames: {}, {:.0} bytes on average; {parsed} parsed, {decoded} decoded; decode takes {:.0}% of a full parse's time)",
+        frames.len(),
+        bytes as f64 / frames.len() as f64,
+        100.0 * ours.as_secs_f64() / full.as_secs_f64()
+    );
 }
 
 fn report(what: &str, n: usize, took: Duration) {

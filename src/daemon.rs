@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use actix::{Actor, Addr};
+use actix::{Actor, Addr, Arbiter};
 use shepherd_actors::advisor::actor::{AdvisorActor, AdvisorSlot};
 use shepherd_actors::config::Config;
 use shepherd_actors::journal::Journal;
@@ -46,6 +46,19 @@ pub struct Daemon {
     metrics_task: tokio::task::JoinHandle<()>,
     /// Returns freed heap to the system every `supervisor.cleanup_interval`.
     trimmer: tokio::task::JoinHandle<()>,
+    /// The threads the session actors run on (`supervisor.session_threads`), stopped
+    /// after them.
+    session_threads: Vec<Arbiter>,
+}
+
+/// Starts the session actors' threads: `configured`, or one per CPU core for 0.
+fn session_threads(configured: usize) -> Vec<Arbiter> {
+    let n = match configured {
+        0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        n => n,
+    };
+    tracing::info!(threads = n, "session actors run on {n} thread(s)");
+    (0..n).map(|_| Arbiter::new()).collect()
 }
 
 impl Daemon {
@@ -95,6 +108,7 @@ impl Daemon {
         // Every log line from here on passes the configured redactor too.
         crate::logging::set_redactor(rules.redactor.clone());
         let redactor = rules.redactor.clone();
+        let session_threads = session_threads(cfg.supervisor.session_threads);
         let supervisor = Supervisor::new(
             rules,
             cfg.supervisor.clone(),
@@ -103,6 +117,7 @@ impl Daemon {
             journal.clone(),
             instance.clone(),
         )
+        .with_arbiters(session_threads.iter().map(Arbiter::handle).collect())
         .with_workspace(Arc::new(crate::workspace::GitWorkspace))
         .with_guard(crate::guard::as_port(&guard))
         .with_advisor_slot(advisor.clone())
@@ -164,6 +179,7 @@ impl Daemon {
             metrics,
             metrics_task,
             trimmer,
+            session_threads,
         })
     }
 
@@ -264,5 +280,8 @@ impl Daemon {
         self.notifiers.stop().await; // what is batched is sent, within the targets' timeout
         self.metrics_task.abort();
         self.trimmer.abort();
+        for arbiter in &self.session_threads {
+            arbiter.stop();
+        }
     }
 }

@@ -181,6 +181,7 @@ impl Running {
             retry_initial: server.reconnect_initial,
             retry_max: server.reconnect_max,
             stream: Arc::clone(&pump.stats().clock),
+            registry: pump.registry(),
         });
         let (stop, stop_rx) = watch::channel(false);
         if let Ok(mut stats) = self.pump_stats.write() {

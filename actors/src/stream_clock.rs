@@ -3,29 +3,31 @@
 //! A session's silence is only silence if everything the server sent meanwhile has been
 //! handled. A CPU-starved Shepherd (the host busy with the agents' own builds) or a burst
 //! of thousands of sessions leaves events waiting — in the kernel's socket buffer, in the
-//! HTTP connection, in the supervisor's mailbox — and a deadline counted in wall time takes
+//! HTTP connection, in the actors' mailboxes — and a deadline counted in wall time takes
 //! that backlog for silence: a working session is aborted. So a session's deadlines fall
 //! due in **stream time**: a deadline `d` is due once every event the server sent before
 //! `d` has been handled ([`StreamClock::wake_when`]). When Shepherd keeps up, stream time
 //! is now and nothing waits.
 //!
-//! The pump feeds the clock. After each read it hands the read's events on and then a
-//! [`Mark`]; the supervisor drops the mark after handling them (its mailbox keeps order),
-//! and dropping it moves stream time to the mark's `through` — how far the socket had
-//! proven the pump's reads to reach ([`SocketBacklog`]). While the pump waits with every
-//! read handled, stream time is the socket's latest proof, and now if the kernel holds
+//! The pump feeds the clock. Before it hands a read's events on it takes a [`Mark`],
+//! and every event carries it ([`ReadToken`]) to its session's actor — straight, or
+//! through the supervisor; the last of them handled drops it. Marks are reached in
+//! order (a later read handled first, on another thread, waits for the earlier ones),
+//! and reaching one moves stream time to its `through` — how far the socket had proven
+//! the pump's reads to reach ([`SocketBacklog`]). While the pump waits with every read
+//! handled, stream time is the socket's latest proof, and now if the kernel holds
 //! nothing new. Marks are also the backpressure: at most [`MAX_UNHANDLED_READS`] are
 //! outstanding; past that the pump stops reading, the backlog stays in the socket (where
 //! it costs Shepherd no memory) and TCP slows the server down.
 //!
-//! Two assumptions, written down because they are not the compiler's to keep. The pump,
-//! the supervisor and the sessions share one thread (actix's), so the pump's steps
-//! between two awaits look atomic to the readers. And an event that reached the socket
-//! while Shepherd was descheduled is seen by the [`SocketGauge`] (the kernel's count of
-//! unread bytes), so a deadline that fires in the same scheduler turn as the data's
-//! arrival waits for it too. Without a gauge (`https://` servers, read through reqwest)
-//! a read that ended the pump's wait counts from the wait's start, and that turn is the
-//! one window left.
+//! The pump and the sessions run on different threads; every step of the clock is one
+//! lock of its state, and the pump takes a read's mark before it hands on any of its
+//! events, so no reader can see them handed on and not counted. One assumption is not
+//! the compiler's to keep: an event that reached the socket while Shepherd was
+//! descheduled is seen by the [`SocketGauge`] (the kernel's count of unread bytes), so a
+//! deadline that fires in the same scheduler turn as the data's arrival waits for it
+//! too. Without a gauge (`https://` servers, read through reqwest) a read that ended the
+//! pump's wait counts from the wait's start, and that turn is the one window left.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -34,8 +36,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-/// How many reads may be handed to the supervisor and not handled yet. A read is at most
-/// the connection's read buffer (64 KiB), so this bounds the mailbox's backlog to a few
+/// How many reads may be handed on and not handled yet. A read is at most the
+/// connection's read buffer (64 KiB), so this bounds the actors' backlog to a few
 /// megabytes; a bound, not a tuning knob.
 pub const MAX_UNHANDLED_READS: usize = 64;
 
@@ -141,6 +143,11 @@ struct State {
     gauge: Option<Arc<dyn SocketGauge>>,
     /// Reads handed on and not handled yet.
     unhandled: usize,
+    /// Every mark not yet reached in order: (its number, its `through`, dropped). A mark
+    /// moves stream time only once every earlier one is dropped too: reads are handled on
+    /// several threads, and a later read handled first says nothing of an earlier one.
+    marks: std::collections::VecDeque<(u64, Option<Instant>, bool)>,
+    next_mark: u64,
     /// Everything the server sent before this has been handled.
     handled_through: Instant,
     /// Deadlines waiting for stream time to reach them.
@@ -157,6 +164,8 @@ impl State {
             parked: None,
             gauge: None,
             unhandled: 0,
+            marks: std::collections::VecDeque::new(),
+            next_mark: 0,
             handled_through: now,
             sleepers: BinaryHeap::new(),
             next_sleeper: 0,
@@ -235,13 +244,16 @@ impl Ord for Sleeper {
     }
 }
 
-/// The end of one read's events, handed to the supervisor behind them. Dropping it (once
-/// they are handled) moves stream time to `through` and frees one of the pump's
-/// [`MAX_UNHANDLED_READS`]; dropped unhandled (a mailbox gone at shutdown) it frees it too,
-/// so the clock can never stick.
+/// A read's mark as its events carry it: the last of them handled drops it.
+pub type ReadToken = Arc<Mark>;
+
+/// One read's events, carried by each of them. Dropping it (once they are all handled)
+/// moves stream time to the read's `through` — when every earlier mark is dropped too —
+/// and frees one of the pump's [`MAX_UNHANDLED_READS`]; dropped unhandled (a mailbox gone
+/// at shutdown) it frees it too, so the clock can never stick.
 pub struct Mark {
     clock: Arc<StreamClock>,
-    through: Option<Instant>,
+    seq: u64,
     _read: OwnedSemaphorePermit,
 }
 
@@ -250,8 +262,13 @@ impl Drop for Mark {
         let now = Instant::now();
         let mut s = self.clock.lock();
         s.unhandled = s.unhandled.saturating_sub(1);
-        if let Some(t) = self.through {
-            s.handled_through = s.handled_through.max(t);
+        if let Some(m) = s.marks.iter_mut().find(|m| m.0 == self.seq) {
+            m.2 = true;
+        }
+        while s.marks.front().is_some_and(|m| m.2) {
+            if let Some((_, Some(t), _)) = s.marks.pop_front() {
+                s.handled_through = s.handled_through.max(t);
+            }
         }
         s.wake_due(now);
     }
@@ -316,8 +333,12 @@ impl StreamClock {
     /// Waits while [`MAX_UNHANDLED_READS`] marks are unhandled (backpressure).
     pub async fn mark(self: &Arc<Self>, through: Option<Instant>) -> Mark {
         let read = Arc::clone(&self.reads).acquire_owned().await.expect("the clock never closes its semaphore");
-        self.lock().unhandled += 1;
-        Mark { clock: Arc::clone(self), through, _read: read }
+        let mut s = self.lock();
+        s.unhandled += 1;
+        let seq = s.next_mark;
+        s.next_mark += 1;
+        s.marks.push_back((seq, through, false));
+        Mark { clock: Arc::clone(self), seq, _read: read }
     }
 
     // ---- the readers' side ----
@@ -450,6 +471,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_later_read_handled_first_moves_stream_time_only_once_the_earlier_one_is() {
+        let clock = Arc::new(StreamClock::default());
+        clock.connected(None);
+        let t0 = Instant::now();
+        let park = clock.parked();
+        clock.reading();
+        let first = clock.mark(clock.read_through(Some(park))).await;
+        tokio::time::advance(secs(2)).await;
+        let t2 = Instant::now();
+        let park = clock.parked();
+        clock.reading();
+        let second = clock.mark(clock.read_through(Some(park))).await;
+        tokio::time::advance(secs(2)).await;
+        // The second read's sessions live on another thread and got through theirs first.
+        drop(second);
+        let now = Instant::now();
+        assert_eq!(clock.lag(now), secs(4), "the first read's events still wait");
+        assert!(clock.wake_when(t0 + secs(1), now).is_some());
+        drop(first);
+        assert_eq!(clock.lag(Instant::now()), secs(2), "both handled: through the second read's park");
+        assert!(clock.wake_when(t2, Instant::now()).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn data_the_socket_received_after_the_pump_parked_is_not_silence() {
         let socket = Arc::new(FakeSocket::default());
         let clock = Arc::new(StreamClock::default());
@@ -542,7 +587,7 @@ mod tests {
         }
         let next = clock.mark(None);
         tokio::pin!(next);
-        assert!(futures::FutureExt::now_or_never(&mut next).is_none(), "waits for the supervisor");
+        assert!(futures::FutureExt::now_or_never(&mut next).is_none(), "waits for the actors");
         marks.remove(0);
         assert!(futures::FutureExt::now_or_never(&mut next).is_some(), "one handled: one more read");
     }

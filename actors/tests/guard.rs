@@ -338,7 +338,7 @@ impl Clock for PausedClock {
 
 fn ingest(supervisor: &Addr<Supervisor>, json: String) {
     let envelope = decode(&json).expect("decodes");
-    supervisor.do_send(Ingest { server: "srv".into(), envelope });
+    supervisor.do_send(Ingest { server: "srv".into(), envelope, read: None, seq: 0 });
 }
 
 /// One turn of `id` that ends normally with its todo still open.
@@ -397,6 +397,7 @@ async fn a_burst_of_sessions_stopping_with_open_todos_is_nudged_every_one_within
         retry_initial: Duration::from_millis(250),
         retry_max: Duration::from_secs(30),
         stream: Arc::default(),
+        registry: Default::default(),
     });
     let ids: Vec<String> = (0..SESSIONS).map(|i| format!("ses_{i:03}")).collect();
     let stopped = tokio::time::Instant::now();

@@ -15,10 +15,10 @@ use shepherd_actors::ledger::{
     SnapshotStore,
 };
 use shepherd_actors::ports::{Clock, Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, TurnSettings};
-use shepherd_actors::stream_clock::StreamClock;
+use shepherd_actors::stream_clock::{ReadToken, StreamClock};
 use shepherd_actors::supervisor::{
-    ReadMark,
-    AttachServer, DetachServer, Ingest, InspectFleet, ReconfigureAll, Shutdown, StreamDown, StreamUp, Supervisor,
+    AttachServer, DetachServer, Ingest, InspectFleet, ReconfigureAll, Registry, RouteState, Shutdown, StreamDown,
+    StreamUp, Supervisor,
 };
 
 /// An OpenCode that records calls; a session is busy until aborted.
@@ -214,6 +214,8 @@ struct World {
     engine: Arc<FakeEngine>,
     /// The server's stream clock (no pump feeds it unless a test does).
     stream: Arc<StreamClock>,
+    /// The server's sessions, as its pump would route through them.
+    registry: Arc<Registry>,
     supervisor: Addr<Supervisor>,
     records: tokio::sync::broadcast::Receiver<ActionRecord>,
 }
@@ -230,6 +232,7 @@ fn world_with_ledger(cfg: RecoveryConfig, ledger: Arc<dyn Ledger>) -> World {
     let records = journal.subscribe();
     let clock = Arc::new(PausedClock { start: tokio::time::Instant::now() });
     let stream = Arc::new(StreamClock::default());
+    let registry = Arc::new(Registry::default());
     let supervisor =
         Supervisor::new(Arc::new(cfg.into()), SupervisorConfig::default(), ledger, clock, journal, "test".into())
             .start();
@@ -240,20 +243,34 @@ fn world_with_ledger(cfg: RecoveryConfig, ledger: Arc<dyn Ledger>) -> World {
         retry_initial: Duration::from_millis(250),
         retry_max: Duration::from_secs(30),
         stream: Arc::clone(&stream),
+        registry: Arc::clone(&registry),
     });
-    World { engine, stream, supervisor, records }
+    World { engine, stream, registry, supervisor, records }
 }
 
 impl World {
     fn send(&self, json: &str) {
         let envelope = decode(json).expect("decodes");
-        self.supervisor.do_send(Ingest { server: "srv".into(), envelope });
+        self.supervisor.do_send(Ingest { server: "srv".into(), envelope, read: None, seq: 0 });
     }
     fn busy(&self, id: &str) {
         self.engine.busy.lock().unwrap().insert(id.into(), Status::Busy);
         self.send(&format!(
             r#"{{"directory":"/p","payload":{{"type":"session.status","properties":{{"sessionID":"{id}","status":{{"type":"busy"}}}}}}}}"#
         ));
+    }
+    /// Routes an event as the server's pump does; true when it went straight to the
+    /// session's actor, false when the long way, through the supervisor.
+    fn route(&self, state: &mut RouteState, json: &str, read: &ReadToken) -> bool {
+        let envelope = decode(json).expect("decodes");
+        match self.registry.route(state, envelope, read, tokio::time::Instant::now()) {
+            None => true,
+            Some(long) => {
+                let (envelope, seq, read) = (long.envelope, long.seq, Some(Arc::clone(read)));
+                self.supervisor.do_send(Ingest { server: "srv".into(), envelope, read, seq });
+                false
+            }
+        }
     }
     fn drain(&mut self) -> Vec<(Action, Outcome)> {
         let mut out = Vec::new();
@@ -358,9 +375,9 @@ async fn a_deadline_passed_while_the_sessions_events_wait_unhandled_is_not_a_sta
     assert!(!w.drain().contains(&(Action::StallDetected, Outcome::Done)), "no stall while events wait");
     assert_eq!(w.stream.deferred(), 1, "the deadline waits on the stream");
 
-    // The backlog is handled at 210 s: it held the session's work.
-    w.send(r#"{"directory":"/p","payload":{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_1","messageID":"msg_1","sessionID":"ses_A","type":"text","text":"still working"}}}}"#);
-    w.supervisor.do_send(ReadMark(unhandled));
+    // The backlog is handled at 210 s: it held the session's work, and its mark.
+    let envelope = decode(r#"{"directory":"/p","payload":{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_1","messageID":"msg_1","sessionID":"ses_A","type":"text","text":"still working"}}}}"#).unwrap();
+    w.supervisor.do_send(Ingest { server: "srv".into(), envelope, read: Some(Arc::new(unhandled)), seq: 0 });
     w.stream.parked();
     settle().await;
     assert!(w.engine.calls().iter().all(|c| !c.starts_with("abort")), "{:?}", w.engine.calls());
@@ -373,6 +390,78 @@ async fn a_deadline_passed_while_the_sessions_events_wait_unhandled_is_not_a_sta
     settle().await;
     assert_eq!(w.engine.calls().iter().filter(|c| *c == "abort ses_A").count(), 1);
     assert!(w.drain().contains(&(Action::Continue, Outcome::Done)));
+}
+
+fn status_frame(id: &str, status: &str) -> String {
+    format!(
+        r#"{{"directory":"/p","payload":{{"type":"session.status","properties":{{"sessionID":"{id}","status":{{"type":"{status}"}}}}}}}}"#
+    )
+}
+
+fn part_frame(id: &str, text: &str) -> String {
+    format!(
+        r#"{{"directory":"/p","payload":{{"type":"message.part.updated","properties":{{"sessionID":"{id}","part":{{"id":"prt_1","messageID":"msg_1","sessionID":"{id}","type":"text","text":"{text}"}}}}}}}}"#
+    )
+}
+
+/// The pump's path: a session's first event goes through the supervisor, which makes
+/// its actor; the events behind it follow it there until it is handled (order is
+/// kept); from then on they go straight to the actor, which acts on them.
+#[actix::test]
+async fn once_tracked_a_sessions_events_go_straight_to_its_actor_in_order() {
+    tokio::time::pause();
+    let w = world(cfg());
+    w.engine.busy.lock().unwrap().insert("ses_A".into(), Status::Busy);
+    w.stream.connected(None);
+    let mut route = RouteState::default();
+    let read: ReadToken = Arc::new(w.stream.mark(None).await);
+    assert!(!w.route(&mut route, &status_frame("ses_A", "busy"), &read), "first sight: the supervisor makes the actor");
+    assert!(!w.route(&mut route, &part_frame("ses_A", "one"), &read), "behind an event still on the long way");
+    drop(read);
+    w.stream.parked();
+    settle().await;
+    // Work at 100 s and 200 s, each straight to the actor: the stall deadline moves.
+    for text in ["two", "three"] {
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        let read: ReadToken = Arc::new(w.stream.mark(None).await);
+        assert!(w.route(&mut route, &part_frame("ses_A", text), &read), "tracked: straight to the actor");
+        drop(read);
+        w.stream.parked();
+        settle().await;
+    }
+    tokio::time::sleep(Duration::from_secs(170)).await;
+    settle().await;
+    assert!(w.engine.calls().iter().all(|c| !c.starts_with("abort")), "the actor had the work at 200 s");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    settle().await;
+    assert_eq!(w.engine.calls().iter().filter(|c| *c == "abort ses_A").count(), 1, "silent 180 s after it");
+}
+
+/// A subagent's events go through the supervisor, which tells its parent too; a
+/// deletion goes there as well (the supervisor forgets the session).
+#[actix::test]
+async fn a_subagents_events_and_a_deletion_go_the_long_way() {
+    tokio::time::pause();
+    let w = world(cfg());
+    let mut route = RouteState::default();
+    let read: ReadToken = Arc::new(w.stream.mark(None).await);
+    let created = |id: &str, parent: &str| {
+        format!(
+            r#"{{"directory":"/p","payload":{{"type":"session.created","properties":{{"info":{{"id":"{id}","parentID":"{parent}","directory":"/p","title":"t","time":{{"created":1,"updated":1}}}}}}}}}}"#
+        )
+    };
+    assert!(!w.route(&mut route, &status_frame("ses_P", "busy"), &read));
+    settle().await;
+    assert!(w.route(&mut route, &part_frame("ses_P", "x"), &read), "the parent is an ordinary session");
+    assert!(!w.route(&mut route, &created("ses_C", "ses_P"), &read), "a family link to learn");
+    settle().await;
+    assert!(!w.route(&mut route, &part_frame("ses_C", "y"), &read), "a known child: its parent hears of it");
+    settle().await;
+    let deleted = r#"{"directory":"/p","payload":{"type":"session.deleted","properties":{"info":{"id":"ses_P","directory":"/p","title":"t","time":{"created":1,"updated":1}}}}}"#;
+    assert!(!w.route(&mut route, deleted, &read));
+    settle().await;
+    assert!(!w.route(&mut route, &part_frame("ses_P", "z"), &read), "forgotten: first sight again");
+    drop(read);
 }
 
 #[actix::test]

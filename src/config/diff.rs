@@ -17,7 +17,7 @@ use super::render::mask_secrets;
 /// Keys (or sections, ending in `.`) whose new value is only read at start-up: the
 /// ledger file, the control API's socket and token, the log subscriber, the status
 /// file's writer, and the guard's backend (its Redis connection and key space).
-const RESTART_ONLY: [&str; 9] = [
+const RESTART_ONLY: [&str; 10] = [
     "store.",
     "control.",
     "log.",
@@ -27,6 +27,7 @@ const RESTART_ONLY: [&str; 9] = [
     "guard.redis_url",
     "guard.key_prefix",
     "notify", // the [[notify]] list is one leaf; the notifiers start with the daemon
+    "supervisor.session_threads",
 ];
 
 /// One changed key.
@@ -121,6 +122,7 @@ pub fn keep_restart_only(running: &Config, new: Config) -> Config {
     kept.guard.backend = running.guard.backend;
     kept.guard.redis_url = running.guard.redis_url.clone();
     kept.guard.key_prefix = running.guard.key_prefix.clone();
+    kept.supervisor.session_threads = running.supervisor.session_threads;
     kept
 }
 

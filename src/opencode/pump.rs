@@ -2,19 +2,22 @@
 //!
 //! The stream's connection is [`EventStream`]'s (bounded buffers on plain HTTP); each
 //! read is bounded by `stream_read_timeout`, the stream as a whole is not (it is
-//! endless). The pump decodes each frame and hands it to the supervisor; an
-//! undecodable frame is logged (truncated) and skipped, never fatal. When the stream
+//! endless). The pump decodes each frame, counts its type, and routes it through the
+//! server's [`Registry`]: straight to its session's actor, or — when the supervisor has
+//! something to learn or do with it — to the supervisor; an undecodable frame is
+//! logged (truncated) and skipped, never fatal. When the stream
 //! breaks or goes silent past `stream_read_timeout` (OpenCode sends a heartbeat every
 //! 10 s), it reconnects with exponential back-off, and after every (re)connect the
 //! supervisor reconciles by REST, because the stream replays nothing. Beside each
 //! connect it reads the server's OpenCode version once ([`super::version`]), which warns
 //! when the version is outside the supported range.
 //!
-//! It also keeps the server's stream time ([`StreamClock`]): behind each read's events it
-//! sends a [`ReadMark`] saying how far the read is proven to reach, and it waits when
-//! `MAX_UNHANDLED_READS` marks are unhandled — the supervisor's backlog is bounded, the
-//! rest waits in the socket. (That wait is a tokio semaphore, so the pump also yields
-//! when its task's co-operative budget is spent: a backlog does not starve the actors.)
+//! It also keeps the server's stream time ([`StreamClock`]): each read's events carry
+//! the read's mark, saying how far the read is proven to reach, and the last of them
+//! handled drops it; the pump waits when `MAX_UNHANDLED_READS` marks are unhandled — the
+//! actors' backlog is bounded, the rest waits in the socket. (That wait is a tokio
+//! semaphore, so the pump also yields when its task's co-operative budget is spent: a
+//! backlog does not starve the actors.)
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,7 +27,8 @@ use futures::FutureExt as _;
 use shepherd_actors::config::ServerConfig;
 use shepherd_actors::event::decode;
 use shepherd_actors::stream_clock::StreamClock;
-use shepherd_actors::supervisor::{Ingest, ReadMark, StreamDown, StreamUp, Supervisor};
+use shepherd_actors::event::Event;
+use shepherd_actors::supervisor::{Ingest, Registry, RouteState, StreamDown, StreamUp, Supervisor};
 use tokio::sync::watch;
 
 use super::client::Credentials;
@@ -81,11 +85,18 @@ pub struct EventPump {
     auth: Option<Credentials>,
     supervisor: Addr<Supervisor>,
     stats: Arc<PumpStats>,
+    /// The server's tracked sessions: most events go straight to theirs.
+    registry: Arc<Registry>,
 }
 
 impl EventPump {
     pub fn new(server: ServerConfig, auth: Option<Credentials>, supervisor: Addr<Supervisor>) -> Self {
-        Self { server, auth, supervisor, stats: Arc::default() }
+        Self { server, auth, supervisor, stats: Arc::default(), registry: Arc::default() }
+    }
+
+    /// The registry to attach the server with, so the supervisor and the pump share it.
+    pub fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
     }
 
     pub fn stats(&self) -> Arc<PumpStats> {
@@ -103,13 +114,14 @@ impl EventPump {
             }
         };
         let mut delay = self.server.reconnect_initial;
+        let mut route = RouteState::default();
         loop {
             if *shutdown.borrow() {
                 return;
             }
             let started = tokio::time::Instant::now();
             let result = tokio::select! {
-                r = self.follow(&client) => r,
+                r = self.follow(&client, &mut route) => r,
                 _ = shutdown.changed() => return,
             };
             self.stats.connected.store(false, Ordering::Relaxed);
@@ -136,7 +148,9 @@ impl EventPump {
     }
 
     /// One connection: connect, announce, pump frames until the stream ends.
-    async fn follow(&self, client: &reqwest::Client) -> Result<(), String> {
+    /// `route` outlives the connection: an event still on its way through the
+    /// supervisor keeps the session's next ones behind it after a reconnect too.
+    async fn follow(&self, client: &reqwest::Client, route: &mut RouteState) -> Result<(), String> {
         let name = &self.server.name;
         let url = format!("{}/global/event", self.server.url.trim_end_matches('/'));
         // A server that is still booting may accept the connection and never answer:
@@ -151,6 +165,7 @@ impl EventPump {
         let shared_name: Arc<str> = name.as_str().into();
 
         let mut decoder = SseDecoder::new();
+        let mut kinds = KindTally::default();
         // Silence past `stream_read_timeout` (heartbeats come every 10 s) is a dead stream.
         let read_timeout = self.server.stream_read_timeout;
         // The next chunk, when it was already waiting as the previous one was handled.
@@ -171,11 +186,25 @@ impl EventPump {
             let through = clock.read_through(park);
             let Some(chunk) = next else { break };
             let chunk = chunk?;
+            // Waits while too many reads are unhandled: the backlog stays in the socket.
+            // Every event of the read carries its mark; the last one handled drops it.
+            let read = Arc::new(clock.mark(through).await);
+            let now = tokio::time::Instant::now();
+            let mut frames = 0u64;
             let dropped = decoder.push_each(&chunk, |data| {
-                self.stats.frames.fetch_add(1, Ordering::Relaxed);
-                self.stats.last_frame_ms.store(epoch_ms(), Ordering::Relaxed);
+                frames += 1;
                 match decode(data) {
-                    Ok(envelope) => self.supervisor.do_send(Ingest { server: Arc::clone(&shared_name), envelope }),
+                    Ok(envelope) => {
+                        kinds.add(envelope.event.kind());
+                        if matches!(envelope.event, Event::Sync | Event::Unknown { .. }) {
+                            return; // counted, not acted on
+                        }
+                        if let Some(long) = self.registry.route(route, envelope, &read, now) {
+                            let server = Arc::clone(&shared_name);
+                            let (envelope, seq, read) = (long.envelope, long.seq, Some(Arc::clone(&read)));
+                            self.supervisor.do_send(Ingest { server, envelope, read, seq });
+                        }
+                    }
                     Err(e) => {
                         self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                         let excerpt: String = data.chars().take(LOGGED_FRAME_CHARS).collect();
@@ -183,6 +212,12 @@ impl EventPump {
                     }
                 }
             });
+            drop(read);
+            if frames > 0 {
+                self.stats.frames.fetch_add(frames, Ordering::Relaxed);
+                self.stats.last_frame_ms.store(epoch_ms(), Ordering::Relaxed);
+            }
+            kinds.flush(&self.registry, name);
             if dropped > 0 {
                 self.stats.malformed.fetch_add(dropped as u64, Ordering::Relaxed);
                 tracing::warn!(server = %name, dropped, "dropped oversized or non-UTF-8 event frames");
@@ -190,9 +225,6 @@ impl EventPump {
             // Is more already waiting? Asked outside tokio's co-operative budget, whose
             // forced "not yet" would read as "nothing more".
             waiting = tokio::task::unconstrained(stream.next_chunk()).now_or_never();
-            // Waits while too many reads are unhandled: the backlog stays in the socket.
-            let mark = clock.mark(through).await;
-            self.supervisor.do_send(ReadMark(mark));
         }
         Ok(())
     }
@@ -215,6 +247,37 @@ impl EventPump {
                 }
             }
         });
+    }
+}
+
+/// A read's event types and counts, handed to the registry's counts once per read.
+#[derive(Debug, Default)]
+struct KindTally {
+    counts: Vec<(String, u64)>,
+}
+
+impl KindTally {
+    /// Past this many names the list is emptied after a flush, so a hostile stream
+    /// sending a new type with every event leaves no long list between reads.
+    const MAX_NAMES: usize = 64;
+
+    fn add(&mut self, kind: &str) {
+        match self.counts.iter_mut().find(|(k, _)| k == kind) {
+            Some((_, n)) => *n += 1,
+            None => self.counts.push((kind.to_string(), 1)),
+        }
+    }
+
+    fn flush(&mut self, registry: &Registry, server: &str) {
+        for (kind, n) in &mut self.counts {
+            if *n > 0 {
+                registry.count(server, kind, *n);
+                *n = 0;
+            }
+        }
+        if self.counts.len() > Self::MAX_NAMES {
+            self.counts.clear();
+        }
     }
 }
 
@@ -269,7 +332,7 @@ mod tests {
         )
         .start();
         let pump = EventPump::new(ServerConfig::new("a", &url), None, supervisor);
-        pump.follow(&reqwest::Client::new()).await.unwrap();
+        pump.follow(&reqwest::Client::new(), &mut RouteState::default()).await.unwrap();
         let stats = pump.stats();
         assert_eq!(stats.frames.load(Ordering::Relaxed), hostile.len() as u64 + 1, "every frame was read");
         assert_eq!(stats.malformed.load(Ordering::Relaxed), hostile.len() as u64, "each hostile one skipped");

@@ -18,17 +18,17 @@ use std::hash::Hash;
 /// The entry that counts event types past `supervisor.max_event_types`.
 pub const OTHER_EVENT_TYPES: &str = "other";
 
-/// Counts one event of type `kind` in `events` (at most `cap` names, `other` included).
-/// Returns `true` when the cap made it count under [`OTHER_EVENT_TYPES`].
-pub fn count_event(events: &mut BTreeMap<String, u64>, kind: &str, cap: usize) -> bool {
-    if let Some(n) = events.get_mut(kind) {
-        *n += 1;
+/// Counts `n` events of type `kind` in `events` (at most `cap` names, `other`
+/// included). Returns `true` when the cap made them count under [`OTHER_EVENT_TYPES`].
+pub fn count_events(events: &mut BTreeMap<String, u64>, kind: &str, n: u64, cap: usize) -> bool {
+    if let Some(count) = events.get_mut(kind) {
+        *count += n;
         return false;
     }
     // Room for the new name and for `other`, which must always fit.
     let capped = events.len() + 1 >= cap;
     let name = if capped { OTHER_EVENT_TYPES } else { kind };
-    *events.entry(name.to_string()).or_insert(0) += 1;
+    *events.entry(name.to_string()).or_insert(0) += n;
     capped
 }
 
@@ -70,14 +70,14 @@ mod tests {
         let mut events = BTreeMap::new();
         let mut capped = 0;
         for i in 0..10_000 {
-            capped += usize::from(count_event(&mut events, &format!("plugin.{i}"), 16));
+            capped += usize::from(count_events(&mut events, &format!("plugin.{i}"), 1, 16));
         }
         assert_eq!(events.len(), 16);
         assert_eq!(events[OTHER_EVENT_TYPES], 10_000 - 15);
         assert_eq!(capped, 10_000 - 15);
         assert_eq!(events.values().sum::<u64>(), 10_000, "no event is lost from the counts");
         // A name already known still counts under its own name.
-        assert!(!count_event(&mut events, "plugin.0", 16));
+        assert!(!count_events(&mut events, "plugin.0", 1, 16));
         assert_eq!(events["plugin.0"], 2);
     }
 

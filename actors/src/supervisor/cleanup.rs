@@ -9,10 +9,13 @@ impl Supervisor {
     /// ones beyond `max_sessions_in_memory`. Busy or recovering sessions refuse.
     pub(super) fn clean_up(&mut self, ctx: &mut Context<Self>) {
         let now = self.clock.now();
-        let mut quiet: Vec<_> =
-            self.sessions.iter().filter(|(_, s)| s.evicting.is_none()).map(|(k, s)| (s.last_seen, k.clone())).collect();
+        let mut quiet: Vec<(tokio::time::Instant, SessionKey)> = Vec::new();
+        for (server, srv) in &self.servers {
+            let slots = srv.registry.slots.iter().filter(|s| s.evicting.is_none());
+            quiet.extend(slots.map(|s| (s.last_seen, (server.clone(), s.key().clone()))));
+        }
         quiet.sort();
-        let over = self.sessions.len().saturating_sub(self.fleet.max_sessions_in_memory);
+        let over = self.tracked().saturating_sub(self.fleet.max_sessions_in_memory);
         let chosen: Vec<_> = quiet
             .into_iter()
             .enumerate()
@@ -20,9 +23,11 @@ impl Supervisor {
             .map(|(_, (_, k))| k)
             .collect();
         for key in chosen {
-            let Some(slot) = self.sessions.get_mut(&key) else { continue };
+            let Some(registry) = self.registry(&key.0) else { continue };
+            let Some(mut slot) = registry.slots.get_mut(&key.1) else { continue };
             slot.evicting = Some(Vec::new());
             let ask = slot.addr.send(Evict);
+            drop(slot);
             ctx.spawn(
                 ask.into_actor(self).map(move |evicted, act, ctx| act.evicted(key, evicted.unwrap_or(false), ctx)),
             );
@@ -30,10 +35,13 @@ impl Supervisor {
     }
 
     fn evicted(&mut self, key: (String, String), evicted: bool, ctx: &mut Context<Self>) {
-        let Some(slot) = self.sessions.get_mut(&key) else { return };
+        let Some(registry) = self.registry(&key.0) else { return };
+        let Some(mut slot) = registry.slots.get_mut(&key.1) else { return };
         let waiting = slot.evicting.take().unwrap_or_default();
+        let addr = slot.addr.clone();
+        drop(slot);
         if evicted {
-            let slot = self.sessions.remove(&key);
+            let slot = registry.slots.remove(&key.1).map(|(_, slot)| slot);
             tracing::debug!(server = %key.0, session = %key.1, "evicted an idle session (state kept in the ledger)");
             if !waiting.is_empty() {
                 // Events arrived meanwhile: a fresh actor resumes from the ledger.
@@ -46,7 +54,7 @@ impl Supervisor {
             }
         } else {
             for e in waiting {
-                slot.addr.do_send(Observe(e));
+                addr.do_send(Observe(e));
             }
         }
     }

@@ -35,10 +35,12 @@ impl Handler<Shutdown> for Supervisor {
                         "shutdown: recoveries still under way; their continue may not be sent"
                     );
                 }
-                for slot in act.sessions.values() {
-                    slot.addr.do_send(StopSession);
+                for addr in act.actors() {
+                    addr.do_send(StopSession);
                 }
-                act.sessions.clear();
+                for srv in act.servers.values() {
+                    srv.registry.slots.clear();
+                }
                 left
             }),
         )
@@ -52,8 +54,8 @@ impl Handler<SendCustomPrompt> for Supervisor {
         if self.in_flight.stopping().load(std::sync::atomic::Ordering::SeqCst) {
             return Box::pin(actix::fut::ready(Err(ControlError::ShuttingDown)));
         }
-        if let Some(slot) = self.find(&msg.session) {
-            let ask = slot.addr.send(DeliverCustom(msg.request));
+        if let Some(addr) = self.find(&msg.session) {
+            let ask = addr.send(DeliverCustom(msg.request));
             return Box::pin(async move { ask.await.unwrap_or(Err(ControlError::ShuttingDown)) }.into_actor(self));
         }
         // Not tracked yet: ask each server whether it knows the session.

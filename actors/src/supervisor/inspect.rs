@@ -12,7 +12,7 @@ impl Supervisor {
     /// at once, every actor of a large fleet would be ready to run together, and a stall
     /// timer firing then would wait behind all of them (tens of ms at 10,000 sessions).
     fn details(&self) -> impl std::future::Future<Output = Vec<SessionDetail>> + 'static {
-        let addrs: Vec<Addr<SessionActor>> = self.sessions.values().map(|s| s.addr.clone()).collect();
+        let addrs = self.actors();
         async move {
             let mut out = Vec::with_capacity(addrs.len());
             for slice in addrs.chunks(INSPECT_SLICE) {
@@ -28,9 +28,9 @@ impl Supervisor {
         }
     }
 
-    /// The tracked session with this id, on whichever server.
-    pub(super) fn find(&self, id: &str) -> Option<&SessionSlot> {
-        self.sessions.iter().find(|((_, sid), _)| sid == id).map(|(_, slot)| slot)
+    /// The actor of the tracked session with this id, on whichever server.
+    pub(super) fn find(&self, id: &str) -> Option<Addr<SessionActor>> {
+        self.servers.values().find_map(|s| s.registry.slots.get(id).map(|slot| slot.addr.clone()))
     }
 }
 
@@ -87,7 +87,7 @@ impl Supervisor {
                 name: name.clone(),
                 connected: s.connected,
                 reconciled: s.reconciled,
-                events: s.events.clone(),
+                events: s.registry.kind_counts(),
             })
             .collect()
     }
@@ -123,7 +123,7 @@ impl Handler<GetSession> for Supervisor {
     type Result = ResponseFuture<Result<SessionDetail, ControlError>>;
 
     fn handle(&mut self, msg: GetSession, _: &mut Context<Self>) -> Self::Result {
-        let ask = self.find(&msg.0).map(|slot| slot.addr.send(Inspect));
+        let ask = self.find(&msg.0).map(|addr| addr.send(Inspect));
         Box::pin(async move {
             match ask {
                 Some(ask) => ask.await.map_err(|_| ControlError::UnknownSession(msg.0)),

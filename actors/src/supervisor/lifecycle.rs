@@ -17,12 +17,15 @@ pub struct AttachServer {
     /// The server's stream time, fed by its pump (a default clock, never behind, where
     /// no pump runs).
     pub stream: Arc<crate::stream_clock::StreamClock>,
+    /// The server's tracked sessions, which its pump routes events through.
+    pub registry: Arc<Registry>,
 }
 
 impl Handler<AttachServer> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, msg: AttachServer, _: &mut Context<Self>) {
+        msg.registry.kind_cap.store(self.fleet.max_event_types, std::sync::atomic::Ordering::Relaxed);
         let env = Arc::new(SessionEnv {
             server: msg.name.as_str().into(),
             engine: msg.engine,
@@ -53,8 +56,8 @@ impl Handler<AttachServer> for Supervisor {
                 blind: false,
                 epoch: 0,
                 windows_stale: true,
-                events: BTreeMap::new(),
-                capped: Capped::default(),
+                registry: msg.registry,
+                directories_capped: false,
             },
         );
     }
@@ -74,8 +77,11 @@ impl Handler<ReconfigureAll> for Supervisor {
 
     fn handle(&mut self, msg: ReconfigureAll, ctx: &mut Context<Self>) {
         self.cfg = Arc::clone(&msg.rules);
-        for slot in self.sessions.values() {
-            slot.addr.do_send(Reconfigure(Arc::clone(&msg.rules)));
+        for addr in self.actors() {
+            addr.do_send(Reconfigure(Arc::clone(&msg.rules)));
+        }
+        for srv in self.servers.values() {
+            srv.registry.kind_cap.store(msg.fleet.max_event_types, std::sync::atomic::Ordering::Relaxed);
         }
         let rearm = msg.fleet.cleanup_interval != self.fleet.cleanup_interval
             || msg.fleet.discovery_interval != self.fleet.discovery_interval;
@@ -100,11 +106,13 @@ impl Handler<DetachServer> for Supervisor {
     type Result = ResponseFuture<usize>;
 
     fn handle(&mut self, msg: DetachServer, _: &mut Context<Self>) -> Self::Result {
-        self.servers.remove(&msg.name);
+        let registry = self.servers.remove(&msg.name).map(|s| s.registry);
         self.parents.retain(|(server, _), _| *server != msg.name);
-        let keys: Vec<SessionKey> = self.sessions.keys().filter(|(server, _)| *server == msg.name).cloned().collect();
-        let retiring: Vec<_> =
-            keys.iter().filter_map(|k| self.sessions.remove(k)).map(|slot| slot.addr.send(Retire)).collect();
+        let mut retiring = Vec::new();
+        if let Some(registry) = registry {
+            retiring.extend(registry.slots.iter().map(|slot| slot.addr.send(Retire)));
+            registry.slots.clear();
+        }
         let count = retiring.len();
         tracing::info!(server = %msg.name, sessions = count, "no longer supervising this server");
         Box::pin(async move {

@@ -22,12 +22,15 @@ mod inspect;
 mod lifecycle;
 mod pause;
 mod reconcile;
+mod registry;
 mod stream;
 
 pub use commands::Shutdown;
 pub use inspect::{FleetView, InspectFleet, InspectServers, ServerView};
 pub use lifecycle::{AttachServer, DetachServer, ReconfigureAll};
-pub use stream::{Ingest, ReadMark, StreamDown, StreamUp};
+use registry::SessionSlot;
+pub use registry::{KindCounts, LongWay, Registry, RouteState};
+pub use stream::{Ingest, StreamDown, StreamUp};
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -77,22 +80,17 @@ struct Server {
     /// The models' context windows are to be (re)read: after every connect (they may
     /// change with the server's config) until one read succeeds.
     windows_stale: bool,
-    events: BTreeMap<String, u64>,
-    /// Which caps ([`bounds`]) this server's data reached (each is logged once).
-    capped: Capped,
-}
-
-#[derive(Debug, Default)]
-struct Capped {
-    events: bool,
-    directories: bool,
+    /// The server's tracked sessions, shared with its pump ([`registry`]).
+    registry: Arc<Registry>,
+    /// `supervisor.max_directories` was reached (logged once).
+    directories_capped: bool,
 }
 
 impl Server {
     /// A directory of this server, within `supervisor.max_directories` (see [`bounds`]).
     fn learn_directory(&mut self, dir: &str, cap: usize, server: &str) {
-        if bounds::insert_capped(&mut self.directories, dir, cap) && !self.capped.directories {
-            self.capped.directories = true;
+        if bounds::insert_capped(&mut self.directories, dir, cap) && !self.directories_capped {
+            self.directories_capped = true;
             tracing::warn!(server = %server, cap, "supervisor.max_directories reached: an arbitrary directory is forgotten for each new one (logged once)");
         }
     }
@@ -107,8 +105,8 @@ pub struct Supervisor {
     journal: Journal,
     in_flight: InFlight,
     instance: String,
+    /// The supervised servers; each keeps its tracked sessions ([`Registry`]).
     servers: HashMap<String, Server>,
-    sessions: HashMap<SessionKey, SessionSlot>,
     /// (server, child session) → parent session, from `parentID` and task parts.
     parents: HashMap<SessionKey, String>,
     /// `supervisor.max_parents` was reached (logged once).
@@ -126,9 +124,9 @@ pub struct Supervisor {
     /// `shepherd pause --all`, and the timer that ends it when it was given an end.
     fleet_pause: Option<crate::ledger::FleetPause>,
     fleet_pause_end: Option<SpawnHandle>,
-    /// Counts the events routed to sessions; a session's slot keeps the count of its
-    /// last one, so a REST answer older than what the stream said since is not applied.
-    routed: u64,
+    /// The threads session actors run on, a session always on the same one (none: the
+    /// supervisor's own).
+    arbiters: Vec<ArbiterHandle>,
 }
 
 /// `(server, session id)`: a session's identity everywhere. Maps keyed by it are looked
@@ -178,18 +176,6 @@ fn key<'a>(parts: &'a (&'a str, &'a str)) -> &'a (dyn KeyParts + 'a) {
     parts
 }
 
-/// A tracked session: its actor and the directory (OpenCode instance) it lives in.
-struct SessionSlot {
-    addr: Addr<SessionActor>,
-    directory: Option<String>,
-    /// When the last event for this session arrived (idle cleanup reads it).
-    last_seen: tokio::time::Instant,
-    /// Being evicted: events wait here until the actor's state is in the ledger.
-    evicting: Option<Vec<Event>>,
-    /// [`Supervisor::routed`] when this session's last event was routed to it.
-    last_event: u64,
-}
-
 impl Supervisor {
     pub fn new(
         cfg: Arc<SessionRules>,
@@ -208,7 +194,6 @@ impl Supervisor {
             in_flight: InFlight::default(),
             instance,
             servers: HashMap::new(),
-            sessions: HashMap::new(),
             parents: HashMap::new(),
             parents_capped: false,
             workspace: Arc::new(NoWorkspace),
@@ -218,7 +203,7 @@ impl Supervisor {
             intervals: Vec::new(),
             fleet_pause: None,
             fleet_pause_end: None,
-            routed: 0,
+            arbiters: Vec::new(),
         }
     }
 
@@ -240,6 +225,13 @@ impl Supervisor {
         self
     }
 
+    /// Runs the session actors on these threads, each session always on the same one
+    /// (chosen by its id); without any, on the supervisor's own.
+    pub fn with_arbiters(mut self, arbiters: Vec<ArbiterHandle>) -> Self {
+        self.arbiters = arbiters;
+        self
+    }
+
     /// Lets hand-offs read the sessions' repositories (the daemon passes local `git`).
     pub fn with_workspace(mut self, workspace: Arc<dyn Workspace>) -> Self {
         self.workspace = workspace;
@@ -253,12 +245,11 @@ impl Supervisor {
         only_server: Option<String>,
     ) -> impl ActorFuture<Self, Output = Option<Addr<SessionActor>>> {
         let tracked = self
-            .sessions
+            .servers
             .iter()
-            .find(|((srv, id), slot)| {
-                *id == session && only_server.as_ref().is_none_or(|s| s == srv) && slot.addr.connected()
-            })
-            .map(|(_, slot)| slot.addr.clone());
+            .filter(|(name, _)| only_server.as_ref().is_none_or(|s| s == *name))
+            .find_map(|(_, srv)| srv.registry.slots.get(&session).map(|slot| slot.addr.clone()))
+            .filter(Addr::connected);
         let engines: Vec<_> = self
             .servers
             .iter()
@@ -295,7 +286,8 @@ impl Supervisor {
         directory: Option<&str>,
         ctx: &mut Context<Self>,
     ) -> Option<Addr<SessionActor>> {
-        if let Some(slot) = self.sessions.get_mut(key(&(server, id))) {
+        let srv = self.servers.get(server)?;
+        if let Some(mut slot) = srv.registry.slots.get_mut(id) {
             if slot.addr.connected() {
                 if slot.directory.is_none() {
                     slot.directory = info.and_then(|i| i.directory.clone());
@@ -303,8 +295,11 @@ impl Supervisor {
                 return Some(slot.addr.clone());
             }
         }
-        let srv = self.servers.get(server)?;
-        let addr = SessionActor::new(id, Arc::clone(&self.cfg), Arc::clone(&srv.env)).start();
+        let actor = SessionActor::new(id, Arc::clone(&self.cfg), Arc::clone(&srv.env));
+        let addr = match self.arbiter_for(id) {
+            Some(arbiter) => SessionActor::start_in_arbiter(arbiter, move |_| actor),
+            None => actor.start(),
+        };
         tracing::debug!(server, session = id, "tracking session");
         if srv.blind {
             addr.do_send(Blind);
@@ -338,9 +333,39 @@ impl Supervisor {
         }
         let directory = info.and_then(|i| i.directory.clone()).or(directory.map(str::to_string));
         let last_seen = self.clock.now();
-        let slot = SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None, last_event: 0 };
-        self.sessions.insert((server.to_string(), id.to_string()), slot);
+        let child = self.parents.contains_key(key(&(server, id)));
+        let slot = SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None, last_event: 0, child };
+        srv.registry.slots.insert(id.to_string(), slot);
         Some(addr)
+    }
+
+    /// The thread a session's actor runs on: always the same for the same id.
+    fn arbiter_for(&self, id: &str) -> Option<&ArbiterHandle> {
+        if self.arbiters.is_empty() {
+            return None;
+        }
+        let mut h = std::hash::DefaultHasher::new();
+        id.hash(&mut h);
+        self.arbiters.get(h.finish() as usize % self.arbiters.len())
+    }
+
+    /// A server's registry (shared: no borrow of the supervisor is held with it).
+    fn registry(&self, server: &str) -> Option<Arc<Registry>> {
+        self.servers.get(server).map(|s| Arc::clone(&s.registry))
+    }
+
+    /// How many sessions are tracked, on every server.
+    fn tracked(&self) -> usize {
+        self.servers.values().map(|s| s.registry.len()).sum()
+    }
+
+    /// Every tracked session's actor.
+    fn actors(&self) -> Vec<Addr<SessionActor>> {
+        let mut out = Vec::with_capacity(self.tracked());
+        for srv in self.servers.values() {
+            out.extend(srv.registry.slots.iter().map(|slot| slot.addr.clone()));
+        }
+        out
     }
 }
 

@@ -67,9 +67,10 @@ impl Supervisor {
             written.map_err(|e| ControlError::Unavailable(format!("ledger: {e}")))?;
             act.fleet_pause = wanted;
             act.arm_fleet_pause_end(ctx);
-            let told = act.sessions.len();
-            for slot in act.sessions.values() {
-                slot.addr.do_send(SetHold { scope: HoldScope::Fleet, hold: pause, until_ms: None, by: by.clone() });
+            let actors = act.actors();
+            let told = actors.len();
+            for addr in actors {
+                addr.do_send(SetHold { scope: HoldScope::Fleet, hold: pause, until_ms: None, by: by.clone() });
             }
             let what = if pause { "the fleet is paused" } else { "the fleet is resumed" };
             tracing::info!(target: "shepherd::action", action = if pause { "pause" } else { "resume" }, by = %by, until_ms, sessions = told, "{what}");

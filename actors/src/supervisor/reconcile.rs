@@ -15,7 +15,7 @@ impl Supervisor {
         let limit = srv.list_limit;
         let mut directories = srv.directories.clone();
         let read_windows = srv.windows_stale;
-        let (epoch, routed) = (srv.epoch, self.routed);
+        let (epoch, routed) = (srv.epoch, srv.registry.routed());
         let server = server.to_string();
         let work = async move {
             let windows = if read_windows { Some(engine.model_windows().await) } else { None };
@@ -91,8 +91,10 @@ impl Supervisor {
         }
         // Tracked sessions of a checked directory that the status endpoint left out
         // are idle now (their idle event may have been lost while disconnected).
-        for ((server, id), slot) in &self.sessions {
-            if *server != r.server || busy_ids.contains(id) || slot.last_event > r.routed {
+        let registry = self.registry(&r.server);
+        for slot in registry.iter().flat_map(|reg| reg.slots.iter()) {
+            let id = slot.key();
+            if busy_ids.contains(id) || slot.last_event > r.routed {
                 // Busy, or the stream spoke of it after the statuses were asked for:
                 // its word is newer than this reading.
                 continue;
@@ -106,8 +108,8 @@ impl Supervisor {
             }
         }
         // Todo events may have been missed while disconnected.
-        for ((server, _), slot) in &self.sessions {
-            if r.after_connect && *server == r.server {
+        if r.after_connect {
+            for slot in registry.iter().flat_map(|reg| reg.slots.iter()) {
                 slot.addr.do_send(RefreshTodos);
             }
         }
@@ -141,7 +143,7 @@ impl Supervisor {
 impl Supervisor {
     /// Whether the stream spoke of this session after a reading stamped `routed` began.
     fn heard_since(&self, server: &str, id: &str, routed: u64) -> bool {
-        self.sessions.get(key(&(server, id))).is_some_and(|s| s.last_event > routed)
+        self.servers.get(server).and_then(|s| s.registry.slots.get(id).map(|slot| slot.last_event > routed)).unwrap_or(false)
     }
 
     /// After an outage: the server's sessions count silence from now.
@@ -151,10 +153,8 @@ impl Supervisor {
             return;
         }
         srv.blind = false;
-        for ((s, _), slot) in &self.sessions {
-            if s == server {
-                slot.addr.do_send(Sighted);
-            }
+        for slot in srv.registry.slots.iter() {
+            slot.addr.do_send(Sighted);
         }
     }
 }

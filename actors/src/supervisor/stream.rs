@@ -1,10 +1,12 @@
-//! The event stream, the supervisor's part: each event counted, routed to its session
-//! (and to its parent's, for a subagent's), the actor created on first sight; a read's
-//! mark dropped once its events are handed on; the stream coming up (reconcile, wake
-//! the sessions the ledger says have unfinished work) and going down (its sessions are
-//! told they are blind).
+//! The event stream, the supervisor's part: the events its pump sends the long way
+//! ([`Registry::route`]) — learned from, routed to their session (and to a subagent's
+//! parent), the actor created on first sight, each with its read's mark; the stream
+//! coming up (reconcile, wake the sessions the ledger says have unfinished work) and
+//! going down (its sessions are told they are blind).
 
 use super::*;
+use crate::session::actor::ObserveRead;
+use crate::stream_clock::ReadToken;
 
 impl Supervisor {
     /// Parent/child links: a child's `parentID`, or the child id in a parent's `task` part.
@@ -19,8 +21,12 @@ impl Supervisor {
         }
     }
 
-    /// One child → parent link, within `supervisor.max_parents` (see [`bounds`]).
+    /// One child → parent link, within `supervisor.max_parents` (see [`bounds`]). The
+    /// child's events go through the supervisor from now on (its parent hears of them).
     fn learn_parent(&mut self, child: SessionKey, parent: String) {
+        if let Some(mut slot) = self.servers.get(&child.0).and_then(|s| s.registry.slots.get_mut(&child.1)) {
+            slot.child = true;
+        }
         let cap = self.fleet.max_parents;
         if bounds::insert_capped_map(&mut self.parents, child, parent, cap) && !self.parents_capped {
             self.parents_capped = true;
@@ -29,46 +35,43 @@ impl Supervisor {
     }
 }
 
-/// One decoded event from a server's stream.
+/// One event from a server's stream that the supervisor is to handle: its pump sends
+/// it the long way ([`Registry::route`]), or a test does.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Ingest {
     /// Shared with the pump (one name per event would be one copy per event).
     pub server: Arc<str>,
     pub envelope: Envelope,
-}
-
-/// Sent by a pump behind the events of one read. Reaching it, the supervisor has handed
-/// every one of them to its session (the mailbox keeps order); dropping the mark moves
-/// the server's stream time on ([`crate::stream_clock`]).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct ReadMark(pub crate::stream_clock::Mark);
-
-impl Handler<ReadMark> for Supervisor {
-    type Result = ();
-
-    fn handle(&mut self, msg: ReadMark, _: &mut Context<Self>) {
-        drop(msg.0);
-    }
+    /// The mark of the read it came in, if it came from a pump: it goes on with the
+    /// event to the session, which drops it once the event is handled.
+    pub read: Option<ReadToken>,
+    /// Its number on the long way ([`Registry::route`]); 0 when not from a pump.
+    pub seq: u64,
 }
 
 impl Handler<Ingest> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, msg: Ingest, ctx: &mut Context<Self>) {
-        let Envelope { directory, event } = msg.envelope;
-        let server: &str = &msg.server;
-        let Some(srv) = self.servers.get_mut(server) else { return };
-        if bounds::count_event(&mut srv.events, event.kind(), self.fleet.max_event_types) && !srv.capped.events {
-            srv.capped.events = true;
-            tracing::warn!(
-                server = %server,
-                cap = self.fleet.max_event_types,
-                kind = %crate::ids::excerpt(event.kind()),
-                "supervisor.max_event_types reached: further new event types are counted as \"other\" (logged once)"
-            );
+        let Ingest { server, envelope, read, seq } = msg;
+        let Some(srv) = self.servers.get(&*server) else { return };
+        let registry = Arc::clone(&srv.registry);
+        if read.is_none() {
+            // Not from a pump, which counts what it reads itself.
+            registry.count(&server, envelope.event.kind(), 1);
         }
+        self.ingest(&server, envelope, read, ctx);
+        registry.handled(seq);
+    }
+}
+
+impl Supervisor {
+    /// An event the session's actor alone could not take: the supervisor learns from it
+    /// (directories, family links), makes the session's actor on first sight, tells a
+    /// subagent's parent, and routes it.
+    fn ingest(&mut self, server: &str, envelope: Envelope, read: Option<ReadToken>, ctx: &mut Context<Self>) {
+        let Envelope { directory, event } = envelope;
         if matches!(event, Event::Sync) {
             return;
         }
@@ -76,13 +79,15 @@ impl Handler<Ingest> for Supervisor {
             tracing::trace!(server = %server, kind = %kind, "ignoring an event type Shepherd does not act on");
             return;
         }
+        let Some(srv) = self.servers.get_mut(server) else { return };
         if let Some(dir) = &directory {
             srv.learn_directory(dir, self.fleet.max_directories, server);
         }
+        let registry = Arc::clone(&srv.registry);
         let Some(id) = event.session_id() else { return };
         if self.scratch.contains(id) {
             // Shepherd's own fork: not supervised (stop an actor made before it was known).
-            if let Some(slot) = self.sessions.remove(key(&(server, id))) {
+            if let Some((_, slot)) = registry.slots.remove(id) {
                 slot.addr.do_send(StopSession);
             }
             return;
@@ -90,7 +95,7 @@ impl Handler<Ingest> for Supervisor {
         if let Event::SessionDeleted(_) = event {
             let id = id.to_string();
             self.parents.remove(key(&(server, &id)));
-            if let Some(slot) = self.sessions.remove(key(&(server, &id))) {
+            if let Some((_, slot)) = registry.slots.remove(&id) {
                 slot.addr.do_send(Observe(event));
             }
             return;
@@ -106,20 +111,23 @@ impl Handler<Ingest> for Supervisor {
             }
         }
         let now = self.clock.now();
-        self.routed += 1;
-        if let Some(slot) = self.sessions.get_mut(key(&(server, id))) {
+        let routed = registry.next_routed();
+        if let Some(mut slot) = registry.slots.get_mut(id) {
             slot.last_seen = now;
-            slot.last_event = self.routed;
+            slot.last_event = routed;
             if let Some(waiting) = slot.evicting.as_mut() {
                 waiting.push(event);
                 return;
             }
         }
         if let Some(addr) = self.session(server, id, info.as_ref(), directory.as_deref(), ctx) {
-            if let Some(slot) = self.sessions.get_mut(key(&(server, id))) {
-                slot.last_event = self.routed;
+            if let Some(mut slot) = registry.slots.get_mut(id) {
+                slot.last_event = routed;
             }
-            addr.do_send(Observe(event));
+            match read {
+                Some(read) => addr.do_send(ObserveRead(event, read)),
+                None => addr.do_send(Observe(event)),
+            }
         }
     }
 }
@@ -183,9 +191,13 @@ impl Supervisor {
                     }
                 };
                 for id in ids {
-                    let live = act.sessions.get(key(&(server.as_str(), id.as_str()))).filter(|s| s.addr.connected());
+                    let live = act
+                        .servers
+                        .get(&server)
+                        .and_then(|s| s.registry.slots.get(&id).map(|slot| slot.addr.clone()))
+                        .filter(Addr::connected);
                     match live {
-                        Some(slot) => slot.addr.do_send(ResumeIntents),
+                        Some(addr) => addr.do_send(ResumeIntents),
                         None => {
                             tracing::info!(server = %server, session = %id, what, "waking the session");
                             act.session(&server, &id, None, None, ctx);
@@ -219,11 +231,9 @@ impl Handler<StreamDown> for Supervisor {
         // silence. One message per session per outage; an idle one arms nothing.
         srv.blind = true;
         let mut told = 0usize;
-        for ((server, _), slot) in &self.sessions {
-            if *server == msg.server {
-                slot.addr.do_send(Blind);
-                told += 1;
-            }
+        for slot in srv.registry.slots.iter() {
+            slot.addr.do_send(Blind);
+            told += 1;
         }
         tracing::info!(server = %msg.server, sessions = told, "event stream down: silence is not counted until it is back and reconciled");
     }

@@ -34,7 +34,14 @@ pub struct SupervisorConfig {
     pub max_event_types: usize,
     pub max_parents: usize,
     pub max_directories: usize,
+    /// Threads the session actors run on (a session always on the same one); 0 = one
+    /// per CPU core. The supervisor, the guard, the advisor and the event pumps keep
+    /// their own thread. Read at start-up.
+    pub session_threads: usize,
 }
+
+/// The most threads `supervisor.session_threads` may ask for.
+pub const MAX_SESSION_THREADS: usize = 256;
 
 impl Default for SupervisorConfig {
     fn default() -> Self {
@@ -47,6 +54,7 @@ impl Default for SupervisorConfig {
             max_event_types: 256,
             max_parents: 100_000,
             max_directories: 10_000,
+            session_threads: 0,
         }
     }
 }
@@ -273,6 +281,9 @@ pub(super) fn validate_supervisor(c: &Config) -> Result<(), InvalidValue> {
     }
     if c.supervisor.max_directories == 0 {
         return Err(bad("supervisor.max_directories", "must be at least 1"));
+    }
+    if c.supervisor.session_threads > MAX_SESSION_THREADS {
+        return Err(bad("supervisor.session_threads", "must be at most 256 (0 = one per CPU core)"));
     }
     Ok(())
 }

@@ -19,6 +19,23 @@ impl Handler<Observe> for SessionActor {
     }
 }
 
+/// One event of this session from a read of the stream, with the read's mark: the mark
+/// is dropped once the event is handled, so the server's stream time passes the read only
+/// when every session it spoke of has taken in its part ([`crate::stream_clock`]).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ObserveRead(pub Event, pub crate::stream_clock::ReadToken);
+
+impl Handler<ObserveRead> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ObserveRead, ctx: &mut Context<Self>) {
+        let ObserveRead(event, read) = msg;
+        self.handle(Observe(event), ctx);
+        drop(read);
+    }
+}
+
 /// The session's description, read by REST when the actor was created mid-flight.
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -23,7 +23,7 @@ mod timer;
 pub use crate::session::handover::Scratch;
 pub use env::{ModelWindows, SessionEnv};
 pub use messages::{
-    Blind, CheckInterrupted, ChildObserve, Evict, Hydrate, Observe, Reconfigure, RefreshTodos, ResumeIntents, Retire,
+    Blind, CheckInterrupted, ChildObserve, Evict, Hydrate, Observe, ObserveRead, Reconfigure, RefreshTodos, ResumeIntents, Retire,
     Sighted, StopSession,
 };
 pub use requests::{DeliverCustom, Inspect, RequestHandoff, ResumeSnapshot, SetHold};

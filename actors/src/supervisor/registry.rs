@@ -1,0 +1,223 @@
+//! The session registry: one server's tracked sessions by id, shared by the supervisor
+//! and the server's pump.
+//!
+//! The supervisor owns the sessions' lifecycle — it creates a slot with the actor,
+//! evicts, reconciles, detaches — and the pump reads the registry to route an event
+//! straight to its session's actor ([`Registry::route`]), so the supervisor's mailbox no
+//! longer carries every event of the fleet. An event goes the long way, through the
+//! supervisor ([`super::Ingest`]), only when the supervisor has something to learn or do
+//! with it: its session has no actor yet, it names a directory or a family link the
+//! supervisor has not seen, it deletes the session, or its session is a subagent whose
+//! parent hears of it too.
+//!
+//! Order is kept per session: once one of a session's events has gone the long way, its
+//! next ones follow it there until the supervisor has handled it, so a session never sees
+//! a later event before an earlier one.
+//!
+//! A map guard is never held across an `.await`, nor across another call into the same
+//! map: the guard locks a shard, and a second lock of that shard on the same thread
+//! would wait forever.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use actix::Addr;
+use dashmap::DashMap;
+use tokio::time::Instant;
+
+use crate::event::{Envelope, Event, PartKind};
+use crate::session::actor::ObserveRead;
+use crate::session::SessionActor;
+use crate::stream_clock::ReadToken;
+
+/// A tracked session: its actor and what the supervisor keeps beside it.
+pub(crate) struct SessionSlot {
+    pub(crate) addr: Addr<SessionActor>,
+    /// The directory (OpenCode instance) it lives in, once known.
+    pub(crate) directory: Option<String>,
+    /// When the last event for this session arrived (idle cleanup reads it).
+    pub(crate) last_seen: Instant,
+    /// Being evicted: events wait here until the actor's state is in the ledger.
+    pub(crate) evicting: Option<Vec<Event>>,
+    /// [`Registry::routed`] when this session's last event was routed to it.
+    pub(crate) last_event: u64,
+    /// A subagent whose parent is known: its events go through the supervisor, which
+    /// tells the parent too.
+    pub(crate) child: bool,
+}
+
+/// One server's sessions (see the module doc).
+pub struct Registry {
+    pub(crate) slots: DashMap<String, SessionSlot>,
+    /// Counts the events routed to this server's sessions; a slot keeps the count of its
+    /// last one, so a REST answer older than what the stream said since is not applied.
+    routed: AtomicU64,
+    /// Events sent the long way, and how many of them the supervisor has handled.
+    long_sent: AtomicU64,
+    long_handled: AtomicU64,
+    /// Event types seen on the stream, with counts (capped: [`super::bounds`]).
+    pub(crate) kinds: Mutex<KindCounts>,
+    /// `supervisor.max_event_types`, kept here by the supervisor for the pump's counts.
+    pub(crate) kind_cap: AtomicUsize,
+}
+
+/// The stream's event types and how often each came.
+#[derive(Debug, Default)]
+pub struct KindCounts {
+    pub(crate) counts: BTreeMap<String, u64>,
+    /// `supervisor.max_event_types` was reached (logged once).
+    pub(crate) capped: bool,
+}
+
+impl Default for Registry {
+    /// The supervisor sets the server's `max_event_types` as it attaches the server.
+    fn default() -> Self {
+        Self::new(crate::config::SupervisorConfig::default().max_event_types)
+    }
+}
+
+impl Registry {
+    fn new(kind_cap: usize) -> Self {
+        Self {
+            slots: DashMap::new(),
+            routed: AtomicU64::new(0),
+            long_sent: AtomicU64::new(0),
+            long_handled: AtomicU64::new(0),
+            kinds: Mutex::default(),
+            kind_cap: AtomicUsize::new(kind_cap),
+        }
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("sessions", &self.slots.len()).finish()
+    }
+}
+
+/// What the pump keeps between events to route them in order.
+#[derive(Debug, Default)]
+pub struct RouteState {
+    /// Sessions with an event gone the long way: the number it went with.
+    long: HashMap<String, u64>,
+    /// Directories the supervisor was told of (at most [`KNOWN_DIRECTORIES`]).
+    directories: HashSet<String>,
+}
+
+/// Directories the pump remembers having told the supervisor of; past it, events of a
+/// new directory always go the long way (the supervisor keeps its own cap).
+const KNOWN_DIRECTORIES: usize = 4096;
+
+/// An event the supervisor is to handle, numbered for [`Registry::handled`].
+pub struct LongWay {
+    pub envelope: Envelope,
+    pub seq: u64,
+}
+
+impl Registry {
+    /// The next stamp for an event routed to a session.
+    pub(crate) fn next_routed(&self) -> u64 {
+        self.routed.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The latest stamp handed out.
+    pub(crate) fn routed(&self) -> u64 {
+        self.routed.load(Ordering::Relaxed)
+    }
+
+    /// The supervisor handled the event sent the long way as `seq`.
+    pub(crate) fn handled(&self, seq: u64) {
+        self.long_handled.fetch_max(seq, Ordering::Release);
+    }
+
+    /// Routes one of the stream's events: straight to its session's actor, with the
+    /// read's mark, when nothing but the session needs it (then `None`); otherwise it
+    /// comes back, numbered, for the supervisor.
+    pub fn route(&self, state: &mut RouteState, envelope: Envelope, read: &ReadToken, now: Instant) -> Option<LongWay> {
+        if self.direct(state, &envelope) {
+            let id = envelope.event.session_id().unwrap_or_default();
+            if let Some(mut slot) = self.slots.get_mut(id) {
+                if !slot.child && slot.addr.connected() {
+                    slot.last_seen = now;
+                    slot.last_event = self.next_routed();
+                    match slot.evicting.as_mut() {
+                        Some(waiting) => waiting.push(envelope.event),
+                        None => slot.addr.do_send(ObserveRead(envelope.event, ReadToken::clone(read))),
+                    }
+                    return None;
+                }
+            }
+        }
+        let seq = self.long_sent.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(id) = envelope.event.session_id() {
+            match state.long.get_mut(id) {
+                Some(last) => *last = seq,
+                None => {
+                    state.long.insert(id.to_string(), seq);
+                }
+            }
+        }
+        if let Some(dir) = &envelope.directory {
+            if state.directories.len() < KNOWN_DIRECTORIES && !state.directories.contains(dir) {
+                state.directories.insert(dir.clone());
+            }
+        }
+        Some(LongWay { envelope, seq })
+    }
+
+    /// Whether the event may go straight to its session, as far as the event and the
+    /// order of its session's events go (the slot decides the rest).
+    fn direct(&self, state: &mut RouteState, envelope: &Envelope) -> bool {
+        if envelope.directory.as_ref().is_some_and(|d| !state.directories.contains(d)) {
+            return false; // the supervisor learns the directory
+        }
+        let Some(id) = envelope.event.session_id() else { return false };
+        if !state.long.is_empty() {
+            let handled = self.long_handled.load(Ordering::Acquire);
+            if handled >= self.long_sent.load(Ordering::Relaxed) {
+                state.long.clear();
+            } else if state.long.get(id).is_some_and(|&seq| seq > handled) {
+                return false; // an earlier event of this session is still on the long way
+            }
+        }
+        match &envelope.event {
+            Event::SessionDeleted(_) => false,
+            Event::SessionCreated(i) | Event::SessionUpdated(i) => i.parent_id.is_none(),
+            Event::PartUpdated(p) => !matches!(&p.kind, PartKind::Tool { child_session: Some(_), .. }),
+            _ => true,
+        }
+    }
+
+    /// Adds `n` events of type `kind` to the stream's counts, within
+    /// `supervisor.max_event_types` names (past it they count as `other`; the first
+    /// time is logged).
+    pub fn count(&self, server: &str, kind: &str, n: u64) {
+        let cap = self.kind_cap.load(Ordering::Relaxed);
+        let mut k = self.kinds.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if super::bounds::count_events(&mut k.counts, kind, n, cap) && !k.capped {
+            k.capped = true;
+            tracing::warn!(
+                server = %server,
+                cap,
+                kind = %crate::ids::excerpt(kind),
+                "supervisor.max_event_types reached: further new event types are counted as \"other\" (logged once)"
+            );
+        }
+    }
+
+    /// The stream's event types and their counts.
+    pub(crate) fn kind_counts(&self) -> BTreeMap<String, u64> {
+        self.kinds.lock().unwrap_or_else(std::sync::PoisonError::into_inner).counts.clone()
+    }
+
+    /// How many sessions are tracked.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether no session is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
