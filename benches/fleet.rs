@@ -27,7 +27,7 @@
 //!    all threads over 30 s — the supervisor's cleanup interval, so exactly one of its
 //!    passes over the fleet falls in the window — plus three heartbeats.
 //!
-//! Environment: `FLEET_SIZES` (default `1000,10000`), `FLEET_IDLE_SECS` (default 30),
+//! Environment: `FLEET_SIZES` (default `1000,10000,100000`), `FLEET_IDLE_SECS` (default 30),
 //! `FLEET_BURST_TURNS` (default 12 at 1k, 1 at 10k), `FLEET_BURST_STEP_US` (default 0:
 //! as fast as Shepherd reads), `FLEET_BACKGROUND_STEP_MS` (default 250; 0 = no
 //! background traffic during the stalls), `FLEET_EXIT_AT_END` (exit right after the
@@ -164,7 +164,7 @@ fn main() {
 
 fn orchestrate() {
     let sizes: Vec<usize> = std::env::var("FLEET_SIZES")
-        .unwrap_or_else(|_| "1000,10000".into())
+        .unwrap_or_else(|_| "1000,10000,100000".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
@@ -406,6 +406,13 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     // orders kept in memory meanwhile. This bench measures the stall path, not the limit.
     cfg.guard.global_per_minute = 100_000;
     cfg.guard.global_burst = 10_000;
+    // Every session stays in memory (100k is past the default cap of 20k): the RSS per
+    // session is of tracked sessions, not of evicted ones.
+    cfg.supervisor.max_sessions_in_memory = cfg.supervisor.max_sessions_in_memory.max(n);
+    // `FLEET_SERVER_THREADS` overrides `supervisor.server_threads` (default: one per core).
+    if let Some(n) = std::env::var("FLEET_SERVER_THREADS").ok().and_then(|v| v.parse().ok()) {
+        cfg.supervisor.server_threads = n;
+    }
     // The daemon's default backend (SQLite on disk), in a scratch file.
     let ledger = std::env::temp_dir().join(format!("shepherd-fleet-bench-{n}.sqlite3"));
     remove_ledger(&ledger);

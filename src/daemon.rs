@@ -46,18 +46,18 @@ pub struct Daemon {
     metrics_task: tokio::task::JoinHandle<()>,
     /// Returns freed heap to the system every `supervisor.cleanup_interval`.
     trimmer: tokio::task::JoinHandle<()>,
-    /// The threads the session actors run on (`supervisor.session_threads`), stopped
-    /// after them.
-    session_threads: Vec<Arbiter>,
+    /// The threads the servers' pumps and sessions run on (`supervisor.server_threads`),
+    /// stopped last.
+    server_threads: Vec<Arbiter>,
 }
 
-/// Starts the session actors' threads: `configured`, or one per CPU core for 0.
-fn session_threads(configured: usize) -> Vec<Arbiter> {
+/// Starts the servers' threads: `configured`, or one per CPU core for 0.
+fn server_threads(configured: usize) -> Vec<Arbiter> {
     let n = match configured {
         0 => std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
         n => n,
     };
-    tracing::info!(threads = n, "session actors run on {n} thread(s)");
+    tracing::info!(threads = n, "servers (their event pumps and sessions) run on {n} thread(s)");
     (0..n).map(|_| Arbiter::new()).collect()
 }
 
@@ -108,7 +108,6 @@ impl Daemon {
         // Every log line from here on passes the configured redactor too.
         crate::logging::set_redactor(rules.redactor.clone());
         let redactor = rules.redactor.clone();
-        let session_threads = session_threads(cfg.supervisor.session_threads);
         let supervisor = Supervisor::new(
             rules,
             cfg.supervisor.clone(),
@@ -117,14 +116,15 @@ impl Daemon {
             journal.clone(),
             instance.clone(),
         )
-        .with_arbiters(session_threads.iter().map(Arbiter::handle).collect())
         .with_workspace(Arc::new(crate::workspace::GitWorkspace))
         .with_guard(crate::guard::as_port(&guard))
         .with_advisor_slot(advisor.clone())
         .start();
         let toasts = Toasts::start(&cfg.toasts, &journal);
+        let server_threads = server_threads(cfg.supervisor.server_threads);
         let mut running =
-            Running::new(cfg.clone(), loader, supervisor.clone(), guard, advisor, toasts, Arc::clone(&metrics));
+            Running::new(cfg.clone(), loader, supervisor.clone(), guard, advisor, toasts, Arc::clone(&metrics))
+                .with_threads(server_threads.iter().map(Arbiter::handle).collect());
         let pump_stats = Arc::clone(&running.pump_stats);
         let notifiers = Notifiers::start(
             &cfg.notify,
@@ -179,7 +179,7 @@ impl Daemon {
             metrics,
             metrics_task,
             trimmer,
-            session_threads,
+            server_threads,
         })
     }
 
@@ -280,7 +280,7 @@ impl Daemon {
         self.notifiers.stop().await; // what is batched is sent, within the targets' timeout
         self.metrics_task.abort();
         self.trimmer.abort();
-        for arbiter in &self.session_threads {
+        for arbiter in &self.server_threads {
             arbiter.stop();
         }
     }

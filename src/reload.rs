@@ -23,13 +23,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use actix::{Actor as _, Addr};
+use actix::{Actor as _, Addr, ArbiterHandle};
 use shepherd_actors::advisor::actor::{AdvisorActor, AdvisorSlot, Retune};
 use shepherd_actors::config::{Config, ServerConfig};
 use shepherd_actors::guard::GuardHandle;
 use shepherd_actors::supervisor::{AttachServer, DetachServer, ReconfigureAll, Supervisor};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 
 use crate::config::diff::{keep_restart_only, Change, ConfigDiff};
 use crate::config::{resolve_password, ConfigError};
@@ -103,7 +102,8 @@ pub(crate) type PumpTable = Arc<RwLock<Vec<(String, Arc<PumpStats>)>>>;
 /// One server's event pump, stoppable on its own.
 struct Pump {
     stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    /// Resolves (or fails: the thread is gone) once the pump has ended.
+    done: tokio::sync::oneshot::Receiver<()>,
 }
 
 /// Everything a reload may change, owned by the daemon (behind a lock shared with the
@@ -122,6 +122,10 @@ pub(crate) struct Running {
     pub(crate) pump_stats: PumpTable,
     metrics: Arc<Metrics>,
     stopped: bool,
+    /// The threads servers run on (`supervisor.server_threads`): each new server takes
+    /// the next in turn, its pump and its sessions' actors together.
+    threads: Vec<ArbiterHandle>,
+    next_thread: usize,
 }
 
 /// A server's clients, made before anything changes (a failure rejects the reload).
@@ -153,7 +157,16 @@ impl Running {
             pump_stats: Arc::default(),
             metrics,
             stopped: false,
+            threads: Vec::new(),
+            next_thread: 0,
         }
+    }
+
+    /// Runs each server (its pump and its sessions) on one of these threads, in turn;
+    /// without any, on the caller's.
+    pub(crate) fn with_threads(mut self, threads: Vec<ArbiterHandle>) -> Self {
+        self.threads = threads;
+        self
     }
 
     /// Resolves the server's password and builds its REST client.
@@ -172,6 +185,10 @@ impl Running {
     fn start_server(&mut self, p: Prepared) {
         let Prepared { server, auth, client } = p;
         let pump = EventPump::new(server.clone(), auth, self.supervisor.clone());
+        let thread = (!self.threads.is_empty()).then(|| {
+            self.next_thread += 1;
+            self.threads[(self.next_thread - 1) % self.threads.len()].clone()
+        });
         self.toasts.attach(&server.name, client.clone());
         self.clients.insert(server.name.clone(), client.clone());
         self.supervisor.do_send(AttachServer {
@@ -182,6 +199,7 @@ impl Running {
             retry_max: server.reconnect_max,
             stream: Arc::clone(&pump.stats().clock),
             registry: pump.registry(),
+            thread: thread.clone(),
         });
         let (stop, stop_rx) = watch::channel(false);
         if let Ok(mut stats) = self.pump_stats.write() {
@@ -189,8 +207,20 @@ impl Running {
             stats.push((server.name.clone(), pump.stats()));
         }
         self.metrics.add_pump(&server.name, pump.stats());
-        let task = actix::spawn(pump.run(stop_rx));
-        self.pumps.insert(server.name.clone(), Pump { stop, task });
+        let (ended, done) = tokio::sync::oneshot::channel();
+        let run = async move {
+            pump.run(stop_rx).await;
+            let _ = ended.send(());
+        };
+        match &thread {
+            Some(thread) => {
+                thread.spawn(run);
+            }
+            None => {
+                actix::spawn(run);
+            }
+        }
+        self.pumps.insert(server.name.clone(), Pump { stop, done });
         tracing::info!(server = %server.name, url = %server.url, "supervising");
     }
 
@@ -208,7 +238,7 @@ impl Running {
     async fn stop_server(&mut self, name: &str) -> usize {
         if let Some(pump) = self.pumps.remove(name) {
             let _ = pump.stop.send(true);
-            let _ = pump.task.await;
+            let _ = pump.done.await;
         }
         if let Ok(mut stats) = self.pump_stats.write() {
             stats.retain(|(n, _)| n != name);
@@ -224,7 +254,7 @@ impl Running {
         self.stopped = true;
         for (_, pump) in std::mem::take(&mut self.pumps) {
             let _ = pump.stop.send(true);
-            let _ = pump.task.await;
+            let _ = pump.done.await;
         }
     }
 

@@ -244,6 +244,7 @@ fn world_with_ledger(cfg: RecoveryConfig, ledger: Arc<dyn Ledger>) -> World {
         retry_max: Duration::from_secs(30),
         stream: Arc::clone(&stream),
         registry: Arc::clone(&registry),
+        thread: None,
     });
     World { engine, stream, registry, supervisor, records }
 }

@@ -27,7 +27,7 @@ const RESTART_ONLY: [&str; 10] = [
     "guard.redis_url",
     "guard.key_prefix",
     "notify", // the [[notify]] list is one leaf; the notifiers start with the daemon
-    "supervisor.session_threads",
+    "supervisor.server_threads",
 ];
 
 /// One changed key.
@@ -122,7 +122,7 @@ pub fn keep_restart_only(running: &Config, new: Config) -> Config {
     kept.guard.backend = running.guard.backend;
     kept.guard.redis_url = running.guard.redis_url.clone();
     kept.guard.key_prefix = running.guard.key_prefix.clone();
-    kept.supervisor.session_threads = running.supervisor.session_threads;
+    kept.supervisor.server_threads = running.supervisor.server_threads;
     kept
 }
 

@@ -19,6 +19,9 @@ pub struct AttachServer {
     pub stream: Arc<crate::stream_clock::StreamClock>,
     /// The server's tracked sessions, which its pump routes events through.
     pub registry: Arc<Registry>,
+    /// The thread the server's pump runs on, where its sessions' actors run too (none:
+    /// the supervisor's own).
+    pub thread: Option<ArbiterHandle>,
 }
 
 impl Handler<AttachServer> for Supervisor {
@@ -26,6 +29,9 @@ impl Handler<AttachServer> for Supervisor {
 
     fn handle(&mut self, msg: AttachServer, _: &mut Context<Self>) {
         msg.registry.kind_cap.store(self.fleet.max_event_types, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = &msg.thread {
+            let _ = msg.registry.thread.set(thread.clone());
+        }
         let env = Arc::new(SessionEnv {
             server: msg.name.as_str().into(),
             engine: msg.engine,
@@ -57,6 +63,7 @@ impl Handler<AttachServer> for Supervisor {
                 epoch: 0,
                 windows_stale: true,
                 registry: msg.registry,
+                thread: msg.thread,
                 directories_capped: false,
             },
         );

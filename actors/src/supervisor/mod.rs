@@ -82,6 +82,8 @@ struct Server {
     windows_stale: bool,
     /// The server's tracked sessions, shared with its pump ([`registry`]).
     registry: Arc<Registry>,
+    /// The thread its pump and its sessions' actors run on (none: the supervisor's).
+    thread: Option<ArbiterHandle>,
     /// `supervisor.max_directories` was reached (logged once).
     directories_capped: bool,
 }
@@ -124,9 +126,6 @@ pub struct Supervisor {
     /// `shepherd pause --all`, and the timer that ends it when it was given an end.
     fleet_pause: Option<crate::ledger::FleetPause>,
     fleet_pause_end: Option<SpawnHandle>,
-    /// The threads session actors run on, a session always on the same one (none: the
-    /// supervisor's own).
-    arbiters: Vec<ArbiterHandle>,
 }
 
 /// `(server, session id)`: a session's identity everywhere. Maps keyed by it are looked
@@ -203,7 +202,6 @@ impl Supervisor {
             intervals: Vec::new(),
             fleet_pause: None,
             fleet_pause_end: None,
-            arbiters: Vec::new(),
         }
     }
 
@@ -222,13 +220,6 @@ impl Supervisor {
     /// Consults whatever advisor `slot` holds (the daemon fills and empties it on reload).
     pub fn with_advisor_slot(mut self, slot: crate::advisor::actor::AdvisorSlot) -> Self {
         self.advisor = slot;
-        self
-    }
-
-    /// Runs the session actors on these threads, each session always on the same one
-    /// (chosen by its id); without any, on the supervisor's own.
-    pub fn with_arbiters(mut self, arbiters: Vec<ArbiterHandle>) -> Self {
-        self.arbiters = arbiters;
         self
     }
 
@@ -296,8 +287,8 @@ impl Supervisor {
             }
         }
         let actor = SessionActor::new(id, Arc::clone(&self.cfg), Arc::clone(&srv.env));
-        let addr = match self.arbiter_for(id) {
-            Some(arbiter) => SessionActor::start_in_arbiter(arbiter, move |_| actor),
+        let addr = match &srv.thread {
+            Some(thread) => SessionActor::start_in_arbiter(thread, move |_| actor),
             None => actor.start(),
         };
         tracing::debug!(server, session = id, "tracking session");
@@ -339,14 +330,17 @@ impl Supervisor {
         Some(addr)
     }
 
-    /// The thread a session's actor runs on: always the same for the same id.
-    fn arbiter_for(&self, id: &str) -> Option<&ArbiterHandle> {
-        if self.arbiters.is_empty() {
-            return None;
+    /// Sends an event-carrying message to a session's actor from its server's thread,
+    /// behind the events its pump sent before ([`Registry::dispatch`]).
+    fn dispatch<M>(&self, server: &str, addr: Addr<SessionActor>, msg: M)
+    where
+        M: Message<Result = ()> + Send + 'static,
+        SessionActor: Handler<M>,
+    {
+        match self.servers.get(server) {
+            Some(srv) => srv.registry.dispatch(addr, msg),
+            None => addr.do_send(msg),
         }
-        let mut h = std::hash::DefaultHasher::new();
-        id.hash(&mut h);
-        self.arbiters.get(h.finish() as usize % self.arbiters.len())
     }
 
     /// A server's registry (shared: no borrow of the supervisor is held with it).

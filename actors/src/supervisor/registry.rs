@@ -10,9 +10,15 @@
 //! supervisor has not seen, it deletes the session, or its session is a subagent whose
 //! parent hears of it too.
 //!
+//! A server runs on a thread of its own (`supervisor.server_threads`): its pump and its
+//! sessions' actors together, so an event routed straight is a send on the same thread
+//! and the supervisor's mailbox, on the main thread, carries only the long way. What the
+//! supervisor routes it sends from the server's thread too ([`Registry::dispatch`]),
+//! behind whatever the pump sent before.
+//!
 //! Order is kept per session: once one of a session's events has gone the long way, its
-//! next ones follow it there until the supervisor has handled it, so a session never sees
-//! a later event before an earlier one.
+//! next ones follow it there until the supervisor's sends for it are out, so a session
+//! never sees a later event before an earlier one.
 //!
 //! A map guard is never held across an `.await`, nor across another call into the same
 //! map: the guard locks a shard, and a second lock of that shard on the same thread
@@ -20,9 +26,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use actix::Addr;
+use actix::{Addr, ArbiterHandle, Handler, Message};
 use dashmap::DashMap;
 use tokio::time::Instant;
 
@@ -60,6 +66,9 @@ pub struct Registry {
     pub(crate) kinds: Mutex<KindCounts>,
     /// `supervisor.max_event_types`, kept here by the supervisor for the pump's counts.
     pub(crate) kind_cap: AtomicUsize,
+    /// The thread the server's pump and its sessions' actors run on (set as the server
+    /// is attached; unset: the supervisor's own).
+    pub(crate) thread: OnceLock<ArbiterHandle>,
 }
 
 /// The stream's event types and how often each came.
@@ -86,6 +95,7 @@ impl Registry {
             long_handled: AtomicU64::new(0),
             kinds: Mutex::default(),
             kind_cap: AtomicUsize::new(kind_cap),
+            thread: OnceLock::new(),
         }
     }
 }
@@ -126,14 +136,12 @@ impl Registry {
         self.routed.load(Ordering::Relaxed)
     }
 
-    /// The supervisor handled the event sent the long way as `seq`.
-    pub(crate) fn handled(&self, seq: u64) {
-        self.long_handled.fetch_max(seq, Ordering::Release);
-    }
-
     /// Routes one of the stream's events: straight to its session's actor, with the
     /// read's mark, when nothing but the session needs it (then `None`); otherwise it
     /// comes back, numbered, for the supervisor.
+    ///
+    /// The pump runs on the thread of the server's sessions, so a send here never wakes
+    /// another thread.
     pub fn route(&self, state: &mut RouteState, envelope: Envelope, read: &ReadToken, now: Instant) -> Option<LongWay> {
         if self.direct(state, &envelope) {
             let id = envelope.event.session_id().unwrap_or_default();
@@ -164,6 +172,37 @@ impl Registry {
             }
         }
         Some(LongWay { envelope, seq })
+    }
+
+    /// Sends `msg` to a session's actor from the server's thread: the supervisor sends
+    /// what it routes this way, so it lands behind every event the pump sent before.
+    pub(crate) fn dispatch<M>(&self, addr: Addr<SessionActor>, msg: M)
+    where
+        M: Message<Result = ()> + Send + 'static,
+        SessionActor: Handler<M>,
+    {
+        self.on_thread(move || addr.do_send(msg));
+    }
+
+    /// The supervisor is done with the event sent the long way as `seq`: once what it
+    /// dispatched for it has been sent (on the server's thread, in order), the session's
+    /// next events may go straight again.
+    pub(crate) fn handled(self: &Arc<Self>, seq: u64) {
+        let registry = Arc::clone(self);
+        self.on_thread(move || {
+            registry.long_handled.fetch_max(seq, Ordering::Release);
+        });
+    }
+
+    /// Runs `f` on the server's thread, behind what was queued there before (now, when
+    /// the server has no thread of its own).
+    fn on_thread(&self, f: impl FnOnce() + Send + 'static) {
+        match self.thread.get() {
+            Some(thread) => {
+                thread.spawn_fn(f);
+            }
+            None => f(),
+        }
     }
 
     /// Whether the event may go straight to its session, as far as the event and the

@@ -96,7 +96,7 @@ impl Supervisor {
             let id = id.to_string();
             self.parents.remove(key(&(server, &id)));
             if let Some((_, slot)) = registry.slots.remove(&id) {
-                slot.addr.do_send(Observe(event));
+                registry.dispatch(slot.addr, Observe(event));
             }
             return;
         }
@@ -107,7 +107,8 @@ impl Supervisor {
         self.learn_family(server, id, &event, info.as_ref());
         if let Some(parent) = self.parents.get(key(&(server, id))).cloned() {
             if let Some(addr) = self.session(server, &parent, None, directory.as_deref(), ctx) {
-                addr.do_send(ChildObserve { child: id.to_string(), event: event.clone() });
+                let child = ChildObserve { child: id.to_string(), event: event.clone() };
+                self.dispatch(server, addr, child);
             }
         }
         let now = self.clock.now();
@@ -125,8 +126,8 @@ impl Supervisor {
                 slot.last_event = routed;
             }
             match read {
-                Some(read) => addr.do_send(ObserveRead(event, read)),
-                None => addr.do_send(Observe(event)),
+                Some(read) => registry.dispatch(addr, ObserveRead(event, read)),
+                None => registry.dispatch(addr, Observe(event)),
             }
         }
     }

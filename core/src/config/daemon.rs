@@ -34,14 +34,15 @@ pub struct SupervisorConfig {
     pub max_event_types: usize,
     pub max_parents: usize,
     pub max_directories: usize,
-    /// Threads the session actors run on (a session always on the same one); 0 = one
-    /// per CPU core. The supervisor, the guard, the advisor and the event pumps keep
-    /// their own thread. Read at start-up.
-    pub session_threads: usize,
+    /// Threads the servers run on: a server's event pump and its sessions' actors share
+    /// one, so an event never crosses threads on its way to its session; more servers
+    /// than threads share them in turn. 0 = one per CPU core. The supervisor, the guard,
+    /// the advisor and the control API keep the main thread. Read at start-up.
+    pub server_threads: usize,
 }
 
-/// The most threads `supervisor.session_threads` may ask for.
-pub const MAX_SESSION_THREADS: usize = 256;
+/// The most threads `supervisor.server_threads` may ask for.
+pub const MAX_SERVER_THREADS: usize = 256;
 
 impl Default for SupervisorConfig {
     fn default() -> Self {
@@ -54,7 +55,7 @@ impl Default for SupervisorConfig {
             max_event_types: 256,
             max_parents: 100_000,
             max_directories: 10_000,
-            session_threads: 0,
+            server_threads: 0,
         }
     }
 }
@@ -282,8 +283,8 @@ pub(super) fn validate_supervisor(c: &Config) -> Result<(), InvalidValue> {
     if c.supervisor.max_directories == 0 {
         return Err(bad("supervisor.max_directories", "must be at least 1"));
     }
-    if c.supervisor.session_threads > MAX_SESSION_THREADS {
-        return Err(bad("supervisor.session_threads", "must be at most 256 (0 = one per CPU core)"));
+    if c.supervisor.server_threads > MAX_SERVER_THREADS {
+        return Err(bad("supervisor.server_threads", "must be at most 256 (0 = one per CPU core)"));
     }
     Ok(())
 }
