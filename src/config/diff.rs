@@ -197,9 +197,13 @@ mod tests {
         new.control.bind = "127.0.0.1:7500".into();
         new.guard.backend = shepherd_actors::config::GuardBackend::Redis;
         new.guard.window = Duration::from_secs(10);
+        new.supervisor.server_threads = 4;
         let diff = ConfigDiff::between(&old, &new);
         let keys = |v: &[Change]| v.iter().map(|c| c.key.clone()).collect::<Vec<_>>();
-        assert_eq!(keys(&diff.needs_restart), ["control.bind", "guard.backend", "store.path"]);
+        assert_eq!(
+            keys(&diff.needs_restart),
+            ["control.bind", "guard.backend", "store.path", "supervisor.server_threads"]
+        );
         assert_eq!(keys(&diff.live), ["guard.window"]);
     }
 

@@ -113,11 +113,17 @@ pub struct RouteState {
     long: HashMap<String, u64>,
     /// Directories the supervisor was told of (at most [`KNOWN_DIRECTORIES`]).
     directories: HashSet<String>,
+    /// The size of `long` past which it is pruned next.
+    prune_at: usize,
 }
 
 /// Directories the pump remembers having told the supervisor of; past it, events of a
 /// new directory always go the long way (the supervisor keeps its own cap).
 const KNOWN_DIRECTORIES: usize = 4096;
+
+/// Past this many sessions remembered with an event on the long way, those whose event
+/// has been handled are forgotten.
+const LONG_WAY_PRUNE: usize = 1024;
 
 /// An event the supervisor is to handle, numbered for [`Registry::handled`].
 pub struct LongWay {
@@ -216,8 +222,17 @@ impl Registry {
             let handled = self.long_handled.load(Ordering::Acquire);
             if handled >= self.long_sent.load(Ordering::Relaxed) {
                 state.long.clear();
-            } else if state.long.get(id).is_some_and(|&seq| seq > handled) {
-                return false; // an earlier event of this session is still on the long way
+            } else {
+                if state.long.len() > state.prune_at.max(LONG_WAY_PRUNE) {
+                    // Under steady long-way traffic (a streaming subagent) the map is
+                    // never empty all at once: forget the sessions whose turn is over
+                    // (amortized: the next pass waits until the map has doubled).
+                    state.long.retain(|_, seq| *seq > handled);
+                    state.prune_at = 2 * state.long.len();
+                }
+                if state.long.get(id).is_some_and(|&seq| seq > handled) {
+                    return false; // an earlier event of this session is still on the long way
+                }
             }
         }
         match &envelope.event {
@@ -258,5 +273,40 @@ impl Registry {
     /// Whether no session is tracked.
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream_clock::StreamClock;
+
+    fn status(id: &str) -> Envelope {
+        crate::event::decode(&format!(
+            r#"{{"directory":"/p","payload":{{"type":"session.status","properties":{{"sessionID":"{id}","status":{{"type":"busy"}}}}}}}}"#
+        ))
+        .unwrap()
+    }
+
+    /// Under steady long-way traffic the pump's memory of sessions with an event on the
+    /// long way stays bounded by what is still on the way, not by every session seen.
+    #[tokio::test]
+    async fn sessions_whose_long_way_event_was_handled_are_forgotten() {
+        let registry = Arc::new(Registry::default());
+        let read = Arc::new(Arc::new(StreamClock::default()).mark(None).await);
+        let mut state = RouteState::default();
+        let now = Instant::now();
+        let mut last = 0;
+        for i in 0..10_000 {
+            // No session has an actor: every event goes the long way, and the supervisor
+            // handles each one before the next two are sent.
+            let long = registry.route(&mut state, status(&format!("ses_{i}")), &read, now).expect("long way");
+            registry.handled(last);
+            last = long.seq;
+        }
+        assert!(state.long.len() <= 2 * LONG_WAY_PRUNE + 2, "{} remembered", state.long.len());
+        registry.handled(last);
+        assert!(registry.route(&mut state, status("ses_x"), &read, now).is_some());
+        assert_eq!(state.long.len(), 1, "all handled: only the newest is remembered");
     }
 }

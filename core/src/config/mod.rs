@@ -334,6 +334,9 @@ mod tests {
         c.servers[0].max_response_bytes = 1024;
         assert_eq!(c.validate().unwrap_err().key, "servers[0].max_response_bytes");
         c.servers[0].max_response_bytes = 64 * 1024;
+        c.servers[0].max_requests_in_flight = 0;
+        assert_eq!(c.validate().unwrap_err().key, "servers[0].max_requests_in_flight");
+        c.servers[0].max_requests_in_flight = 8;
         c.validate().unwrap();
     }
 

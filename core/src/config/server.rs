@@ -41,6 +41,11 @@ pub struct ServerConfig {
     /// (an error naming this key), never read into memory whole.
     #[serde(default = "default_max_response_bytes")]
     pub max_response_bytes: usize,
+    /// REST calls to this server at once, at most; more wait their turn (within
+    /// `request_timeout`). A fleet's recoveries falling due together open no more
+    /// connections than this.
+    #[serde(default = "default_max_requests_in_flight")]
+    pub max_requests_in_flight: usize,
 }
 
 fn default_username() -> String {
@@ -71,6 +76,13 @@ fn default_max_response_bytes() -> usize {
     32 * 1024 * 1024
 }
 
+fn default_max_requests_in_flight() -> usize {
+    32
+}
+
+/// The most `servers[].max_requests_in_flight` may allow.
+pub const MAX_REQUESTS_IN_FLIGHT: usize = 4096;
+
 impl ServerConfig {
     /// A server with every optional value at its default.
     pub fn new(name: impl Into<String>, url: impl Into<String>) -> Self {
@@ -85,6 +97,7 @@ impl ServerConfig {
             reconnect_max: default_reconnect_max(),
             list_limit: default_list_limit(),
             max_response_bytes: default_max_response_bytes(),
+            max_requests_in_flight: default_max_requests_in_flight(),
         }
     }
 }
@@ -107,6 +120,9 @@ pub(super) fn validate(c: &Config) -> Result<(), InvalidValue> {
         }
         if s.max_response_bytes < 64 * 1024 {
             return Err(bad(&format!("servers[{i}].max_response_bytes"), "must be at least 65536 (64 KiB)"));
+        }
+        if !(1..=MAX_REQUESTS_IN_FLIGHT).contains(&s.max_requests_in_flight) {
+            return Err(bad(&format!("servers[{i}].max_requests_in_flight"), "must be between 1 and 4096"));
         }
     }
     Ok(())

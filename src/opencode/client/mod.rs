@@ -63,6 +63,10 @@ pub struct OpenCodeClient {
     status_reads: Arc<StatusReads>,
     /// `servers[].max_response_bytes`: the largest answer read.
     max_response_bytes: usize,
+    /// `servers[].max_requests_in_flight`: a permit per call under way (shared by clones).
+    in_flight: Arc<tokio::sync::Semaphore>,
+    /// How long a call waits for a permit: the server's `request_timeout`.
+    permit_wait: std::time::Duration,
 }
 
 impl OpenCodeClient {
@@ -79,9 +83,10 @@ impl OpenCodeClient {
             long_call_timeout_ms: Arc::new(server.request_timeout.as_millis().try_into().unwrap_or(u64::MAX).into()),
             status_reads: Arc::default(),
             max_response_bytes: server.max_response_bytes,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(server.max_requests_in_flight)),
+            permit_wait: server.request_timeout,
         })
     }
-
 
     /// Sets the timeout of calls that block until OpenCode finished (compaction).
     pub fn with_long_call_timeout(self, timeout: std::time::Duration) -> Self {

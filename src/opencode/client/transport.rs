@@ -25,14 +25,29 @@ impl OpenCodeClient {
     }
 
     pub(super) async fn send(&self, rb: RequestBuilder, what: &str) -> Result<reqwest::Response, EngineError> {
+        let _turn = self.turn(what).await?;
         let resp = rb.send().await.map_err(|e| EngineError::Unreachable(format!("{what}: {e}")))?;
         Self::checked(resp, what).await
+    }
+
+    /// Waits for one of `servers[].max_requests_in_flight` (at most `request_timeout`;
+    /// then the call fails as never sent), held until the answer's head is in.
+    async fn turn(&self, what: &str) -> Result<tokio::sync::SemaphorePermit<'_>, EngineError> {
+        match tokio::time::timeout(self.permit_wait, self.in_flight.acquire()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(EngineError::Unreachable(format!("{what}: the client is closed"))),
+            Err(_) => Err(EngineError::Unreachable(format!(
+                "{what}: not sent: servers[].max_requests_in_flight calls stayed under way for {:?}",
+                self.permit_wait
+            ))),
+        }
     }
 
     /// Like [`Self::send`], for a request that changes the session: a transport error
     /// after the connection was made (a timeout, a connection broken while waiting for
     /// the answer) may come after OpenCode acted on it — [`EngineError::Unconfirmed`].
     pub(super) async fn send_effect(&self, rb: RequestBuilder, what: &str) -> Result<reqwest::Response, EngineError> {
+        let _turn = self.turn(what).await?;
         let resp = rb.send().await.map_err(|e| {
             if e.is_connect() || e.is_builder() {
                 EngineError::Unreachable(format!("{what}: {e}"))
@@ -117,6 +132,9 @@ async fn read_prefix(mut resp: reqwest::Response, max: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use shepherd_actors::config::ServerConfig;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
     use shepherd_actors::ports::Engine;
 
     use super::super::tests::{prompt, recording_server};
@@ -148,6 +166,49 @@ mod tests {
         let client = OpenCodeClient::new(&ServerConfig::new("a", &url), None).unwrap();
         let err = client.prompt("ses_A", &prompt()).await.unwrap_err();
         assert!(matches!(err, EngineError::Unreachable(_)), "{err:?}");
+    }
+
+    /// A server that takes every connection and answers none: how many it was given.
+    async fn silent_server() -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&connections);
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                held.push(socket);
+            }
+        });
+        (url, connections)
+    }
+
+    #[tokio::test]
+    async fn calls_past_max_requests_in_flight_wait_their_turn() {
+        let (url, connections) = silent_server().await;
+        let mut server = ServerConfig::new("a", &url);
+        server.request_timeout = std::time::Duration::from_millis(400);
+        server.max_requests_in_flight = 2;
+        let client = OpenCodeClient::new(&server, None).unwrap();
+        let calls: Vec<_> = (0..5)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move { client.abort(&format!("ses_{i}")).await })
+            })
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert_eq!(connections.load(Ordering::SeqCst), 2, "two under way; three wait their turn");
+        let mut unsent = 0;
+        for call in calls {
+            // Sent and never answered: the client's timeout; never sent: no turn came.
+            let err = call.await.unwrap().unwrap_err();
+            if matches!(&err, EngineError::Unreachable(e) if e.contains("servers[].max_requests_in_flight")) {
+                unsent += 1;
+            }
+        }
+        assert!(unsent >= 1, "the last one waited two timeouts: it failed unsent, naming the key");
+        assert!(connections.load(Ordering::SeqCst) <= 4, "never more than two at once");
     }
 
     #[tokio::test]
