@@ -141,12 +141,11 @@ struct State {
     /// gauge's count then).
     parked: Option<u64>,
     gauge: Option<Arc<dyn SocketGauge>>,
-    /// Reads handed on and not handled yet.
-    unhandled: usize,
-    /// Every mark not yet reached in order: (its number, its `through`, dropped). A mark
-    /// moves stream time only once every earlier one is dropped too: reads are handled on
-    /// several threads, and a later read handled first says nothing of an earlier one.
-    marks: std::collections::VecDeque<(u64, Option<Instant>, bool)>,
+    /// Reads handed on and not reached yet, oldest first: a mark moves stream time only
+    /// once every earlier one is dropped too (reads are handled on several threads, and
+    /// a later read handled first says nothing of an earlier one). Empty: every read
+    /// handed on is handled.
+    marks: std::collections::VecDeque<Outstanding>,
     next_mark: u64,
     /// Everything the server sent before this has been handled.
     handled_through: Instant,
@@ -163,7 +162,6 @@ impl State {
             following: false,
             parked: None,
             gauge: None,
-            unhandled: 0,
             marks: std::collections::VecDeque::new(),
             next_mark: 0,
             handled_through: now,
@@ -182,7 +180,7 @@ impl State {
         } else {
             // Everything the pump took is handled and it holds nothing (it waits on the
             // stream): what the socket has proven is handled too, new data or not.
-            if self.parked.is_some() && self.unhandled == 0 {
+            if self.parked.is_some() && self.marks.is_empty() {
                 if let Some(proven) = self.gauge.as_ref().and_then(|g| g.proven()) {
                     self.handled_through = self.handled_through.max(proven);
                 }
@@ -195,7 +193,7 @@ impl State {
     /// received nothing since the pump last found it empty.
     fn caught_up(&self) -> bool {
         let Some(reads_then) = self.parked else { return false };
-        if self.unhandled > 0 {
+        if !self.marks.is_empty() {
             return false;
         }
         match &self.gauge {
@@ -244,6 +242,13 @@ impl Ord for Sleeper {
     }
 }
 
+/// A mark the clock waits for: its read's `through`, and whether it was dropped.
+struct Outstanding {
+    seq: u64,
+    through: Option<Instant>,
+    dropped: bool,
+}
+
 /// A read's mark as its events carry it: the last of them handled drops it.
 pub type ReadToken = Arc<Mark>;
 
@@ -261,12 +266,11 @@ impl Drop for Mark {
     fn drop(&mut self) {
         let now = Instant::now();
         let mut s = self.clock.lock();
-        s.unhandled = s.unhandled.saturating_sub(1);
-        if let Some(m) = s.marks.iter_mut().find(|m| m.0 == self.seq) {
-            m.2 = true;
+        if let Some(m) = s.marks.iter_mut().find(|m| m.seq == self.seq) {
+            m.dropped = true;
         }
-        while s.marks.front().is_some_and(|m| m.2) {
-            if let Some((_, Some(t), _)) = s.marks.pop_front() {
+        while s.marks.front().is_some_and(|m| m.dropped) {
+            if let Some(Outstanding { through: Some(t), .. }) = s.marks.pop_front() {
                 s.handled_through = s.handled_through.max(t);
             }
         }
@@ -334,10 +338,9 @@ impl StreamClock {
     pub async fn mark(self: &Arc<Self>, through: Option<Instant>) -> Mark {
         let read = Arc::clone(&self.reads).acquire_owned().await.expect("the clock never closes its semaphore");
         let mut s = self.lock();
-        s.unhandled += 1;
         let seq = s.next_mark;
         s.next_mark += 1;
-        s.marks.push_back((seq, through, false));
+        s.marks.push_back(Outstanding { seq, through, dropped: false });
         Mark { clock: Arc::clone(self), seq, _read: read }
     }
 
@@ -424,6 +427,13 @@ mod tests {
         Duration::from_secs(n)
     }
 
+    /// The pump waits on the stream, then a chunk ends the wait: its read's mark.
+    async fn read_after_waiting(clock: &Arc<StreamClock>) -> Mark {
+        let park = clock.parked();
+        clock.reading();
+        clock.mark(clock.read_through(Some(park))).await
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_clock_without_a_stream_is_never_behind() {
         let clock = StreamClock::default();
@@ -438,9 +448,7 @@ mod tests {
         let clock = Arc::new(StreamClock::default());
         clock.connected(None);
         let t0 = Instant::now();
-        let park = clock.parked();
-        clock.reading();
-        let mark = clock.mark(clock.read_through(Some(park))).await;
+        let mark = read_after_waiting(&clock).await;
         tokio::time::advance(secs(4)).await;
         clock.parked();
         let now = Instant::now();
@@ -457,9 +465,7 @@ mod tests {
         let clock = Arc::new(StreamClock::default());
         clock.connected(None);
         let t0 = Instant::now();
-        let park = clock.parked();
-        clock.reading();
-        let first = clock.mark(clock.read_through(Some(park))).await;
+        let first = read_after_waiting(&clock).await;
         tokio::time::advance(secs(3)).await;
         let behind = clock.mark(clock.read_through(None)).await;
         drop(first);
@@ -475,14 +481,10 @@ mod tests {
         let clock = Arc::new(StreamClock::default());
         clock.connected(None);
         let t0 = Instant::now();
-        let park = clock.parked();
-        clock.reading();
-        let first = clock.mark(clock.read_through(Some(park))).await;
+        let first = read_after_waiting(&clock).await;
         tokio::time::advance(secs(2)).await;
         let t2 = Instant::now();
-        let park = clock.parked();
-        clock.reading();
-        let second = clock.mark(clock.read_through(Some(park))).await;
+        let second = read_after_waiting(&clock).await;
         tokio::time::advance(secs(2)).await;
         // The second read's sessions live on another thread and got through theirs first.
         drop(second);
