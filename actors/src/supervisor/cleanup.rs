@@ -48,13 +48,13 @@ impl Supervisor {
                 let dir = slot.and_then(|s| s.directory);
                 if let Some(addr) = self.session(&key.0, &key.1, None, dir.as_deref(), ctx) {
                     for e in waiting {
-                        self.dispatch(&key.0, addr.clone(), Observe(e));
+                        registry.dispatch(addr.clone(), Observe(e));
                     }
                 }
             }
         } else {
             for e in waiting {
-                self.dispatch(&key.0, addr.clone(), Observe(e));
+                registry.dispatch(addr.clone(), Observe(e));
             }
         }
     }

@@ -63,7 +63,6 @@ impl Handler<AttachServer> for Supervisor {
                 epoch: 0,
                 windows_stale: true,
                 registry: msg.registry,
-                thread: msg.thread,
                 directories_capped: false,
             },
         );

@@ -80,10 +80,9 @@ struct Server {
     /// The models' context windows are to be (re)read: after every connect (they may
     /// change with the server's config) until one read succeeds.
     windows_stale: bool,
-    /// The server's tracked sessions, shared with its pump ([`registry`]).
+    /// The server's tracked sessions, shared with its pump ([`registry`]), and the
+    /// thread they run on.
     registry: Arc<Registry>,
-    /// The thread its pump and its sessions' actors run on (none: the supervisor's).
-    thread: Option<ArbiterHandle>,
     /// `supervisor.max_directories` was reached (logged once).
     directories_capped: bool,
 }
@@ -287,7 +286,7 @@ impl Supervisor {
             }
         }
         let actor = SessionActor::new(id, Arc::clone(&self.cfg), Arc::clone(&srv.env));
-        let addr = match &srv.thread {
+        let addr = match srv.registry.thread.get() {
             Some(thread) => SessionActor::start_in_arbiter(thread, move |_| actor),
             None => actor.start(),
         };
@@ -328,19 +327,6 @@ impl Supervisor {
         let slot = SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None, last_event: 0, child };
         srv.registry.slots.insert(id.to_string(), slot);
         Some(addr)
-    }
-
-    /// Sends an event-carrying message to a session's actor from its server's thread,
-    /// behind the events its pump sent before ([`Registry::dispatch`]).
-    fn dispatch<M>(&self, server: &str, addr: Addr<SessionActor>, msg: M)
-    where
-        M: Message<Result = ()> + Send + 'static,
-        SessionActor: Handler<M>,
-    {
-        match self.servers.get(server) {
-            Some(srv) => srv.registry.dispatch(addr, msg),
-            None => addr.do_send(msg),
-        }
     }
 
     /// A server's registry (shared: no borrow of the supervisor is held with it).

@@ -53,6 +53,23 @@ pub(crate) struct SessionSlot {
     pub(crate) child: bool,
 }
 
+impl SessionSlot {
+    /// The stream spoke of this session (its event stamped `stamp`, at `now`): noted;
+    /// while the slot is being evicted the event waits for the fresh actor (`None`),
+    /// otherwise it comes back to be sent.
+    pub(crate) fn heard(&mut self, now: Instant, stamp: u64, event: Event) -> Option<Event> {
+        self.last_seen = now;
+        self.last_event = stamp;
+        match self.evicting.as_mut() {
+            Some(waiting) => {
+                waiting.push(event);
+                None
+            }
+            None => Some(event),
+        }
+    }
+}
+
 /// One server's sessions (see the module doc).
 pub struct Registry {
     pub(crate) slots: DashMap<String, SessionSlot>,
@@ -153,11 +170,8 @@ impl Registry {
             let id = envelope.event.session_id().unwrap_or_default();
             if let Some(mut slot) = self.slots.get_mut(id) {
                 if !slot.child && slot.addr.connected() {
-                    slot.last_seen = now;
-                    slot.last_event = self.next_routed();
-                    match slot.evicting.as_mut() {
-                        Some(waiting) => waiting.push(envelope.event),
-                        None => slot.addr.do_send(ObserveRead(envelope.event, ReadToken::clone(read))),
+                    if let Some(event) = slot.heard(now, self.next_routed(), envelope.event) {
+                        slot.addr.do_send(ObserveRead(event, ReadToken::clone(read)));
                     }
                     return None;
                 }

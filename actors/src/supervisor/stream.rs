@@ -92,8 +92,9 @@ impl Supervisor {
             }
             return;
         }
+        // Owned: the event itself moves on below (the long way only, not every event).
+        let id = id.to_string();
         if let Event::SessionDeleted(_) = event {
-            let id = id.to_string();
             self.parents.remove(key(&(server, &id)));
             if let Some((_, slot)) = registry.slots.remove(&id) {
                 registry.dispatch(slot.addr, Observe(event));
@@ -104,25 +105,23 @@ impl Supervisor {
             Event::SessionCreated(i) | Event::SessionUpdated(i) => Some(i.clone()),
             _ => None,
         };
-        self.learn_family(server, id, &event, info.as_ref());
-        if let Some(parent) = self.parents.get(key(&(server, id))).cloned() {
+        self.learn_family(server, &id, &event, info.as_ref());
+        if let Some(parent) = self.parents.get(key(&(server, &id))).cloned() {
             if let Some(addr) = self.session(server, &parent, None, directory.as_deref(), ctx) {
-                let child = ChildObserve { child: id.to_string(), event: event.clone() };
-                self.dispatch(server, addr, child);
+                registry.dispatch(addr, ChildObserve { child: id.clone(), event: event.clone() });
             }
         }
         let now = self.clock.now();
         let routed = registry.next_routed();
-        if let Some(mut slot) = registry.slots.get_mut(id) {
-            slot.last_seen = now;
-            slot.last_event = routed;
-            if let Some(waiting) = slot.evicting.as_mut() {
-                waiting.push(event);
-                return;
-            }
-        }
-        if let Some(addr) = self.session(server, id, info.as_ref(), directory.as_deref(), ctx) {
-            if let Some(mut slot) = registry.slots.get_mut(id) {
+        let event = match registry.slots.get_mut(&id) {
+            Some(mut slot) => match slot.heard(now, routed, event) {
+                Some(event) => event,
+                None => return, // waits for the fresh actor
+            },
+            None => event,
+        };
+        if let Some(addr) = self.session(server, &id, info.as_ref(), directory.as_deref(), ctx) {
+            if let Some(mut slot) = registry.slots.get_mut(&id) {
                 slot.last_event = routed;
             }
             match read {
