@@ -28,7 +28,7 @@ impl Handler<AttachServer> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, msg: AttachServer, _: &mut Context<Self>) {
-        msg.registry.kind_cap.store(self.fleet.max_event_types, std::sync::atomic::Ordering::Relaxed);
+        msg.registry.set_kind_cap(self.fleet.max_event_types);
         if let Some(thread) = &msg.thread {
             let _ = msg.registry.thread.set(thread.clone());
         }
@@ -87,7 +87,7 @@ impl Handler<ReconfigureAll> for Supervisor {
             addr.do_send(Reconfigure(Arc::clone(&msg.rules)));
         }
         for srv in self.servers.values() {
-            srv.registry.kind_cap.store(msg.fleet.max_event_types, std::sync::atomic::Ordering::Relaxed);
+            srv.registry.set_kind_cap(msg.fleet.max_event_types);
         }
         let rearm = msg.fleet.cleanup_interval != self.fleet.cleanup_interval
             || msg.fleet.discovery_interval != self.fleet.discovery_interval;

@@ -80,9 +80,9 @@ pub struct Registry {
     long_sent: AtomicU64,
     long_handled: AtomicU64,
     /// Event types seen on the stream, with counts (capped: [`super::bounds`]).
-    pub(crate) kinds: Mutex<KindCounts>,
+    kinds: Mutex<KindCounts>,
     /// `supervisor.max_event_types`, kept here by the supervisor for the pump's counts.
-    pub(crate) kind_cap: AtomicUsize,
+    kind_cap: AtomicUsize,
     /// The thread the server's pump and its sessions' actors run on (set as the server
     /// is attached; unset: the supervisor's own).
     pub(crate) thread: OnceLock<ArbiterHandle>,
@@ -90,10 +90,10 @@ pub struct Registry {
 
 /// The stream's event types and how often each came.
 #[derive(Debug, Default)]
-pub struct KindCounts {
-    pub(crate) counts: BTreeMap<String, u64>,
+struct KindCounts {
+    counts: BTreeMap<String, u64>,
     /// `supervisor.max_event_types` was reached (logged once).
-    pub(crate) capped: bool,
+    capped: bool,
 }
 
 impl Default for Registry {
@@ -272,6 +272,12 @@ impl Registry {
                 "supervisor.max_event_types reached: further new event types are counted as \"other\" (logged once)"
             );
         }
+    }
+
+    /// `supervisor.max_event_types` from now on (set as the server is attached and on
+    /// every reload).
+    pub(crate) fn set_kind_cap(&self, cap: usize) {
+        self.kind_cap.store(cap, Ordering::Relaxed);
     }
 
     /// The stream's event types and their counts.
