@@ -112,18 +112,39 @@ pub fn file_stem(id: &str) -> Cow<'_, str> {
     Cow::Owned(format!("h{hex}"))
 }
 
-/// Which ids of an event are checked, and as what.
-pub(crate) struct Ids<'a>(pub Vec<(IdKind, &'a str)>);
+/// Which ids of an event are checked, and as what. Kept inline (an event carries at
+/// most [`Ids::MAX`]): every event of the stream is checked, so no allocation here.
+pub(crate) struct Ids<'a> {
+    ids: [(IdKind, &'a str); Ids::MAX],
+    len: usize,
+}
 
-impl Ids<'_> {
+impl<'a> Ids<'a> {
+    /// The most ids one event carries (a tool part: session, part, message, child).
+    const MAX: usize = 4;
+
+    pub(crate) fn new() -> Self {
+        Self { ids: [(IdKind::Session, ""); Self::MAX], len: 0 }
+    }
+
+    pub(crate) fn push(&mut self, kind: IdKind, id: &'a str) {
+        // An event type naming more ids is a programming error, caught by the tests.
+        self.ids[self.len] = (kind, id);
+        self.len += 1;
+    }
+
+    pub(crate) fn as_slice(&self) -> &[(IdKind, &'a str)] {
+        &self.ids[..self.len]
+    }
+
     pub(crate) fn check(&self) -> Result<(), BadId> {
-        self.0.iter().try_for_each(|(kind, id)| check(*kind, id))
+        self.as_slice().iter().try_for_each(|(kind, id)| check(*kind, id))
     }
 }
 
 impl fmt::Debug for Ids<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.0.iter().map(|(k, id)| (k.as_str(), excerpt(id)))).finish()
+        f.debug_list().entries(self.as_slice().iter().map(|(k, id)| (k.as_str(), excerpt(id)))).finish()
     }
 }
 

@@ -144,37 +144,41 @@ impl Event {
     pub(crate) fn ids(&self) -> Ids<'_> {
         use Event::*;
         use IdKind::{Message, Part as PartId, Permission, Question, Session};
-        let mut ids = Vec::with_capacity(3);
+        let mut ids = Ids::new();
         if let Some(s) = self.session_id() {
-            ids.push((Session, s));
+            ids.push(Session, s);
         }
         match self {
             SessionCreated(s) | SessionUpdated(s) | SessionDeleted(s) => {
-                ids.extend(s.parent_id.as_deref().map(|p| (Session, p)));
-                ids.extend(s.handoff_from().map(|p| (Session, p)));
+                if let Some(p) = s.parent_id.as_deref() {
+                    ids.push(Session, p);
+                }
+                if let Some(p) = s.handoff_from() {
+                    ids.push(Session, p);
+                }
             }
-            MessageUpdated(m) => ids.push((Message, &m.id)),
-            MessageRemoved { message_id, .. } => ids.push((Message, message_id)),
+            MessageUpdated(m) => ids.push(Message, &m.id),
+            MessageRemoved { message_id, .. } => ids.push(Message, message_id),
             PartUpdated(p) => {
-                ids.push((PartId, &p.id));
-                ids.push((Message, &p.message_id));
+                ids.push(PartId, &p.id);
+                ids.push(Message, &p.message_id);
                 if let PartKind::Tool { child_session: Some(child), .. } = &p.kind {
-                    ids.push((Session, child));
+                    ids.push(Session, child);
                 }
             }
             PartDelta { message_id, part_id, .. } | PartRemoved { message_id, part_id, .. } => {
-                ids.push((Message, message_id));
-                ids.push((PartId, part_id));
+                ids.push(Message, message_id);
+                ids.push(PartId, part_id);
             }
-            PermissionAsked { id, .. } => ids.push((Permission, id)),
-            PermissionReplied { request_id, .. } => ids.push((Permission, request_id)),
-            QuestionAsked { id, .. } => ids.push((Question, id)),
+            PermissionAsked { id, .. } => ids.push(Permission, id),
+            PermissionReplied { request_id, .. } => ids.push(Permission, request_id),
+            QuestionAsked { id, .. } => ids.push(Question, id),
             QuestionReplied { request_id, .. } | QuestionRejected { request_id, .. } => {
-                ids.push((Question, request_id))
+                ids.push(Question, request_id)
             }
             _ => {}
         }
-        Ids(ids)
+        ids
     }
 
     /// A short stable name for metrics and logs.
