@@ -24,12 +24,13 @@
 //! map: the guard locks a shard, and a second lock of that shard on the same thread
 //! would wait forever.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use actix::{Addr, ArbiterHandle, Handler, Message};
 use dashmap::DashMap;
+use foldhash::quality::RandomState;
 use tokio::time::Instant;
 
 use crate::event::{Envelope, Event, PartKind};
@@ -70,9 +71,15 @@ impl SessionSlot {
     }
 }
 
+/// The registry's maps hash with foldhash, seeded per map: every event of the fleet is
+/// looked up by its session id, and SipHash (std's) was a measurable part of that; the
+/// ids are checked tokens of at most 128 bytes, and the seed is random.
+type HashMap<K, V> = std::collections::HashMap<K, V, RandomState>;
+type HashSet<K> = std::collections::HashSet<K, RandomState>;
+
 /// One server's sessions (see the module doc).
 pub struct Registry {
-    pub(crate) slots: DashMap<String, SessionSlot>,
+    pub(crate) slots: DashMap<String, SessionSlot, RandomState>,
     /// Counts the events routed to this server's sessions; a slot keeps the count of its
     /// last one, so a REST answer older than what the stream said since is not applied.
     routed: AtomicU64,
@@ -106,7 +113,7 @@ impl Default for Registry {
 impl Registry {
     fn new(kind_cap: usize) -> Self {
         Self {
-            slots: DashMap::new(),
+            slots: DashMap::default(),
             routed: AtomicU64::new(0),
             long_sent: AtomicU64::new(0),
             long_handled: AtomicU64::new(0),
