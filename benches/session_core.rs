@@ -56,13 +56,14 @@ fn main() {
 /// Every frame of the captured OpenCode streams (the test fixtures), decoded by
 /// Shepherd's decoder against a full `serde_json` parse of the same frames — the
 /// ceiling a decoder that builds every field would have. Frames are weighted as the
-/// captures have them (deltas and `sync` duplicates are most of a busy stream).
+/// captures have them (deltas and `sync` duplicates are most of a busy stream), each in
+/// the global stream's shape, as the pump reads them ([`global_shape`]).
 fn decode_captures() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("actors/tests/fixtures/captures");
     let mut frames = Vec::new();
     for entry in std::fs::read_dir(&dir).expect("the captures are in the repository") {
         let text = std::fs::read_to_string(entry.expect("readable").path()).expect("readable");
-        frames.extend(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string));
+        frames.extend(text.lines().filter(|l| !l.trim().is_empty()).map(global_shape));
     }
     let bytes: usize = frames.iter().map(String::len).sum();
     const ROUNDS: usize = 50;
@@ -91,6 +92,31 @@ fn decode_captures() {
         bytes as f64 / frames.len() as f64,
         100.0 * ours.as_secs_f64() / full.as_secs_f64()
     );
+}
+
+/// A captured line as the pump reads it from `/global/event`: most captures were taken
+/// from a directory's own stream (`{"type", "properties"}` at the top), and every line
+/// carries the capture's `_recv` time; OpenCode's global frames are
+/// `{"directory", "project", "payload": {"id", "type", "properties"}}`, in that order.
+fn global_shape(line: &str) -> String {
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        #[serde(borrow)]
+        id: Option<&'a serde_json::value::RawValue>,
+        #[serde(rename = "type", borrow)]
+        kind: Option<&'a serde_json::value::RawValue>,
+        #[serde(borrow)]
+        properties: Option<&'a serde_json::value::RawValue>,
+    }
+    match serde_json::from_str::<Line>(line) {
+        Ok(Line { id: Some(id), kind: Some(kind), properties: Some(props) }) => format!(
+            r#"{{"directory":"/scratch/project","project":"34a087cc2cab9675f8102d62afcd43ca","payload":{{"id":{},"type":{},"properties":{}}}}}"#,
+            id.get(),
+            kind.get(),
+            props.get()
+        ),
+        _ => line.to_string(), // already in the global shape
+    }
 }
 
 fn report(what: &str, n: usize, took: Duration) {

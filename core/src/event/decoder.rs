@@ -2,9 +2,18 @@
 //! pass, a known type's `properties` read into its typed struct, and what a hostile
 //! server could send refused with a clear [`DecodeError`] (ids not of OpenCode's shape,
 //! implausible type names, directories no path could have).
+//!
+//! Every event of the stream passes here, so the usual frame is parsed once: OpenCode's
+//! global stream sends `payload` with its `type` before its `properties`, and then the
+//! properties are read into the type's struct as the parser meets them
+//! ([`one_pass`]). Anything else — the other field order, the per-directory shape, a
+//! frame that is refused — takes the general path ([`two_pass`]): `properties` kept as
+//! an unparsed slice until the type is known. The general path decides every error, so
+//! both paths refuse the same frames with the same words.
 
 use std::borrow::Cow;
 
+use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -61,6 +70,118 @@ struct RawPayload<'a> {
     properties: Option<&'a RawValue>,
 }
 
+/// [`RawFrame`] for [`one_pass`]: the same fields, read the same way (so it refuses
+/// what [`RawFrame`] refuses), except that `payload` is read in place.
+#[derive(Deserialize)]
+struct OnePassFrame<'a> {
+    #[serde(default, borrow)]
+    directory: Option<&'a RawValue>,
+    #[serde(default)]
+    payload: Option<OnePassPayload>,
+    #[allow(dead_code)] // read only to refuse what `RawFrame` refuses
+    #[serde(default, rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[allow(dead_code)] // as `kind`
+    #[serde(default, borrow)]
+    properties: Option<&'a RawValue>,
+}
+
+/// A payload whose `type` came before its `properties`, decoded as they were read.
+struct OnePassPayload {
+    event: Event,
+}
+
+/// The keys of a payload, as `RawPayload` names them; the rest is skipped.
+#[derive(Deserialize)]
+#[serde(field_identifier)]
+enum PayloadKey {
+    #[serde(rename = "type")]
+    Type,
+    #[serde(rename = "properties")]
+    Properties,
+    #[serde(other)]
+    Other,
+}
+
+/// An event type name, borrowed from the frame unless it holds escapes.
+#[derive(Deserialize)]
+struct KindName<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for OnePassPayload {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Payload;
+        impl<'de> Visitor<'de> for Payload {
+            type Value = OnePassPayload;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an event payload with its type before its properties")
+            }
+
+            // Every way out but one is an error: the frame then goes to `two_pass`.
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<OnePassPayload, M::Error> {
+                let mut kind: Option<Cow<'de, str>> = None;
+                let mut event = None;
+                while let Some(key) = map.next_key::<PayloadKey>()? {
+                    match key {
+                        PayloadKey::Type if kind.is_none() => kind = Some(map.next_value::<KindName>()?.0),
+                        PayloadKey::Properties if event.is_none() => {
+                            let Some(kind) = kind.as_deref().filter(|k| is_plausible_kind(k)) else {
+                                return Err(M::Error::custom("properties before a plausible type"));
+                            };
+                            event = Some(map.next_value_seed(PropsInPlace(kind))?);
+                        }
+                        PayloadKey::Type | PayloadKey::Properties => return Err(M::Error::custom("duplicate field")),
+                        PayloadKey::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                let event = event.ok_or_else(|| M::Error::custom("no properties"))?;
+                Ok(OnePassPayload { event })
+            }
+        }
+        d.deserialize_map(Payload)
+    }
+}
+
+/// Reads a known type's `properties` straight from the frame's parser.
+struct PropsInPlace<'k>(&'k str);
+
+impl<'de> DeserializeSeed<'de> for PropsInPlace<'_> {
+    type Value = Event;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Event, D::Error> {
+        let mut props = InPlace(Some(d));
+        let event = decode_event(self.0, &mut props).map_err(D::Error::custom)?;
+        if let Some(unread) = props.0 {
+            IgnoredAny::deserialize(unread)?; // a type that reads nothing of them
+        }
+        Ok(event)
+    }
+}
+
+/// Where a type's `properties` are read from: an unparsed slice ([`two_pass`]), or the
+/// frame's parser standing at them ([`one_pass`]).
+trait Props<'a> {
+    fn read<T: Deserialize<'a>>(&mut self) -> Result<T, String>;
+}
+
+impl<'a> Props<'a> for &'a str {
+    fn read<T: Deserialize<'a>>(&mut self) -> Result<T, String> {
+        serde_json::from_str(self).map_err(|e| e.to_string())
+    }
+}
+
+/// The frame's parser at the properties, taken by the first read.
+struct InPlace<D>(Option<D>);
+
+impl<'a, D: Deserializer<'a>> Props<'a> for InPlace<D> {
+    fn read<T: Deserialize<'a>>(&mut self) -> Result<T, String> {
+        let d = self.0.take().ok_or("properties read twice")?;
+        T::deserialize(d).map_err(|e| e.to_string())
+    }
+}
+
 /// Decodes one SSE `data:` payload (either stream shape).
 pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
     // `sync` duplicates are over a quarter of the global stream and only counted:
@@ -70,6 +191,32 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
     if frame.contains(r#""payload":{"type":"sync","#) {
         return Ok(Envelope { directory: None, event: Event::Sync });
     }
+    // The global stream's frames, as OpenCode writes them; others would be parsed twice.
+    let global = frame.starts_with(r#"{"directory":"#) || frame.starts_with(r#"{"payload":"#);
+    match one_pass(frame).filter(|_| global) {
+        Some(envelope) => Ok(envelope),
+        None => two_pass(frame),
+    }
+}
+
+/// The usual frame, parsed once: `{"directory", "payload": {"type", "properties"}}`
+/// with the type first. `None` for any frame it cannot take whole, or that would be
+/// refused: [`two_pass`] reads those and says why. What it accepts, it reads exactly as
+/// [`two_pass`] would (a test holds the two to it, over every captured frame).
+fn one_pass(frame: &str) -> Option<Envelope> {
+    let raw: OnePassFrame = serde_json::from_str(frame).ok()?;
+    let event = raw.payload?.event;
+    let directory = lenient::<String>(raw.directory);
+    if directory.as_ref().is_some_and(|d| d.len() > MAX_DIRECTORY_LEN || d.contains('\0')) {
+        return None;
+    }
+    event.ids().check().ok()?;
+    Some(Envelope { directory, event })
+}
+
+/// Either stream shape, fields in any order: `properties` is kept as an unparsed slice
+/// until the type says what it holds, then parsed again into its struct.
+fn two_pass(frame: &str) -> Result<Envelope, DecodeError> {
     let raw: RawFrame = serde_json::from_str(frame).map_err(|e| {
         if e.is_data() {
             DecodeError::NoType // JSON, but not an event object (or a non-string type)
@@ -90,7 +237,7 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
     if !is_plausible_kind(&kind) {
         return Err(DecodeError::BadType(kind.chars().take(MAX_KIND_LEN + 1).collect()));
     }
-    let event = decode_event(&kind, props)
+    let event = decode_event(&kind, &mut { props })
         .map_err(|reason| DecodeError::BadShape { kind: kind.clone().into_owned(), reason })?;
     event.ids().check().map_err(|source| DecodeError::BadId { kind: kind.into_owned(), source })?;
     Ok(Envelope { directory, event })
@@ -207,67 +354,64 @@ struct OfReply {
 pub fn is_known_kind(kind: &str) -> bool {
     // A known type with empty properties fails to decode or decodes as itself; only an
     // unknown type decodes to `Unknown`: the decoder's own match is the one list.
-    !matches!(decode_event(kind, "{}"), Ok(Event::Unknown { .. }))
+    !matches!(decode_event(kind, &mut "{}"), Ok(Event::Unknown { .. }))
 }
 
-fn decode_event(kind: &str, props: &str) -> Result<Event, String> {
-    fn read<'a, T: Deserialize<'a>>(props: &'a str) -> Result<T, String> {
-        serde_json::from_str(props).map_err(|e| e.to_string())
-    }
+fn decode_event<'a>(kind: &str, props: &mut impl Props<'a>) -> Result<Event, String> {
     Ok(match kind {
         "server.connected" => Event::ServerConnected,
         "server.heartbeat" => Event::Heartbeat,
         "sync" => Event::Sync,
-        "session.created" => Event::SessionCreated(read::<OfSessionInfo>(props)?.info),
-        "session.updated" => Event::SessionUpdated(read::<OfSessionInfo>(props)?.info),
-        "session.deleted" => Event::SessionDeleted(read::<OfSessionInfo>(props)?.info),
+        "session.created" => Event::SessionCreated(props.read::<OfSessionInfo>()?.info),
+        "session.updated" => Event::SessionUpdated(props.read::<OfSessionInfo>()?.info),
+        "session.deleted" => Event::SessionDeleted(props.read::<OfSessionInfo>()?.info),
         "session.status" => {
-            let p: OfStatus = read(props)?;
+            let p: OfStatus = props.read()?;
             Event::SessionStatus { session_id: p.session_id, status: p.status }
         }
-        "session.idle" => Event::SessionIdle { session_id: read::<OfSession>(props)?.session_id },
+        "session.idle" => Event::SessionIdle { session_id: props.read::<OfSession>()?.session_id },
         "session.error" => {
-            let p: OfError = read(props)?;
+            let p: OfError = props.read()?;
             Event::SessionError { session_id: lenient(p.session_id), error: p.error }
         }
-        "session.compacted" => Event::SessionCompacted { session_id: read::<OfSession>(props)?.session_id },
-        "session.diff" => Event::SessionDiff { session_id: read::<OfSession>(props)?.session_id },
-        "message.updated" => Event::MessageUpdated(read::<OfMessage>(props)?.info.into()),
+        "session.compacted" => Event::SessionCompacted { session_id: props.read::<OfSession>()?.session_id },
+        "session.diff" => Event::SessionDiff { session_id: props.read::<OfSession>()?.session_id },
+        "message.updated" => Event::MessageUpdated(props.read::<OfMessage>()?.info.into()),
         "message.removed" => {
-            let p: OfMessageId = read(props)?;
+            let p: OfMessageId = props.read()?;
             Event::MessageRemoved { session_id: p.session_id, message_id: p.message_id }
         }
-        "message.part.updated" => Event::PartUpdated(read::<OfPart>(props)?.part.try_into()?),
+        "message.part.updated" => Event::PartUpdated(props.read::<OfPart>()?.part.try_into()?),
         "message.part.delta" => {
-            let p: OfPartId = read(props)?;
+            let p: OfPartId = props.read()?;
             Event::PartDelta { session_id: p.session_id, message_id: p.message_id, part_id: p.part_id }
         }
         "message.part.removed" => {
-            let p: OfPartId = read(props)?;
+            let p: OfPartId = props.read()?;
             Event::PartRemoved { session_id: p.session_id, message_id: p.message_id, part_id: p.part_id }
         }
         "todo.updated" => {
-            let p: OfTodos = read(props)?;
+            let p: OfTodos = props.read()?;
             Event::TodoUpdated { session_id: p.session_id, todos: p.todos }
         }
         "permission.asked" => {
-            let p: OfRequest = read(props)?;
+            let p: OfRequest = props.read()?;
             Event::PermissionAsked { id: p.id, session_id: p.session_id }
         }
         "permission.replied" => {
-            let p: OfReply = read(props)?;
+            let p: OfReply = props.read()?;
             Event::PermissionReplied { request_id: p.request_id, session_id: p.session_id }
         }
         "question.asked" => {
-            let p: OfRequest = read(props)?;
+            let p: OfRequest = props.read()?;
             Event::QuestionAsked { id: p.id, session_id: p.session_id }
         }
         "question.replied" => {
-            let p: OfReply = read(props)?;
+            let p: OfReply = props.read()?;
             Event::QuestionReplied { request_id: p.request_id, session_id: p.session_id }
         }
         "question.rejected" => {
-            let p: OfReply = read(props)?;
+            let p: OfReply = props.read()?;
             Event::QuestionRejected { request_id: p.request_id, session_id: p.session_id }
         }
         other => Event::Unknown { kind: other.to_string() },
@@ -279,6 +423,92 @@ mod tests {
     use crate::event::{ModelRef, PartKind, ToolStatus};
 
     use super::*;
+
+    /// The captured OpenCode streams (per-directory shape, one event per line), as
+    /// (`type`, `properties`) JSON texts.
+    fn captured_events() -> Vec<(String, String)> {
+        #[derive(Deserialize)]
+        struct Line<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: Option<&'a RawValue>,
+            #[serde(borrow)]
+            properties: Option<&'a RawValue>,
+            #[serde(borrow)]
+            payload: Option<Box<Line<'a>>>,
+        }
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../actors/tests/fixtures/captures");
+        let mut events = Vec::new();
+        for entry in std::fs::read_dir(dir).expect("the captures are in the repository") {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let mut l: Line = serde_json::from_str(line).expect("a captured event");
+                if let Some(payload) = l.payload.take() {
+                    l = *payload; // the global stream's shape
+                }
+                if let (Some(kind), Some(props)) = (l.kind, l.properties) {
+                    events.push((kind.get().to_string(), props.get().to_string()));
+                }
+            }
+        }
+        assert!(events.len() > 1000, "{} captured events", events.len());
+        events
+    }
+
+    /// What the general path makes of `frame`, comparable with what `decode` makes.
+    fn outcome(result: Result<Envelope, DecodeError>) -> Result<Envelope, String> {
+        result.map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_usual_frame_is_read_in_one_pass_exactly_as_the_general_path_reads_it() {
+        let mut one_pass_taken = 0;
+        let events = captured_events();
+        for (kind, props) in &events {
+            let frame = format!(r#"{{"directory":"/p","project":"x","payload":{{"id":"evt_1","type":{kind},"properties":{props}}}}}"#);
+            if let Some(envelope) = one_pass(&frame) {
+                one_pass_taken += 1;
+                assert_eq!(Ok(envelope), outcome(two_pass(&frame)), "{frame}");
+            }
+            assert_eq!(outcome(decode(&frame)), outcome(two_pass(&frame)), "{frame}");
+        }
+        assert!(one_pass_taken * 10 >= events.len() * 9, "one pass took {one_pass_taken} of {}", events.len());
+    }
+
+    /// Field orders, duplicates, nulls, escapes and stray fields around every captured
+    /// event: the one-pass path never accepts what the general path refuses, nor reads
+    /// anything differently.
+    #[test]
+    fn any_other_spelling_of_a_frame_decodes_as_the_general_path_decodes_it() {
+        let events = captured_events();
+        for (kind, props) in events.iter().step_by(7) {
+            let payloads = [
+                format!(r#"{{"properties":{props},"type":{kind}}}"#),
+                format!(r#"{{"type":{kind},"properties":{props},"type":{kind}}}"#),
+                format!(r#"{{"type":{kind},"properties":{props},"properties":{props}}}"#),
+                format!(r#"{{"type":{kind},"properties":null}}"#),
+                format!(r#"{{"type":{kind}}}"#),
+                format!(r#"{{"typ\u0065":{kind},"properti\u0065s":{props}}}"#),
+                format!(r#"{{"type":null,"properties":{props}}}"#),
+                format!(r#"{{"type":{kind},"properties":{{"sessionID":5}}}}"#),
+                format!(r#"{{"type":{kind},"properties":[{props}]}}"#),
+                format!(r#"{{"type":"x/y","properties":{props}}}"#),
+                format!(r#"{{"type":{kind},"properties":{}}}"#, props.replace(r#""ses_"#, r#""ses_../"#)),
+                format!(r#"{{"type":{kind},"properties":{}}}"#, props.replace(r#""msg_"#, r#""msg_a/b"#)),
+            ];
+            for payload in &payloads {
+                for frame in [
+                    format!(r#"{{"directory":"/p","payload":{payload}}}"#),
+                    format!(r#"{{"payload":{payload},"type":5}}"#),
+                    format!(r#"{{"directory":"/p\u0000","payload":{payload}}}"#),
+                    format!(r#"{{"payload":{payload},"payload":{payload}}}"#),
+                    format!(r#"{{"directory":7,"payload":{payload}}}"#),
+                    format!(r#"{{"directory":"{}","payload":{payload}}}"#, "d".repeat(MAX_DIRECTORY_LEN + 1)),
+                ] {
+                    assert_eq!(outcome(decode(&frame)), outcome(two_pass(&frame)), "{frame}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn known_kinds_are_those_the_decoder_names() {
