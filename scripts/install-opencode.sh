@@ -7,11 +7,11 @@
 #   SHEPHERD_OPENCODE_VERSION=1.15.13 scripts/install-opencode.sh   # the same
 #   SHEPHERD_OPENCODE_CACHE=/dir scripts/install-opencode.sh        # install into /dir
 #
-# The pinned version is read from OPENCODE_VERSION in src/testbed/opencode/install.rs (one
-# place); the oldest supported one CI also tests is OLDEST_SUPPORTED in
-# src/opencode/version.rs. The npm meta package `opencode-ai` is not published for every
-# version, so the platform package (`opencode-linux-x64` / `opencode-linux-arm64`) is
-# installed directly.
+# The pinned version is read from OPENCODE_VERSION in src/opencode/pinned.rs (one place:
+# the daemon's version warning and the test bed in testbed/ both compile that file); the
+# oldest supported one CI also tests is OLDEST_SUPPORTED in src/opencode/version.rs. The
+# npm meta package `opencode-ai` is not published for every version, so the platform
+# package (`opencode-linux-x64` / `opencode-linux-arm64`) is installed directly.
 # Idempotent: an installed binary that reports the pinned version is reused. Parallel runs
 # are serialised with flock(1) when it exists; the install itself lands by atomic rename.
 set -euo pipefail
@@ -20,10 +20,10 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 version="${1:-${SHEPHERD_OPENCODE_VERSION:-}}"
 if [[ -z "$version" ]]; then
   version="$(sed -n 's/^pub const OPENCODE_VERSION: &str = "\(.*\)";/\1/p' \
-    "$repo/src/testbed/opencode/install.rs")"
+    "$repo/src/opencode/pinned.rs")"
 fi
 if [[ -z "$version" ]]; then
-  echo "install-opencode: cannot read OPENCODE_VERSION from src/testbed/opencode/install.rs" >&2
+  echo "install-opencode: cannot read OPENCODE_VERSION from src/opencode/pinned.rs" >&2
   exit 1
 fi
 if [[ ! "$version" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then

@@ -1,7 +1,10 @@
 //! An actix-web server on a thread of its own, with its own actix `System`.
 //!
 //! Used by the control API (so it answers while the supervisor's thread is busy) and by
-//! the test bed's fake model (so it works from any runtime a test uses). The server is
+//! the test bed's fake model (so it works from any runtime a test uses). The test bed
+//! (`shepherd-testbed`) compiles this file in by path (it cannot depend on this crate), so
+//! it names no `crate::` item, no intra-doc link, and only crates both have (actix-web,
+//! anyhow, tracing). The server is
 //! built *inside* the new thread — actix-web servers are not `Send` — from a closure that
 //! the caller gives; the caller gets the handle to stop it and the thread to join.
 

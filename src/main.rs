@@ -30,6 +30,10 @@ enum Command {
     Run(ConfigArgs),
     /// Start a fake model and a real OpenCode server, supervise scripted sessions, and
     /// print what Shepherd did.
+    #[cfg_attr(
+        not(feature = "demo"),
+        command(about = "Not in this build (built without the `demo` feature): exits with an error", long_about = None)
+    )]
     Demo(DemoArgs),
     /// Configuration tools.
     Config {
@@ -37,6 +41,10 @@ enum Command {
         command: ConfigCommand,
     },
     /// Run the scriptable OpenAI-compatible fake model on its own.
+    #[cfg_attr(
+        not(feature = "demo"),
+        command(about = "Not in this build (built without the `demo` feature): exits with an error", long_about = None)
+    )]
     FakeModel,
     /// Print a session's journal (what Shepherd did and why) from the configured ledger.
     History(shepherd::store::history::HistoryArgs),
@@ -257,7 +265,10 @@ struct ConfigArgs {
     log_format: Option<LogFormatArg>,
 }
 
+/// `shepherd demo`'s arguments. A build without the `demo` feature parses them and reads
+/// none (the command only says it is not in the build).
 #[derive(Args, Clone)]
+#[cfg_attr(not(feature = "demo"), allow(dead_code))]
 struct DemoArgs {
     /// Stall timeout used in the demo (the default is minutes; the demo shows seconds).
     #[arg(long, default_value = "4s")]

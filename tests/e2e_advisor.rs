@@ -8,9 +8,9 @@ mod support;
 
 use std::time::Duration;
 
-use shepherd::testbed::fake_model::{Behaviour, FakeModel, ADVISOR_MODEL};
 use shepherd_actors::config::{AdvisorConfig, Config};
 use shepherd_actors::journal::{Action, Outcome};
+use shepherd_testbed::fake_model::{Behaviour, FakeModel, ADVISOR_MODEL};
 use support::{Rig, PATIENCE};
 
 /// The secret the advisor's key variable holds: it must never reach a log line.

@@ -38,7 +38,7 @@ async fn a_session_below_the_threshold_is_left_alone_but_its_fill_is_shown() -> 
     rig.client.prompt_async(&id, "[[fake:bigusage:60000]] read a bit", None, None, false).await?;
     rig.client.wait_busy(&id, PATIENCE).await.ok();
     rig.client.wait_idle(&id, PATIENCE).await?;
-    let detail = shepherd::testbed::client::wait_until("the fill to be known", PATIENCE, || async {
+    let detail = shepherd_testbed::client::wait_until("the fill to be known", PATIENCE, || async {
         let s = rig.daemon().fleet().await.sessions.into_iter().find(|s| s.id == id);
         Ok::<_, std::convert::Infallible>(s.filter(|s| s.context_percent.is_some()))
     })
@@ -93,7 +93,7 @@ async fn a_nudge_to_a_session_past_the_opportunistic_threshold_follows_a_compact
 #[actix::test]
 async fn opencodes_own_compaction_that_never_finishes_is_aborted_after_max_wait_and_the_session_continued(
 ) -> anyhow::Result<()> {
-    use shepherd::testbed::fake_model::Behaviour;
+    use shepherd_testbed::fake_model::Behaviour;
     let mut rig = Rig::start_config(|c| {
         // Shepherd's own compaction and hand-off stay out of it: OpenCode compacts by itself.
         c.compaction.enabled = false;

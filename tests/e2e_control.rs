@@ -11,8 +11,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use shepherd::testbed::client::{wait_until, Message};
 use shepherd_actors::journal::{Action, Outcome};
+use shepherd_testbed::client::{wait_until, Message};
 use support::control::{token_file, Api};
 use support::{Rig, PATIENCE};
 use tempfile::TempDir;

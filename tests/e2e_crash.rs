@@ -9,9 +9,9 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
-use shepherd::testbed::client::wait_until;
 use shepherd_actors::config::Config;
 use shepherd_actors::killpoint::step;
+use shepherd_testbed::client::wait_until;
 use support::process::ShepherdProcess;
 use support::{fresh_sessions, tagged, Rig, PATIENCE};
 use tempfile::TempDir;
@@ -180,7 +180,7 @@ async fn killed_after_the_resume_prompt_was_sent() -> anyhow::Result<()> {
 /// compacting forever, and gets exactly one continue.
 #[actix::test]
 async fn killed_in_the_middle_of_its_own_compaction() -> anyhow::Result<()> {
-    use shepherd::testbed::fake_model::Behaviour;
+    use shepherd_testbed::fake_model::Behaviour;
     let dir = TempDir::new()?;
     let (mut rig, cfg) = Rig::for_process(&dir, |c| {
         c.nudge.enabled = false;

@@ -9,9 +9,9 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
-use shepherd::testbed::client::Message;
 use shepherd_actors::config::Config;
 use shepherd_actors::journal::{Action, Outcome};
+use shepherd_testbed::client::Message;
 use support::{Rig, PATIENCE};
 
 fn kind_of(m: &Message) -> Option<String> {
@@ -103,7 +103,7 @@ async fn no_nudge_after_a_user_abort_until_the_person_writes() -> anyhow::Result
     .await?;
     let id = rig.client.create_session(Some("esc")).await?;
     rig.client.prompt_async(&id, "[[fake:todo:create]][[fake:stall]] work", None, None, false).await?;
-    shepherd::testbed::client::wait_for("todos to exist", PATIENCE, || async {
+    shepherd_testbed::client::wait_for("todos to exist", PATIENCE, || async {
         rig.client.todos(&id).await.map(|t| !t.is_empty())
     })
     .await?;
@@ -140,7 +140,7 @@ async fn loop_protection_stops_after_three_unchanged_nudges_and_resumes_when_a_t
 
     // A tool (not the person) makes the agent finish one todo: progress, nudging resumes.
     rig.client.prompt_async(&id, "[[fake:todo:partial]] tick one off", None, None, true).await?;
-    shepherd::testbed::client::wait_for("a fourth nudge", PATIENCE, || async {
+    shepherd_testbed::client::wait_for("a fourth nudge", PATIENCE, || async {
         prompts_of_kind(&rig, &id, "nudge").await.map(|n| n.len() == 4)
     })
     .await?;
@@ -161,7 +161,7 @@ async fn review_fires_again_after_the_review_produced_new_todos_up_to_max_rounds
     .await?;
     let id = rig.client.create_session(Some("review loop")).await?;
     rig.client.prompt_async(&id, "[[fake:todo:create]][[fake:todo:done]] do it all", None, None, false).await?;
-    shepherd::testbed::client::wait_for("two reviews", Duration::from_secs(60), || async {
+    shepherd_testbed::client::wait_for("two reviews", Duration::from_secs(60), || async {
         prompts_of_kind(&rig, &id, "review").await.map(|r| r.len() == 2)
     })
     .await?;
@@ -190,7 +190,7 @@ async fn a_shepherd_restart_between_a_completion_and_its_review_sends_exactly_on
     rig.client
         .prompt_async(&id, "[[fake:todo:create]][[fake:todo:done]][[fake:slow:8]] finish up", None, None, false)
         .await?;
-    shepherd::testbed::client::wait_for("all todos done", PATIENCE, || async {
+    shepherd_testbed::client::wait_for("all todos done", PATIENCE, || async {
         rig.client.todos(&id).await.map(|t| !t.is_empty() && t.iter().all(|t| t.status == "completed"))
     })
     .await?;

@@ -11,8 +11,6 @@ use std::time::Duration;
 
 use shepherd::daemon::Daemon;
 use shepherd::guard::redis::RedisShared;
-use shepherd::testbed::client::wait_until;
-use shepherd::testbed::redis::RedisServer;
 use shepherd_actors::config::{GuardBackend, GuardConfig, RecoveryConfig};
 use shepherd_actors::control::{CustomPromptReply, CustomPromptRequest, SendCustomPrompt};
 use shepherd_actors::event::{ModelRef, SessionInfo, ShepherdTag, Status, Todo};
@@ -23,6 +21,8 @@ use shepherd_actors::session::core::{RecoveryOrder, RecoveryReport};
 use shepherd_actors::session::delivery::{deliver, send_admitted, Delivery, Outbound, PromptKind, PromptOrder, Unsent};
 use shepherd_actors::session::prompt::PromptFacts;
 use shepherd_actors::session::recovery::recover;
+use shepherd_testbed::client::wait_until;
+use shepherd_testbed::redis::RedisServer;
 use support::{Rig, PATIENCE};
 
 async fn custom(rig: &Rig, session: &str, text: &str) -> anyhow::Result<CustomPromptReply> {

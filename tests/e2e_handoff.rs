@@ -50,10 +50,10 @@ async fn a_session_past_prepare_is_handed_to_a_fresh_session_that_receives_the_c
 
     // The fresh session got the continuation (as a note), then the resume prompt, then worked.
     rig.client.wait_idle(&new, PATIENCE).await?;
-    let messages = shepherd::testbed::client::wait_until("the fresh session's reply", PATIENCE, || async {
+    let messages = shepherd_testbed::client::wait_until("the fresh session's reply", PATIENCE, || async {
         let m = rig.client.messages(&new).await?;
         let answered = m.iter().any(|m| m.role() == "assistant" && m.is_completed());
-        Ok::<_, shepherd::testbed::client::ClientError>(answered.then_some(m))
+        Ok::<_, shepherd_testbed::client::ClientError>(answered.then_some(m))
     })
     .await?;
     let continuation = tagged(&messages, "handoff_continuation");

@@ -6,8 +6,8 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
-use shepherd::testbed::client::Message;
 use shepherd_actors::journal::{Action, Outcome};
+use shepherd_testbed::client::Message;
 use support::{Rig, PATIENCE};
 
 fn shepherd_tag(m: &Message) -> Option<Value> {

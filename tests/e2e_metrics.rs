@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use shepherd::metrics::exposition::{try_parse, value, Sample};
-use shepherd::testbed::client::wait_until;
 use shepherd_actors::journal::{Action, Outcome};
+use shepherd_testbed::client::wait_until;
 use support::control::Api;
 use support::{Rig, PATIENCE};
 use tempfile::TempDir;

@@ -313,7 +313,7 @@ async fn a_provider_outage_is_told_when_the_breaker_opens_and_when_it_closes() -
         c.notify = vec![n];
     })
     .await?;
-    rig.fake.set_outage(Some(shepherd::testbed::fake_model::Behaviour::Err429(1)));
+    rig.fake.set_outage(Some(shepherd_testbed::fake_model::Behaviour::Err429(1)));
     for tag in ["outage-alpha", "outage-bravo"] {
         let id = rig.client.create_session(Some(tag)).await?;
         rig.client.prompt_async(&id, &format!("work on {tag} [[fake:ok]]"), None, None, false).await?;

@@ -12,9 +12,9 @@ mod support;
 
 use std::time::{Duration, SystemTime};
 
-use shepherd::testbed::fake_model::{Behaviour, FakeRequest};
 use shepherd_actors::config::Config;
 use shepherd_actors::journal::{Action, ActionRecord, Outcome};
+use shepherd_testbed::fake_model::{Behaviour, FakeRequest};
 use support::{Rig, PATIENCE};
 
 fn outage_rules(c: &mut Config) {

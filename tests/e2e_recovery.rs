@@ -9,11 +9,11 @@ use shepherd_actors::config::RecoveryConfig;
 use shepherd_actors::journal::{Action, Outcome};
 use support::{fast_recovery, Rig, PATIENCE};
 
-fn user_messages(messages: &[shepherd::testbed::client::Message]) -> Vec<&shepherd::testbed::client::Message> {
+fn user_messages(messages: &[shepherd_testbed::client::Message]) -> Vec<&shepherd_testbed::client::Message> {
     messages.iter().filter(|m| m.role() == "user").collect()
 }
 
-fn shepherd_tag(m: &shepherd::testbed::client::Message) -> Option<Value> {
+fn shepherd_tag(m: &shepherd_testbed::client::Message) -> Option<Value> {
     m.parts.iter().find_map(|p| p.pointer("/metadata/shepherd").cloned())
 }
 
@@ -78,7 +78,7 @@ async fn a_session_waiting_on_a_question_is_never_aborted() -> anyhow::Result<()
     let id = rig.client.create_session(Some("question")).await?;
     rig.client.prompt_async(&id, "[[fake:question]] ask me", None, None, false).await?;
     let dir = rig.opencode.project_dir().to_string_lossy().to_string();
-    let question = shepherd::testbed::client::wait_until("a pending question", PATIENCE, || async {
+    let question = shepherd_testbed::client::wait_until("a pending question", PATIENCE, || async {
         rig.client.questions(Some(&dir)).await.map(|q| q.into_iter().next())
     })
     .await?;
@@ -265,8 +265,8 @@ async fn a_password_protected_server_is_supervised_with_basic_auth_from_the_envi
 
 #[actix::test]
 async fn a_wrong_password_keeps_the_daemon_running_and_the_server_unready() -> anyhow::Result<()> {
-    use shepherd::testbed::fake_model::FakeModel;
-    use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer};
+    use shepherd_testbed::fake_model::FakeModel;
+    use shepherd_testbed::opencode::{OpenCodeOptions, OpenCodeServer};
     std::env::set_var("SHEPHERD_TEST_WRONG_PASSWORD", "not-the-password");
     let fake = FakeModel::start()?;
     let mut opencode = OpenCodeServer::start(OpenCodeOptions::for_fake(&fake).password("right")).await?;
@@ -298,7 +298,7 @@ async fn a_turn_cut_off_by_an_opencode_crash_is_continued_once_after_the_restart
     let id = rig.client.create_session(Some("crash")).await?;
     rig.client.prompt_async(&id, "[[fake:slow:20]] a long answer", None, None, false).await?;
     // Mid-answer: the assistant message exists, streaming, not completed.
-    shepherd::testbed::client::wait_for("the answer to be streaming", PATIENCE, || async {
+    shepherd_testbed::client::wait_for("the answer to be streaming", PATIENCE, || async {
         rig.client.messages(&id).await.map(|m| m.iter().any(|m| m.role() == "assistant" && !m.is_completed()))
     })
     .await?;
@@ -308,7 +308,7 @@ async fn a_turn_cut_off_by_an_opencode_crash_is_continued_once_after_the_restart
 
     rig.wait_record(&id, Action::Recover, Outcome::Done, Duration::from_secs(75)).await?;
     rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
-    shepherd::testbed::client::wait_for("the continued turn to finish", PATIENCE, || async {
+    shepherd_testbed::client::wait_for("the continued turn to finish", PATIENCE, || async {
         rig.client.last_assistant(&id).await.map(|m| m.is_some_and(|m| m.finish() == Some("stop")))
     })
     .await?;
@@ -326,8 +326,8 @@ async fn a_turn_cut_off_by_an_opencode_crash_is_continued_once_after_the_restart
 
 #[actix::test]
 async fn one_shepherd_supervises_two_servers_each_with_its_own_sessions() -> anyhow::Result<()> {
-    use shepherd::testbed::fake_model::FakeModel;
-    use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer};
+    use shepherd_testbed::fake_model::FakeModel;
+    use shepherd_testbed::opencode::{OpenCodeOptions, OpenCodeServer};
     let fake = FakeModel::start()?;
     let mut a = OpenCodeServer::start(OpenCodeOptions::for_fake(&fake)).await?;
     let mut b = OpenCodeServer::start(OpenCodeOptions::for_fake(&fake)).await?;
@@ -385,7 +385,7 @@ async fn an_evicted_session_remembers_that_the_person_paused_it() -> anyhow::Res
     rig.client.abort(&id).await?; // the person takes over
     rig.wait_record(&id, Action::Pause, Outcome::Done, PATIENCE).await?;
     // Quiet past idle_cleanup: the actor leaves memory.
-    shepherd::testbed::client::wait_for("the session to be evicted", PATIENCE, || async {
+    shepherd_testbed::client::wait_for("the session to be evicted", PATIENCE, || async {
         Ok::<_, std::convert::Infallible>(rig.daemon().fleet().await.sessions.iter().all(|s| s.id != id))
     })
     .await?;
@@ -414,7 +414,7 @@ async fn a_runaway_loop_is_aborted_within_seconds_and_continued_once() -> anyhow
     let detected = rig.wait_record(&id, Action::StallDetected, Outcome::Done, Duration::from_secs(30)).await?;
     assert!(detected.reason.starts_with("runaway loop"), "{detected:?}");
     rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
-    shepherd::testbed::client::wait_for("the continued turn to finish", PATIENCE, || async {
+    shepherd_testbed::client::wait_for("the continued turn to finish", PATIENCE, || async {
         rig.client.last_assistant(&id).await.map(|m| m.is_some_and(|m| m.finish() == Some("stop")))
     })
     .await?;
@@ -441,12 +441,12 @@ async fn an_opencode_restart_just_before_the_stall_deadline_is_no_stall_and_the_
     let mut rig = Rig::start(recovery).await?;
     let id = rig.client.create_session(Some("restart race")).await?;
     rig.client.prompt_async(&id, "[[fake:stall]] work", None, None, false).await?;
-    shepherd::testbed::client::wait_for("the answer to be streaming", PATIENCE, || async {
+    shepherd_testbed::client::wait_for("the answer to be streaming", PATIENCE, || async {
         rig.client.messages(&id).await.map(|m| m.iter().any(|m| m.role() == "assistant" && !m.is_completed()))
     })
     .await?;
     // Silent now: wait until the stall deadline is 1.5 s away, then crash OpenCode.
-    let deadline_ms = shepherd::testbed::client::wait_until("the stall clock to run", PATIENCE, || async {
+    let deadline_ms = shepherd_testbed::client::wait_until("the stall clock to run", PATIENCE, || async {
         let s = rig.daemon().fleet().await.sessions.into_iter().find(|s| s.id == id);
         Ok::<_, std::convert::Infallible>(s.and_then(|s| s.stall_timeout_ms.map(|t| s.last_activity_ms + t as i64)))
     })
@@ -461,7 +461,7 @@ async fn an_opencode_restart_just_before_the_stall_deadline_is_no_stall_and_the_
     let recovered = rig.wait_record(&id, Action::Recover, Outcome::Done, Duration::from_secs(60)).await?;
     assert!(recovered.reason.contains("cut off by a server restart"), "{recovered:?}");
     rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
-    shepherd::testbed::client::wait_for("the continued turn to finish", PATIENCE, || async {
+    shepherd_testbed::client::wait_for("the continued turn to finish", PATIENCE, || async {
         rig.client.last_assistant(&id).await.map(|m| m.is_some_and(|m| m.finish() == Some("stop")))
     })
     .await?;

@@ -7,10 +7,10 @@ mod support;
 
 use std::time::Duration;
 
-use shepherd::testbed::fake_model::{Behaviour, ADVISOR_MODEL};
 use shepherd_actors::config::{AdvisorConfig, Config, StoreBackend};
 use shepherd_actors::journal::{Action, Outcome};
 use shepherd_actors::ledger::Ledger as _;
+use shepherd_testbed::fake_model::{Behaviour, ADVISOR_MODEL};
 use support::{fresh_sessions, Rig, PATIENCE};
 use tempfile::TempDir;
 

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use shepherd::config::diff::Change;
-use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer};
 use shepherd_actors::config::ServerConfig;
 use shepherd_actors::journal::{Action, Outcome};
+use shepherd_testbed::opencode::{OpenCodeOptions, OpenCodeServer};
 use support::{Rig, PATIENCE};
 use tempfile::TempDir;
 
@@ -386,12 +386,12 @@ async fn a_model_advisor_added_by_a_reload_is_asked_and_one_removed_is_not() -> 
 
     let mut with_model = rig.cfg.clone();
     with_model.advisor.base_url = rig.fake.base_url();
-    with_model.advisor.model = shepherd::testbed::fake_model::ADVISOR_MODEL.into();
+    with_model.advisor.model = shepherd_testbed::fake_model::ADVISOR_MODEL.into();
     // Test sessions are seconds old: "new session" would make every case obvious.
     with_model.advisor.new_session = Duration::ZERO;
     Rig::write_config(&file, &with_model)?;
     rig.daemon().reload().await?;
-    rig.fake.set_advisor_answers(vec![shepherd::testbed::fake_model::Behaviour::Say("Go on. @continue:0.8".into())]);
+    rig.fake.set_advisor_answers(vec![shepherd_testbed::fake_model::Behaviour::Say("Go on. @continue:0.8".into())]);
     let id = rig.client.create_session(Some("advised")).await?;
     rig.client.prompt_async(&id, stalled_prompt(), None, None, false).await?;
     let advice = rig.wait_record(&id, Action::Advise, Outcome::Done, PATIENCE).await?;

@@ -3,8 +3,8 @@
 
 mod support;
 
-use shepherd::testbed::planted_repo::{self, PlantedRepo};
 use shepherd_actors::config::Config;
+use shepherd_testbed::planted_repo::{self, PlantedRepo};
 use support::{tagged, Rig, PATIENCE};
 
 fn configure(c: &mut Config) {

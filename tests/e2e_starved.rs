@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use shepherd::testbed::client::wait_until;
+use shepherd_testbed::client::wait_until;
 use support::process::ShepherdProcess;
 use support::{Rig, PATIENCE};
 use tempfile::TempDir;

@@ -9,7 +9,7 @@ use shepherd_actors::journal::{Action, Outcome};
 use support::{Rig, PATIENCE};
 
 async fn child_of(rig: &Rig, parent: &str) -> anyhow::Result<String> {
-    shepherd::testbed::client::wait_until("the subagent session", PATIENCE, || async {
+    shepherd_testbed::client::wait_until("the subagent session", PATIENCE, || async {
         rig.client.children(parent).await.map(|c| c.first().and_then(|c| c["id"].as_str().map(str::to_string)))
     })
     .await

@@ -204,8 +204,8 @@ fn doctor(dir: &Path, cfg: &Config, env: &[(&str, &str)]) -> anyhow::Result<(boo
 /// server is named with its URL. Exit status non-zero exactly when there is a problem.
 #[actix::test]
 async fn doctor_names_a_wrong_password_and_an_unreachable_server_and_passes_a_good_setup() -> anyhow::Result<()> {
-    use shepherd::testbed::fake_model::FakeModel;
-    use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer};
+    use shepherd_testbed::fake_model::FakeModel;
+    use shepherd_testbed::opencode::{OpenCodeOptions, OpenCodeServer};
     let fake = FakeModel::start()?;
     let mut opencode = OpenCodeServer::start(OpenCodeOptions::for_fake(&fake).password("right-one")).await?;
     let dir = tempfile::tempdir()?;
@@ -226,7 +226,7 @@ async fn doctor_names_a_wrong_password_and_an_unreachable_server_and_passes_a_go
 
     let (ok, report) = doctor(dir.path(), &cfg, &[("DOCTOR_TEST_PASSWORD", "right-one")])?;
     assert!(ok, "{report}");
-    let version = shepherd::testbed::opencode::OPENCODE_VERSION;
+    let version = shepherd_testbed::opencode::OPENCODE_VERSION;
     assert!(report.contains(&format!("ok    server locked: reachable at {}, OpenCode {version}", opencode.url())), "{report}");
     assert!(report.contains("ok    server locked event stream: connected"), "{report}");
     assert!(report.contains("will be created at start"), "{report}");
@@ -248,8 +248,8 @@ async fn doctor_names_a_wrong_password_and_an_unreachable_server_and_passes_a_go
 /// it, and `config check` — with no `--config`, from another folder — reads that file.
 #[actix::test]
 async fn init_writes_a_config_that_config_check_finds_and_accepts() -> anyhow::Result<()> {
-    use shepherd::testbed::fake_model::FakeModel;
-    use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer, OPENCODE_VERSION};
+    use shepherd_testbed::fake_model::FakeModel;
+    use shepherd_testbed::opencode::{OpenCodeOptions, OpenCodeServer, OPENCODE_VERSION};
     let fake = FakeModel::start()?;
     let mut opencode = OpenCodeServer::start(OpenCodeOptions::for_fake(&fake)).await?;
     let xdg = tempfile::tempdir()?;

@@ -157,7 +157,7 @@ async fn top_once_and_off_a_terminal_prints_a_plain_table() -> anyhow::Result<()
 }
 
 async fn support_wait_todos(rig: &Rig, id: &str, total: u64) -> anyhow::Result<()> {
-    shepherd::testbed::client::wait_until("the todos in /v1/status", PATIENCE, || async {
+    shepherd_testbed::client::wait_until("the todos in /v1/status", PATIENCE, || async {
         let (_, doc) = get(rig, "/v1/status?history=0", true).await?;
         anyhow::Ok((doc["sessions"][id]["todos"]["total"].as_u64() == Some(total)).then_some(()))
     })

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::Value;
-use shepherd::testbed::client::{wait_for, wait_until, OpenCodeClient, SessionStatus};
-use shepherd::testbed::fake_model::{Behaviour, FakeModel, StreamEnd, TodoStage};
-use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer, SERVER_USERNAME};
+use shepherd_testbed::client::{wait_for, wait_until, OpenCodeClient, SessionStatus};
+use shepherd_testbed::fake_model::{Behaviour, FakeModel, StreamEnd, TodoStage};
+use shepherd_testbed::opencode::{OpenCodeOptions, OpenCodeServer, SERVER_USERNAME};
 
 const TURN: Duration = Duration::from_secs(20);
 

@@ -1,8 +1,10 @@
 //! The adapter to OpenCode servers: REST ([`client`]), the event stream ([`pump`]) and
 //! its framing ([`sse`]). Decoding of event payloads is shared with the cores
-//! (`shepherd_actors::event`). [`version`] holds the OpenCode releases supported.
+//! (`shepherd_actors::event`). [`version`] holds the OpenCode releases supported,
+//! [`pinned`] the one release the tests and the demo run.
 
 pub mod client;
+pub mod pinned;
 pub mod pump;
 pub mod sse;
 pub mod stream;

@@ -2,7 +2,7 @@
 //! at connect.
 //!
 //! [`SUPPORTED`] is the one place the range lives; CI runs the full suite on the pinned
-//! release (`testbed::opencode::OPENCODE_VERSION`, the newest) and a smoke subset on
+//! release ([`super::pinned::OPENCODE_VERSION`], the newest) and a smoke subset on
 //! [`SUPPORTED`]'s oldest (`scripts/test.sh` reads it from this file). The pump reads
 //! `GET /global/health` once per connect ([`read_version`]); [`VersionWarnings`] warns
 //! once per server and version per process when the version is outside the range or
@@ -186,7 +186,7 @@ impl VersionWarnings {
                 "OpenCode {reported} is outside the versions Shepherd is tested with ({SUPPORTED}); supervision \
                  may misread its events: run a supported OpenCode (e.g. `npm i -g opencode-ai@{}`) or a Shepherd \
                  that supports {reported}",
-                crate::testbed::opencode::OPENCODE_VERSION,
+                super::pinned::OPENCODE_VERSION,
             ),
             Support::Unparseable if first() => tracing::warn!(
                 server = %server,
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn the_pinned_release_is_supported() {
-        assert!(matches!(assess(crate::testbed::opencode::OPENCODE_VERSION), Support::Supported(_)));
+        assert!(matches!(assess(shepherd_testbed::opencode::OPENCODE_VERSION), Support::Supported(_)));
     }
 
     #[test]

@@ -104,7 +104,7 @@ impl Workspace for GitWorkspace {
 
 #[cfg(test)]
 mod tests {
-    use crate::testbed::planted_repo::{self, PlantedRepo};
+    use shepherd_testbed::planted_repo::{self, PlantedRepo};
 
     use super::*;
 

@@ -12,11 +12,11 @@ pub mod receiver;
 use std::time::Duration;
 
 use shepherd::daemon::Daemon;
-use shepherd::testbed::client::OpenCodeClient;
-use shepherd::testbed::fake_model::FakeModel;
-use shepherd::testbed::opencode::{OpenCodeOptions, OpenCodeServer};
 use shepherd_actors::config::{AdvisorConfig, Config, RecoveryConfig, ServerConfig};
 use shepherd_actors::journal::{Action, ActionRecord, Outcome};
+use shepherd_testbed::client::OpenCodeClient;
+use shepherd_testbed::fake_model::FakeModel;
+use shepherd_testbed::opencode::{OpenCodeOptions, OpenCodeServer};
 use tokio::sync::broadcast;
 
 /// How long a test waits for something Shepherd or OpenCode should do within seconds.
@@ -268,14 +268,14 @@ impl Rig {
 }
 
 /// The texts of a session's user messages that carry Shepherd's tag of `kind`.
-pub fn tagged(messages: &[shepherd::testbed::client::Message], kind: &str) -> Vec<String> {
+pub fn tagged(messages: &[shepherd_testbed::client::Message], kind: &str) -> Vec<String> {
     messages
         .iter()
         .filter(|m| m.role() == "user")
         .filter(|m| {
             m.parts.iter().any(|p| p.pointer("/metadata/shepherd/kind").and_then(serde_json::Value::as_str) == Some(kind))
         })
-        .map(shepherd::testbed::client::Message::text)
+        .map(shepherd_testbed::client::Message::text)
         .collect()
 }
 

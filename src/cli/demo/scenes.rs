@@ -8,19 +8,21 @@
 //! runs a long tool, one whose person presses Esc, and one whose context window fills up
 //! and is handed over to a fresh session. It prints every decision Shepherd takes as it
 //! happens, then a summary, and cleans everything up.
+//!
+//! A module of the binary, not of the library: it runs the test bed
+//! (`shepherd-testbed`), which only the binary links, and only with the `demo` feature.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use shepherd::daemon::Daemon;
 use shepherd_actors::config::{Config, NudgeConfig, RecoveryConfig, ServerConfig};
 use shepherd_actors::journal::{Action, ActionRecord, Outcome};
+use shepherd_testbed::client::PromptOptions;
+use shepherd_testbed::fake_model::FakeModel;
+use shepherd_testbed::opencode::{OpenCodeOptions, OpenCodeServer};
 use tokio::time::Instant;
-
-use crate::daemon::Daemon;
-use crate::testbed::client::PromptOptions;
-use crate::testbed::fake_model::FakeModel;
-use crate::testbed::opencode::{OpenCodeOptions, OpenCodeServer};
 
 /// One scripted session: its title, what it shows, and the prompt (fake-model markers
 /// choose the model's behaviour step by step).
@@ -69,7 +71,7 @@ const SCENES: &[Scene] = &[
 ];
 
 /// Runs the demo; `stall_timeout` replaces the 3-minute default so it fits in a minute.
-pub async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
+pub(super) async fn run(stall_timeout: Duration) -> anyhow::Result<()> {
     let started = Instant::now();
     say(started, "starting the fake model and a real OpenCode server (installing the pinned version on first use)…");
     let fake = FakeModel::start().context("starting the fake model")?;

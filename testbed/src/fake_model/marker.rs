@@ -1,7 +1,7 @@
 //! Marker parsing: turns the text of a user message into the fake model's script.
 //!
 //! Pure functions only (no I/O, no clock). The syntax is documented on
-//! [`crate::testbed::fake_model`]; this module owns the grammar:
+//! [`crate::fake_model`]; this module owns the grammar:
 //!
 //! - a marker is `[[fake:SPEC]]`; `SPEC` is `NAME` or `NAME:ARG`, split at the first `:`;
 //! - brackets nest, so the `ARG` of a marker may itself contain markers

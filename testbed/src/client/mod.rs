@@ -3,7 +3,7 @@
 //! for a condition with [`wait_until`].
 //!
 //! It is deliberately shallow — JSON in, JSON (or a few small typed views) out — and is
-//! **not** Shepherd's production OpenCode client (that lives in `crate::opencode`); tests
+//! **not** Shepherd's production OpenCode client (that lives in `shepherd::opencode`); tests
 //! use this one to drive and observe OpenCode independently of the code under test.
 //!
 //! Parts: `error` ([`ClientError`]), `views` (the typed views of answers), `session`

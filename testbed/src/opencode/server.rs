@@ -22,8 +22,8 @@ use serde_json::{json, Map, Value};
 
 use super::install::ensure_installed;
 use super::process::{descendants, signal_each, signal_group};
-use crate::testbed::client::OpenCodeClient;
-use crate::testbed::fake_model::FakeModel;
+use crate::client::OpenCodeClient;
+use crate::fake_model::FakeModel;
 
 /// Provider id of the fake model in the generated config.
 pub const FAKE_PROVIDER: &str = "fake";

@@ -1,6 +1,7 @@
-//! Finds or installs the pinned OpenCode binary. The pinned version lives here, in
-//! [`OPENCODE_VERSION`], and nowhere else (`scripts/install-opencode.sh` reads it from
-//! this file).
+//! Finds or installs the pinned OpenCode binary. The pinned version,
+//! [`OPENCODE_VERSION`], lives in one place, `src/opencode/pinned.rs` at the repository
+//! root, which this crate compiles in by path (the daemon's version warning names it too;
+//! `scripts/install-opencode.sh` reads it from that file).
 //!
 //! Lookup order: env `SHEPHERD_OPENCODE_BIN`; else the cache directory
 //! ([`cache_dir`]); if the binary is not there, `npm install` of the platform package
@@ -17,8 +18,7 @@ use std::sync::Mutex;
 
 use anyhow::{bail, Context as _};
 
-/// The OpenCode release the test bed runs (`opencode --version`).
-pub const OPENCODE_VERSION: &str = "1.18.34";
+pub use crate::pinned::OPENCODE_VERSION;
 
 /// Env var: path of an OpenCode binary to use as is.
 pub const ENV_BIN: &str = "SHEPHERD_OPENCODE_BIN";
@@ -36,13 +36,15 @@ pub fn platform_package() -> anyhow::Result<&'static str> {
 
 /// Where the pinned version is (or will be) installed:
 /// `$SHEPHERD_OPENCODE_CACHE`, else `<repo>/.opencode-cache/<version>` when the source
-/// tree this was built from still exists, else `$XDG_CACHE_HOME` (or `~/.cache`)
+/// tree this was built from still exists (`<repo>` is the workspace root, the parent of
+/// this crate's `testbed/`: the same directory `scripts/install-opencode.sh` installs
+/// into), else `$XDG_CACHE_HOME` (or `~/.cache`)
 /// `/shepherd/opencode/<version>`.
 pub fn cache_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = non_empty_env(ENV_CACHE) {
         return Ok(PathBuf::from(dir));
     }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = repo_root();
     if repo.join("Cargo.toml").is_file() {
         return Ok(repo.join(".opencode-cache").join(OPENCODE_VERSION));
     }
@@ -51,6 +53,13 @@ pub fn cache_dir() -> anyhow::Result<PathBuf> {
         None => PathBuf::from(non_empty_env("HOME").context("neither XDG_CACHE_HOME nor HOME is set")?).join(".cache"),
     };
     Ok(base.join("shepherd").join("opencode").join(OPENCODE_VERSION))
+}
+
+/// The workspace root this crate was built in: the parent of its manifest directory
+/// (`<repo>/testbed`).
+fn repo_root() -> &'static Path {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest)
 }
 
 /// The binary's path inside a cache directory.
