@@ -18,7 +18,9 @@ use shepherd_actors::control::{CustomPromptReply, CustomPromptRequest, SendCusto
 use shepherd_actors::event::{ModelRef, SessionInfo, ShepherdTag, Status, Todo};
 use shepherd_actors::guard::{GuardHandle, GuardRequest, PromptGuard, Shared, Verdict};
 use shepherd_actors::journal::{Action, ActionRecord, Outcome};
-use shepherd_actors::ports::{Engine, EngineError, HistoryMessage, LastTurn, Prompt, SystemClock, TurnSettings};
+use shepherd_actors::ports::{
+    Control, Discovery, EngineError, HistoryMessage, LastTurn, Lifecycle, Prompt, Reads, SystemClock, TurnSettings,
+};
 use shepherd_actors::session::core::{RecoveryOrder, RecoveryReport};
 use shepherd_actors::session::delivery::{deliver, send_admitted, Delivery, Outbound, PromptKind, PromptOrder, Unsent};
 use shepherd_actors::session::prompt::PromptFacts;
@@ -217,19 +219,12 @@ struct Recorder {
 }
 
 #[async_trait::async_trait]
-impl Engine for Recorder {
+impl Reads for Recorder {
     async fn statuses(&self, _: &str) -> Result<HashMap<String, Status>, EngineError> {
         Ok(self.busy.lock().unwrap().clone())
     }
-    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
-        Ok(vec![])
-    }
     async fn session(&self, id: &str) -> Result<SessionInfo, EngineError> {
         Err(EngineError::NotFound(id.into()))
-    }
-    async fn abort(&self, id: &str) -> Result<(), EngineError> {
-        self.busy.lock().unwrap().remove(id);
-        Ok(())
     }
     async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
         Ok(vec![])
@@ -240,19 +235,36 @@ impl Engine for Recorder {
     async fn last_turn(&self, _: &str) -> Result<Option<LastTurn>, EngineError> {
         Ok(None)
     }
+    async fn history(&self, _: &str, _: u32) -> Result<Vec<HistoryMessage>, EngineError> {
+        Ok(vec![])
+    }
+}
+
+#[async_trait::async_trait]
+impl Control for Recorder {
+    async fn abort(&self, id: &str) -> Result<(), EngineError> {
+        self.busy.lock().unwrap().remove(id);
+        Ok(())
+    }
     async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
         tokio::time::sleep(self.compaction).await;
         Ok(())
     }
-    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
-        Ok(HashMap::new())
-    }
-    async fn history(&self, _: &str, _: u32) -> Result<Vec<HistoryMessage>, EngineError> {
-        Ok(vec![])
-    }
     async fn prompt(&self, _: &str, p: &Prompt) -> Result<(), EngineError> {
         self.prompts.lock().unwrap().push(p.clone());
         Ok(())
+    }
+}
+
+impl Lifecycle for Recorder {}
+
+#[async_trait::async_trait]
+impl Discovery for Recorder {
+    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
+        Ok(vec![])
+    }
+    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
+        Ok(HashMap::new())
     }
 }
 

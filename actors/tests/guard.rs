@@ -15,7 +15,8 @@ use shepherd_actors::guard::{GuardHandle, PromptGuard};
 use shepherd_actors::journal::{Action, Journal, Outcome};
 use shepherd_actors::ledger::MemoryLedger;
 use shepherd_actors::ports::{
-    Clock, Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, SystemClock, TurnSettings,
+    Clock, Control, Discovery, EngineError, HistoryMessage, HistoryPart, LastTurn, Lifecycle, Prompt, Reads,
+    SystemClock, TurnSettings,
 };
 use shepherd_actors::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
 use shepherd_actors::session::prompt::PromptFacts;
@@ -55,18 +56,12 @@ fn tag(kind: &str, instance: &str, decision: &str) -> ShepherdTag {
 }
 
 #[async_trait]
-impl Engine for Engine1 {
+impl Reads for Engine1 {
     async fn statuses(&self, _: &str) -> Result<HashMap<String, Status>, EngineError> {
         Ok(HashMap::new())
     }
-    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
-        Ok(vec![])
-    }
     async fn session(&self, id: &str) -> Result<SessionInfo, EngineError> {
         Err(EngineError::NotFound(id.into()))
-    }
-    async fn abort(&self, _: &str) -> Result<(), EngineError> {
-        Ok(())
     }
     async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
         Ok(vec![Todo { content: "write it".into(), status: TodoStatus::Pending, priority: None }])
@@ -77,17 +72,21 @@ impl Engine for Engine1 {
     async fn last_turn(&self, _: &str) -> Result<Option<LastTurn>, EngineError> {
         Ok(None)
     }
-    async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
-        Ok(())
-    }
-    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
-        Ok(HashMap::new())
-    }
     async fn history(&self, _: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
         match self.history.lock().unwrap().as_ref() {
             Some(h) => Ok(h.iter().rev().take(limit as usize).rev().cloned().collect()),
             None => Err(EngineError::Http { status: 500, body: "history unreadable".into() }),
         }
+    }
+}
+
+#[async_trait]
+impl Control for Engine1 {
+    async fn abort(&self, _: &str) -> Result<(), EngineError> {
+        Ok(())
+    }
+    async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
+        Ok(())
     }
     async fn prompt(&self, _: &str, p: &Prompt) -> Result<(), EngineError> {
         let fail = self.fail_next.lock().unwrap().take();
@@ -102,6 +101,18 @@ impl Engine for Engine1 {
             Some((error, true)) => Err(error),
             _ => Ok(()),
         }
+    }
+}
+
+impl Lifecycle for Engine1 {}
+
+#[async_trait]
+impl Discovery for Engine1 {
+    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
+        Ok(vec![])
+    }
+    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
+        Ok(HashMap::new())
     }
 }
 
@@ -281,12 +292,9 @@ struct Fleet {
 }
 
 #[async_trait]
-impl Engine for Fleet {
+impl Reads for Fleet {
     async fn statuses(&self, _: &str) -> Result<HashMap<String, Status>, EngineError> {
         Ok(HashMap::new())
-    }
-    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
-        Ok(vec![])
     }
     async fn session(&self, id: &str) -> Result<SessionInfo, EngineError> {
         Ok(SessionInfo {
@@ -298,9 +306,6 @@ impl Engine for Fleet {
             metadata: None,
         })
     }
-    async fn abort(&self, _: &str) -> Result<(), EngineError> {
-        Ok(())
-    }
     async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
         Ok(vec![Todo { content: "finish the report".into(), status: TodoStatus::Pending, priority: None }])
     }
@@ -310,18 +315,34 @@ impl Engine for Fleet {
     async fn last_turn(&self, _: &str) -> Result<Option<LastTurn>, EngineError> {
         Ok(None)
     }
-    async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
-        Ok(())
-    }
-    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
-        Ok(HashMap::new())
-    }
     async fn history(&self, _: &str, _: u32) -> Result<Vec<HistoryMessage>, EngineError> {
         Ok(vec![])
+    }
+}
+
+#[async_trait]
+impl Control for Fleet {
+    async fn abort(&self, _: &str) -> Result<(), EngineError> {
+        Ok(())
+    }
+    async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
+        Ok(())
     }
     async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
         self.prompts.lock().unwrap().push((id.into(), p.tag.kind.clone(), tokio::time::Instant::now()));
         Ok(())
+    }
+}
+
+impl Lifecycle for Fleet {}
+
+#[async_trait]
+impl Discovery for Fleet {
+    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
+        Ok(vec![])
+    }
+    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
+        Ok(HashMap::new())
     }
 }
 
