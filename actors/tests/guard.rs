@@ -104,18 +104,6 @@ impl Control for Engine1 {
     }
 }
 
-impl Lifecycle for Engine1 {}
-
-#[async_trait]
-impl Discovery for Engine1 {
-    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
-        Ok(vec![])
-    }
-    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
-        Ok(HashMap::new())
-    }
-}
-
 fn order(kind: PromptKind, text: &str) -> PromptOrder {
     PromptOrder {
         session_id: "ses_A".into(),
@@ -144,7 +132,8 @@ fn guard(cfg: GuardConfig) -> GuardHandle {
 async fn a_guard_that_cannot_read_the_sessions_history_still_sends_and_still_dedupes_its_own() {
     let engine = Engine1::default();
     let guard = guard(GuardConfig::default());
-    let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1", lease: None };
+    let out =
+        Outbound { server: "local", reads: &engine, control: &engine, guard: &guard, instance: "i1", lease: None };
     let nudge = order(PromptKind::Nudge, "Please continue working");
     let first = deliver(out, &nudge).await;
     assert!(matches!(first, Delivery::Sent { .. }), "fail open: {first:?}");
@@ -159,7 +148,8 @@ async fn a_guard_that_cannot_read_the_sessions_history_still_sends_and_still_ded
 async fn a_second_review_round_within_the_window_is_sent_and_the_same_decision_twice_is_not() {
     let engine = Engine1::with_history(vec![]);
     let guard = guard(GuardConfig::default());
-    let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1", lease: None };
+    let out =
+        Outbound { server: "local", reads: &engine, control: &engine, guard: &guard, instance: "i1", lease: None };
     let review = "All todos are done: run the tests and check your claims.";
     let round = |n: u32| PromptOrder { decision: format!("ses_A-review-{n}"), ..order(PromptKind::Review, review) };
     assert!(matches!(deliver(out, &round(1)).await, Delivery::Sent { .. }));
@@ -181,7 +171,8 @@ async fn what_another_instance_or_the_person_sent_for_the_same_situation_is_stil
     ] {
         let engine = Engine1::with_history(vec![sent]);
         let guard = guard(GuardConfig::default());
-        let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1", lease: None };
+        let out =
+            Outbound { server: "local", reads: &engine, control: &engine, guard: &guard, instance: "i1", lease: None };
         let ours = deliver(out, &order(PromptKind::Review, review)).await;
         assert!(
             matches!(&ours, Delivery::Guarded { reason, .. } if reason.contains("a user message 5s ago")),
@@ -198,7 +189,7 @@ async fn a_prompt_whose_send_timed_out_is_looked_for_in_the_session_and_never_se
     let engine = Engine1::with_history(vec![]);
     *engine.fail_next.lock().unwrap() = Some((lost_answer(), true));
     let g = guard(GuardConfig::default());
-    let out = Outbound { server: "local", engine: &engine, guard: &g, instance: "i1", lease: None };
+    let out = Outbound { server: "local", reads: &engine, control: &engine, guard: &g, instance: "i1", lease: None };
     let nudge = order(PromptKind::Nudge, "Please continue working");
     assert!(matches!(deliver(out, &nudge).await, Delivery::Sent { .. }), "found in the session");
     assert!(matches!(deliver(out, &nudge).await, Delivery::Guarded { .. }), "and not sent again");
@@ -209,7 +200,7 @@ async fn a_prompt_whose_send_timed_out_is_looked_for_in_the_session_and_never_se
     let engine = Engine1::with_history(vec![]);
     *engine.fail_next.lock().unwrap() = Some((lost_answer(), false));
     let g = guard(GuardConfig::default());
-    let out = Outbound { server: "local", engine: &engine, guard: &g, instance: "i1", lease: None };
+    let out = Outbound { server: "local", reads: &engine, control: &engine, guard: &g, instance: "i1", lease: None };
     let failed = deliver(out, &nudge).await;
     assert!(matches!(&failed, Delivery::Failed { error: EngineError::Unconfirmed(_) }), "{failed:?}");
     let retry = deliver(out, &nudge).await;
@@ -220,7 +211,7 @@ async fn a_prompt_whose_send_timed_out_is_looked_for_in_the_session_and_never_se
     let engine = Engine1::with_history(vec![]);
     *engine.fail_next.lock().unwrap() = Some((EngineError::Unreachable("connection refused".into()), false));
     let g = guard(GuardConfig::default());
-    let out = Outbound { server: "local", engine: &engine, guard: &g, instance: "i1", lease: None };
+    let out = Outbound { server: "local", reads: &engine, control: &engine, guard: &g, instance: "i1", lease: None };
     assert!(matches!(deliver(out, &nudge).await, Delivery::Failed { error: EngineError::Unreachable(_) }));
     assert!(matches!(deliver(out, &nudge).await, Delivery::Sent { .. }));
     assert_eq!(engine.prompts.lock().unwrap().len(), 1);
@@ -237,7 +228,8 @@ async fn over_the_session_limit_a_nudge_waits_its_turn_then_is_deferred_and_a_co
         ..GuardConfig::default()
     };
     let guard = guard(cfg);
-    let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1", lease: None };
+    let out =
+        Outbound { server: "local", reads: &engine, control: &engine, guard: &guard, instance: "i1", lease: None };
     assert!(matches!(deliver(out, &order(PromptKind::Review, "Review your work")).await, Delivery::Sent { .. }));
     let started = tokio::time::Instant::now();
     let nudge = deliver(out, &order(PromptKind::Nudge, "Write the release notes")).await;
@@ -272,7 +264,8 @@ async fn a_retuned_guard_judges_by_its_new_limits_and_still_remembers_what_was_s
         ..GuardConfig::default()
     };
     let guard = guard(tight.clone());
-    let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1", lease: None };
+    let out =
+        Outbound { server: "local", reads: &engine, control: &engine, guard: &guard, instance: "i1", lease: None };
     assert!(matches!(deliver(out, &order(PromptKind::Review, "Review your work")).await, Delivery::Sent { .. }));
     let deferred = deliver(out, &order(PromptKind::Nudge, "Write the release notes")).await;
     assert!(matches!(&deferred, Delivery::Guarded { reason, .. } if reason.contains("rate limit")), "{deferred:?}");

@@ -210,6 +210,7 @@ impl SessionActor {
         let work = async move {
             let tools = Tools {
                 out: env.outbound(),
+                lifecycle: env.engine.as_ref(),
                 ledger: env.ledger.as_ref(),
                 workspace: env.workspace.as_ref(),
                 cfg: &cfg.handoff,
