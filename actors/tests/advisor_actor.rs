@@ -12,11 +12,8 @@ use async_trait::async_trait;
 use shepherd_actors::advisor::actor::{AdvisorActor, Consult, Retune};
 use shepherd_actors::advisor::{About, AdviceAction, Consulted, Situation, Source};
 use shepherd_actors::config::AdvisorConfig;
-use shepherd_actors::event::{ModelRef, SessionInfo, Status, Todo, TodoStatus};
-use shepherd_actors::ports::{
-    ChatRequest, Control, Discovery, EngineError, LastTurn, Lifecycle, ModelError, ModelPort, Prompt, Reads,
-    TurnSettings,
-};
+use shepherd_actors::event::{SessionInfo, Status, Todo, TodoStatus};
+use shepherd_actors::ports::{ChatRequest, EngineError, LastTurn, ModelError, ModelPort, Reads, TurnSettings};
 
 /// What the scripted model does with each call.
 #[derive(Clone)]
@@ -92,31 +89,6 @@ impl Reads for NoEngine {
     }
 }
 
-#[async_trait]
-impl Control for NoEngine {
-    async fn abort(&self, _: &str) -> Result<(), EngineError> {
-        Err(EngineError::Unreachable("test".into()))
-    }
-    async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
-        Err(EngineError::Unreachable("test".into()))
-    }
-    async fn prompt(&self, _: &str, _: &Prompt) -> Result<(), EngineError> {
-        Err(EngineError::Unreachable("test".into()))
-    }
-}
-
-impl Lifecycle for NoEngine {}
-
-#[async_trait]
-impl Discovery for NoEngine {
-    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
-        Err(EngineError::Unreachable("test".into()))
-    }
-    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
-        Err(EngineError::Unreachable("test".into()))
-    }
-}
-
 fn stall(session_age_s: u64) -> Situation {
     Situation {
         about: About::Abort,
@@ -141,7 +113,7 @@ fn consult(session: &str, situation: Situation) -> Consult {
         server: "srv".into(),
         session: session.into(),
         situation,
-        engine: Arc::new(NoEngine),
+        reads: Arc::new(NoEngine),
         redactor: Default::default(),
     }
 }

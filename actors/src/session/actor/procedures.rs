@@ -188,7 +188,7 @@ impl SessionActor {
             server: self.env.server.to_string(),
             session: self.core.id().to_string(),
             situation: request.situation.clone(),
-            engine: Arc::clone(&self.env.engine),
+            reads: Arc::clone(&self.env.engine) as Arc<dyn Reads>,
             redactor: self.cfg.redactor.clone(),
         };
         ctx.spawn(advisor.send(consult).into_actor(self).map(move |answer, act, ctx| {
