@@ -11,13 +11,14 @@
 //!   delivery, compaction and the hand-off.
 //! - [`Lifecycle`]: making and removing sessions — create, fork, find by title, delete.
 //!   The hand-off alone does this (its fresh session, the fork it asks the model in);
-//!   engines that cannot hand off leave it unimplemented and the hand-off fails cleanly.
+//!   an engine that cannot hand off keeps its default bodies (an error each), and the
+//!   hand-off fails cleanly.
 //! - [`Discovery`]: what the server holds as a whole — its sessions across directories
 //!   and its models' context windows. The supervisor's reconciliation alone reads it.
 //!
 //! [`Engine`] is all four: the whole server, held where a server is attached (the
-//! supervisor, the sessions' shared environment) and implemented once by the HTTP
-//! adapter in the binary; tests fake what they use. [`Clock`] is time: monotonic
+//! supervisor, the sessions' shared environment) and served whole by the HTTP adapter
+//! in the binary; tests fake what they use. [`Clock`] is time: monotonic
 //! instants from tokio (so paused test time governs them) and wall-clock epoch
 //! milliseconds for comparing with OpenCode's own timestamps. The values that cross
 //! these ports ([`EngineError`], [`HistoryMessage`], [`ChatRequest`], …) are
