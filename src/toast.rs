@@ -14,7 +14,7 @@ use std::sync::{Arc, RwLock};
 use serde::Serialize;
 use shepherd_actors::config::ToastsConfig;
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
-use shepherd_actors::ports::Engine as _;
+use shepherd_actors::ports::Reads as _;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::opencode::OpenCodeClient;

@@ -16,7 +16,9 @@ use shepherd_actors::control::{CustomPromptReply, CustomPromptRequest, SendCusto
 use shepherd_actors::event::{ModelRef, SessionInfo, ShepherdTag, Status, Todo};
 use shepherd_actors::guard::{GuardHandle, GuardRequest, PromptGuard, Shared, Verdict};
 use shepherd_actors::journal::{Action, ActionRecord, Outcome};
-use shepherd_actors::ports::{Engine, EngineError, HistoryMessage, LastTurn, Prompt, SystemClock, TurnSettings};
+use shepherd_actors::ports::{
+    Control, EngineError, HistoryMessage, LastTurn, Prompt, Reads, SystemClock, TurnSettings,
+};
 use shepherd_actors::session::core::{RecoveryOrder, RecoveryReport};
 use shepherd_actors::session::delivery::{deliver, send_admitted, Delivery, Outbound, PromptKind, PromptOrder, Unsent};
 use shepherd_actors::session::prompt::PromptFacts;
@@ -217,19 +219,12 @@ struct Recorder {
 }
 
 #[async_trait::async_trait]
-impl Engine for Recorder {
+impl Reads for Recorder {
     async fn statuses(&self, _: &str) -> Result<HashMap<String, Status>, EngineError> {
         Ok(self.busy.lock().unwrap().clone())
     }
-    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
-        Ok(vec![])
-    }
     async fn session(&self, id: &str) -> Result<SessionInfo, EngineError> {
         Err(EngineError::NotFound(id.into()))
-    }
-    async fn abort(&self, id: &str) -> Result<(), EngineError> {
-        self.busy.lock().unwrap().remove(id);
-        Ok(())
     }
     async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
         Ok(vec![])
@@ -240,15 +235,20 @@ impl Engine for Recorder {
     async fn last_turn(&self, _: &str) -> Result<Option<LastTurn>, EngineError> {
         Ok(None)
     }
+    async fn history(&self, _: &str, _: u32) -> Result<Vec<HistoryMessage>, EngineError> {
+        Ok(vec![])
+    }
+}
+
+#[async_trait::async_trait]
+impl Control for Recorder {
+    async fn abort(&self, id: &str) -> Result<(), EngineError> {
+        self.busy.lock().unwrap().remove(id);
+        Ok(())
+    }
     async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
         tokio::time::sleep(self.compaction).await;
         Ok(())
-    }
-    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
-        Ok(HashMap::new())
-    }
-    async fn history(&self, _: &str, _: u32) -> Result<Vec<HistoryMessage>, EngineError> {
-        Ok(vec![])
     }
     async fn prompt(&self, _: &str, p: &Prompt) -> Result<(), EngineError> {
         self.prompts.lock().unwrap().push(p.clone());
@@ -296,7 +296,7 @@ async fn a_lease_is_renewed_while_a_prompt_waits_in_the_limiter_and_no_other_ins
     };
     let (a, b) = (instance(&redis.url(), "i-a", &cfg)?, instance(&redis.url(), "i-b", &cfg)?);
     let engine = Recorder::default();
-    let out = Outbound { server: "srv", engine: &engine, guard: &a, instance: "i-a", lease: None };
+    let out = Outbound { server: "srv", reads: &engine, control: &engine, guard: &a, instance: "i-a", lease: None };
     assert!(matches!(deliver(out, &order("ses_L", PromptKind::Custom, "Run the tests")).await, Delivery::Sent { .. }));
     let notes = order("ses_L", PromptKind::Custom, "Now write the release notes");
     let waiting = deliver(out, &notes);
@@ -325,7 +325,7 @@ async fn a_recovery_holds_its_lease_through_a_long_compaction_and_continues_unde
     // Past handoff.hard: the abort is followed by a compaction that outlives the lease.
     let engine = Recorder { compaction: Duration::from_secs(5), ..Recorder::default() };
     engine.busy.lock().unwrap().insert("ses_R".into(), Status::Busy);
-    let out = Outbound { server: "srv", engine: &engine, guard: &a, instance: "i-a", lease: None };
+    let out = Outbound { server: "srv", reads: &engine, control: &engine, guard: &a, instance: "i-a", lease: None };
     let recovery = RecoveryConfig {
         abort_poll_interval: Duration::from_millis(100),
         wait_after_abort: Duration::from_millis(100),
@@ -365,7 +365,7 @@ async fn a_stale_holder_is_fenced_once_another_instance_holds_the_lease() -> any
     let cfg = GuardConfig { backend: GuardBackend::Redis, lease_ttl: Duration::from_secs(1), ..GuardConfig::default() };
     let (a, b) = (instance(&redis.url(), "i-a", &cfg)?, instance(&redis.url(), "i-b", &cfg)?);
     let engine = Recorder::default();
-    let out = Outbound { server: "srv", engine: &engine, guard: &a, instance: "i-a", lease: None };
+    let out = Outbound { server: "srv", reads: &engine, control: &engine, guard: &a, instance: "i-a", lease: None };
     let text = "You stalled; go on with the parser";
     let req = GuardRequest {
         server: "srv".into(),
@@ -419,7 +419,7 @@ async fn with_redis_down_each_instance_falls_back_to_a_local_fleet_wide_limit() 
     };
     let guard = instance(&url, "i-a", &cfg)?;
     let engine = Recorder::default();
-    let out = Outbound { server: "srv", engine: &engine, guard: &guard, instance: "i-a", lease: None };
+    let out = Outbound { server: "srv", reads: &engine, control: &engine, guard: &guard, instance: "i-a", lease: None };
     let mut waited = Vec::new();
     for (i, text) in ["Run the tests", "Write the release notes", "Fix the failing build"].iter().enumerate() {
         match deliver(out, &order(&format!("ses_{i}"), PromptKind::Custom, text)).await {

@@ -9,11 +9,13 @@
 //! - [`config`]: the configuration schema — the one home of every default number.
 //! - [`event`]: typed OpenCode events, decoded from the JSON the server sends.
 //! - [`ids`]: the shape of OpenCode's ids; a bad one is refused at the edge.
-//! - [`ports`]: the narrow traits the cores need from the world ([`ports::Engine`] for
-//!   OpenCode, [`ports::Clock`] for time), implemented at the edges and faked in tests.
+//! - [`ports`]: the narrow traits the cores need from the world (an OpenCode server as
+//!   [`ports::Reads`], [`ports::Control`], [`ports::Lifecycle`] and [`ports::Discovery`],
+//!   all four [`ports::Engine`]; [`ports::Clock`] for time), implemented at the edges and
+//!   faked in tests.
 //! - [`session`]: one actor per OpenCode session. `session::core` decides (pure),
 //!   `session::actor` carries out (thin), `session::recovery` runs the abort + continue
-//!   procedure against the engine port.
+//!   procedure through the engine's ports.
 //! - [`supervisor`]: the fleet actor: creates session actors on first sight, routes
 //!   events to them and reconciles state after every stream (re)connect.
 //! - [`control`]: the questions the control API may ask the supervisor.

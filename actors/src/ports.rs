@@ -1,10 +1,28 @@
 //! The ports: what the actors and procedures need from the world, as traits.
 //!
-//! [`Engine`] is one OpenCode server as Shepherd uses it (the HTTP adapter in the binary
-//! implements it; tests use fakes). [`Clock`] is time: monotonic instants from tokio (so
-//! paused test time governs them) and wall-clock epoch milliseconds for comparing with
-//! OpenCode's own timestamps. The values that cross these ports ([`EngineError`],
-//! [`HistoryMessage`], [`ChatRequest`], …) are `shepherd_core::ports`'s, re-exported here.
+//! One OpenCode server is four ports, split by what their users need of it, so that
+//! each procedure names only what it does to a server (and a fake implements only
+//! that):
+//! - [`Reads`]: a session's state — its status, description, todos, messages and last
+//!   turn. Every procedure reads before it acts (never on a guess), so nearly all take
+//!   it; the session actor reads todos and the last turn itself.
+//! - [`Control`]: acting on a session — abort a turn, send a prompt, compact it, ask it
+//!   a question and wait for the reply. Only what changes a session's course: recovery,
+//!   delivery, compaction and the hand-off.
+//! - [`Lifecycle`]: making and removing sessions — create, fork, find by title, delete.
+//!   The hand-off alone does this (its fresh session, the fork it asks the model in);
+//!   an engine that cannot hand off keeps its default bodies (an error each), and the
+//!   hand-off fails cleanly.
+//! - [`Discovery`]: what the server holds as a whole — its sessions across directories
+//!   and its models' context windows. The supervisor's reconciliation alone reads it.
+//!
+//! [`Engine`] is all four: the whole server, held where a server is attached (the
+//! supervisor, the sessions' shared environment) and served whole by the HTTP adapter
+//! in the binary; tests fake what they use. [`Clock`] is time: monotonic
+//! instants from tokio (so paused test time governs them) and wall-clock epoch
+//! milliseconds for comparing with OpenCode's own timestamps. The values that cross
+//! these ports ([`EngineError`], [`HistoryMessage`], [`ChatRequest`], …) are
+//! `shepherd_core::ports`'s, re-exported here.
 
 pub use shepherd_core::ports::*;
 
@@ -32,9 +50,17 @@ impl Workspace for NoWorkspace {
     }
 }
 
-/// One OpenCode server, as the cores need it.
+/// One OpenCode server as a whole: every port it serves. Held where a server is
+/// attached (the supervisor, [`crate::session::SessionEnv`]); procedures take the ports
+/// they use. Implemented for anything that serves all four.
+pub trait Engine: Reads + Control + Lifecycle + Discovery {}
+
+impl<T: Reads + Control + Lifecycle + Discovery> Engine for T {}
+
+/// Reading a session's state: what a procedure checks before it acts, and what a
+/// prompt is rendered from.
 #[async_trait]
-pub trait Engine: Send + Sync + 'static {
+pub trait Reads: Send + Sync + 'static {
     /// The non-idle sessions of one directory (`GET /session/status`); absent = idle.
     async fn statuses(&self, directory: &str) -> Result<HashMap<String, Status>, EngineError>;
     /// One session's entry of its directory's status map (`None`: idle). A recovery
@@ -44,12 +70,8 @@ pub trait Engine: Send + Sync + 'static {
     async fn status(&self, directory: &str, session_id: &str) -> Result<Option<Status>, EngineError> {
         Ok(self.statuses(directory).await?.remove(session_id))
     }
-    /// Sessions across all directories, newest first, at most `limit`.
-    async fn list_sessions(&self, limit: u32) -> Result<Vec<SessionInfo>, EngineError>;
     /// One session's description.
     async fn session(&self, session_id: &str) -> Result<SessionInfo, EngineError>;
-    /// `POST /session/{id}/abort`.
-    async fn abort(&self, session_id: &str) -> Result<(), EngineError>;
     /// The session's current todo list.
     async fn todos(&self, session_id: &str) -> Result<Vec<Todo>, EngineError>;
     /// Agent and model of the session's last user message, read from its history.
@@ -57,7 +79,7 @@ pub trait Engine: Send + Sync + 'static {
     /// The session's latest `limit` messages and its last turn's settings — what a
     /// prompt's delivery reads — from one request where the engine can (the HTTP
     /// adapter does: one `GET /session/{id}/message` instead of three per prompt).
-    /// The default reads [`Engine::history`], then [`Engine::last_turn_settings`]
+    /// The default reads [`Reads::history`], then [`Reads::last_turn_settings`]
     /// (its failure leaves the settings empty).
     async fn recent(&self, session_id: &str, limit: u32) -> Result<Recent, EngineError> {
         let messages = self.history(session_id, limit).await?;
@@ -66,24 +88,41 @@ pub trait Engine: Send + Sync + 'static {
     }
     /// The latest assistant message of the session, if any.
     async fn last_turn(&self, session_id: &str) -> Result<Option<LastTurn>, EngineError>;
-    /// `POST /session/{id}/summarize` with the session's own model; returns when the
-    /// compaction finished (OpenCode queues it behind a busy turn).
-    async fn summarize(&self, session_id: &str, model: &ModelRef) -> Result<(), EngineError>;
-    /// Context windows of the configured models (`GET /config/providers`), keyed
-    /// `provider/model`.
-    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError>;
-    /// `POST /session/{id}/prompt_async` with one synthetic, tagged text part.
-    /// [`EngineError::Unconfirmed`] when it may have arrived anyway.
-    async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError>;
-
-    // What a hand-off needs. Engines that cannot hand off answer with an error, and the
-    // hand-off fails cleanly (the session is left as it was).
-
-    /// The latest `limit` messages of a session, oldest first.
+    /// The latest `limit` messages of a session, oldest first. What a hand-off, the
+    /// guard's comparison and the advisor read; an engine without it answers with an
+    /// error (the hand-off then fails cleanly, the session left as it was).
     async fn history(&self, session_id: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
         let _ = (session_id, limit);
         Err(unsupported("history"))
     }
+}
+
+/// Acting on a session: what changes its course, kept apart from reading it so that
+/// what may only look (the advisor, the actor's own reads) cannot act.
+#[async_trait]
+pub trait Control: Send + Sync + 'static {
+    /// `POST /session/{id}/abort`.
+    async fn abort(&self, session_id: &str) -> Result<(), EngineError>;
+    /// `POST /session/{id}/prompt_async` with one synthetic, tagged text part.
+    /// [`EngineError::Unconfirmed`] when it may have arrived anyway.
+    async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError>;
+    /// `POST /session/{id}/summarize` with the session's own model; returns when the
+    /// compaction finished (OpenCode queues it behind a busy turn).
+    async fn summarize(&self, session_id: &str, model: &ModelRef) -> Result<(), EngineError>;
+    /// `POST /session/{id}/message` (waits for the turn): the reply's text. The
+    /// hand-off asks it in a fork; an engine without it answers with an error.
+    async fn ask(&self, session_id: &str, prompt: &Prompt) -> Result<String, EngineError> {
+        let _ = (session_id, prompt);
+        Err(unsupported("ask"))
+    }
+}
+
+/// Making and removing sessions: what a hand-off needs (the fresh session it continues
+/// in, found again after a crash; the fork it asks the model in). Engines that cannot
+/// hand off answer with an error, and the hand-off fails cleanly (the session is left
+/// as it was).
+#[async_trait]
+pub trait Lifecycle: Send + Sync + 'static {
     /// `POST /session` in `directory` with a title and Shepherd's mark.
     async fn create_session(
         &self,
@@ -104,16 +143,22 @@ pub trait Engine: Send + Sync + 'static {
         let _ = session_id;
         Err(unsupported("fork"))
     }
-    /// `POST /session/{id}/message` (waits for the turn): the reply's text.
-    async fn ask(&self, session_id: &str, prompt: &Prompt) -> Result<String, EngineError> {
-        let _ = (session_id, prompt);
-        Err(unsupported("ask"))
-    }
     /// `DELETE /session/{id}`.
     async fn delete_session(&self, session_id: &str) -> Result<(), EngineError> {
         let _ = session_id;
         Err(unsupported("delete_session"))
     }
+}
+
+/// What a server holds as a whole, not one session's state: the reconciliation after
+/// every (re)connect lists it, since the stream replays nothing.
+#[async_trait]
+pub trait Discovery: Send + Sync + 'static {
+    /// Sessions across all directories, newest first, at most `limit`.
+    async fn list_sessions(&self, limit: u32) -> Result<Vec<SessionInfo>, EngineError>;
+    /// Context windows of the configured models (`GET /config/providers`), keyed
+    /// `provider/model`.
+    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError>;
 }
 
 fn unsupported(what: &str) -> EngineError {

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use shepherd_actors::advisor::actor::{AdvisorActor, Consult, Retune};
 use shepherd_actors::advisor::{About, AdviceAction, Consulted, Situation, Source};
 use shepherd_actors::config::AdvisorConfig;
-use shepherd_actors::event::{ModelRef, SessionInfo, Status, Todo, TodoStatus};
-use shepherd_actors::ports::{ChatRequest, Engine, EngineError, LastTurn, ModelError, ModelPort, Prompt, TurnSettings};
+use shepherd_actors::event::{SessionInfo, Status, Todo, TodoStatus};
+use shepherd_actors::ports::{ChatRequest, EngineError, LastTurn, ModelError, ModelPort, Reads, TurnSettings};
 
 /// What the scripted model does with each call.
 #[derive(Clone)]
@@ -71,18 +71,12 @@ async fn futures_pending() -> Result<String, ModelError> {
 struct NoEngine;
 
 #[async_trait]
-impl Engine for NoEngine {
+impl Reads for NoEngine {
     async fn statuses(&self, _: &str) -> Result<HashMap<String, Status>, EngineError> {
-        Err(EngineError::Unreachable("test".into()))
-    }
-    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
         Err(EngineError::Unreachable("test".into()))
     }
     async fn session(&self, id: &str) -> Result<SessionInfo, EngineError> {
         Err(EngineError::NotFound(id.into()))
-    }
-    async fn abort(&self, _: &str) -> Result<(), EngineError> {
-        Err(EngineError::Unreachable("test".into()))
     }
     async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
         Err(EngineError::Unreachable("test".into()))
@@ -91,15 +85,6 @@ impl Engine for NoEngine {
         Err(EngineError::Unreachable("test".into()))
     }
     async fn last_turn(&self, _: &str) -> Result<Option<LastTurn>, EngineError> {
-        Err(EngineError::Unreachable("test".into()))
-    }
-    async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
-        Err(EngineError::Unreachable("test".into()))
-    }
-    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
-        Err(EngineError::Unreachable("test".into()))
-    }
-    async fn prompt(&self, _: &str, _: &Prompt) -> Result<(), EngineError> {
         Err(EngineError::Unreachable("test".into()))
     }
 }
@@ -128,7 +113,7 @@ fn consult(session: &str, situation: Situation) -> Consult {
         server: "srv".into(),
         session: session.into(),
         situation,
-        engine: Arc::new(NoEngine),
+        reads: Arc::new(NoEngine),
         redactor: Default::default(),
     }
 }

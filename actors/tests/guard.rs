@@ -15,7 +15,8 @@ use shepherd_actors::guard::{GuardHandle, PromptGuard};
 use shepherd_actors::journal::{Action, Journal, Outcome};
 use shepherd_actors::ledger::MemoryLedger;
 use shepherd_actors::ports::{
-    Clock, Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, SystemClock, TurnSettings,
+    Clock, Control, Discovery, EngineError, HistoryMessage, HistoryPart, LastTurn, Lifecycle, Prompt, Reads,
+    SystemClock, TurnSettings,
 };
 use shepherd_actors::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
 use shepherd_actors::session::prompt::PromptFacts;
@@ -55,18 +56,12 @@ fn tag(kind: &str, instance: &str, decision: &str) -> ShepherdTag {
 }
 
 #[async_trait]
-impl Engine for Engine1 {
+impl Reads for Engine1 {
     async fn statuses(&self, _: &str) -> Result<HashMap<String, Status>, EngineError> {
         Ok(HashMap::new())
     }
-    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
-        Ok(vec![])
-    }
     async fn session(&self, id: &str) -> Result<SessionInfo, EngineError> {
         Err(EngineError::NotFound(id.into()))
-    }
-    async fn abort(&self, _: &str) -> Result<(), EngineError> {
-        Ok(())
     }
     async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
         Ok(vec![Todo { content: "write it".into(), status: TodoStatus::Pending, priority: None }])
@@ -77,17 +72,21 @@ impl Engine for Engine1 {
     async fn last_turn(&self, _: &str) -> Result<Option<LastTurn>, EngineError> {
         Ok(None)
     }
-    async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
-        Ok(())
-    }
-    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
-        Ok(HashMap::new())
-    }
     async fn history(&self, _: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
         match self.history.lock().unwrap().as_ref() {
             Some(h) => Ok(h.iter().rev().take(limit as usize).rev().cloned().collect()),
             None => Err(EngineError::Http { status: 500, body: "history unreadable".into() }),
         }
+    }
+}
+
+#[async_trait]
+impl Control for Engine1 {
+    async fn abort(&self, _: &str) -> Result<(), EngineError> {
+        Ok(())
+    }
+    async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
+        Ok(())
     }
     async fn prompt(&self, _: &str, p: &Prompt) -> Result<(), EngineError> {
         let fail = self.fail_next.lock().unwrap().take();
@@ -133,7 +132,8 @@ fn guard(cfg: GuardConfig) -> GuardHandle {
 async fn a_guard_that_cannot_read_the_sessions_history_still_sends_and_still_dedupes_its_own() {
     let engine = Engine1::default();
     let guard = guard(GuardConfig::default());
-    let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1", lease: None };
+    let out =
+        Outbound { server: "local", reads: &engine, control: &engine, guard: &guard, instance: "i1", lease: None };
     let nudge = order(PromptKind::Nudge, "Please continue working");
     let first = deliver(out, &nudge).await;
     assert!(matches!(first, Delivery::Sent { .. }), "fail open: {first:?}");
@@ -148,7 +148,8 @@ async fn a_guard_that_cannot_read_the_sessions_history_still_sends_and_still_ded
 async fn a_second_review_round_within_the_window_is_sent_and_the_same_decision_twice_is_not() {
     let engine = Engine1::with_history(vec![]);
     let guard = guard(GuardConfig::default());
-    let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1", lease: None };
+    let out =
+        Outbound { server: "local", reads: &engine, control: &engine, guard: &guard, instance: "i1", lease: None };
     let review = "All todos are done: run the tests and check your claims.";
     let round = |n: u32| PromptOrder { decision: format!("ses_A-review-{n}"), ..order(PromptKind::Review, review) };
     assert!(matches!(deliver(out, &round(1)).await, Delivery::Sent { .. }));
@@ -170,7 +171,8 @@ async fn what_another_instance_or_the_person_sent_for_the_same_situation_is_stil
     ] {
         let engine = Engine1::with_history(vec![sent]);
         let guard = guard(GuardConfig::default());
-        let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1", lease: None };
+        let out =
+            Outbound { server: "local", reads: &engine, control: &engine, guard: &guard, instance: "i1", lease: None };
         let ours = deliver(out, &order(PromptKind::Review, review)).await;
         assert!(
             matches!(&ours, Delivery::Guarded { reason, .. } if reason.contains("a user message 5s ago")),
@@ -187,7 +189,7 @@ async fn a_prompt_whose_send_timed_out_is_looked_for_in_the_session_and_never_se
     let engine = Engine1::with_history(vec![]);
     *engine.fail_next.lock().unwrap() = Some((lost_answer(), true));
     let g = guard(GuardConfig::default());
-    let out = Outbound { server: "local", engine: &engine, guard: &g, instance: "i1", lease: None };
+    let out = Outbound { server: "local", reads: &engine, control: &engine, guard: &g, instance: "i1", lease: None };
     let nudge = order(PromptKind::Nudge, "Please continue working");
     assert!(matches!(deliver(out, &nudge).await, Delivery::Sent { .. }), "found in the session");
     assert!(matches!(deliver(out, &nudge).await, Delivery::Guarded { .. }), "and not sent again");
@@ -198,7 +200,7 @@ async fn a_prompt_whose_send_timed_out_is_looked_for_in_the_session_and_never_se
     let engine = Engine1::with_history(vec![]);
     *engine.fail_next.lock().unwrap() = Some((lost_answer(), false));
     let g = guard(GuardConfig::default());
-    let out = Outbound { server: "local", engine: &engine, guard: &g, instance: "i1", lease: None };
+    let out = Outbound { server: "local", reads: &engine, control: &engine, guard: &g, instance: "i1", lease: None };
     let failed = deliver(out, &nudge).await;
     assert!(matches!(&failed, Delivery::Failed { error: EngineError::Unconfirmed(_) }), "{failed:?}");
     let retry = deliver(out, &nudge).await;
@@ -209,7 +211,7 @@ async fn a_prompt_whose_send_timed_out_is_looked_for_in_the_session_and_never_se
     let engine = Engine1::with_history(vec![]);
     *engine.fail_next.lock().unwrap() = Some((EngineError::Unreachable("connection refused".into()), false));
     let g = guard(GuardConfig::default());
-    let out = Outbound { server: "local", engine: &engine, guard: &g, instance: "i1", lease: None };
+    let out = Outbound { server: "local", reads: &engine, control: &engine, guard: &g, instance: "i1", lease: None };
     assert!(matches!(deliver(out, &nudge).await, Delivery::Failed { error: EngineError::Unreachable(_) }));
     assert!(matches!(deliver(out, &nudge).await, Delivery::Sent { .. }));
     assert_eq!(engine.prompts.lock().unwrap().len(), 1);
@@ -226,7 +228,8 @@ async fn over_the_session_limit_a_nudge_waits_its_turn_then_is_deferred_and_a_co
         ..GuardConfig::default()
     };
     let guard = guard(cfg);
-    let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1", lease: None };
+    let out =
+        Outbound { server: "local", reads: &engine, control: &engine, guard: &guard, instance: "i1", lease: None };
     assert!(matches!(deliver(out, &order(PromptKind::Review, "Review your work")).await, Delivery::Sent { .. }));
     let started = tokio::time::Instant::now();
     let nudge = deliver(out, &order(PromptKind::Nudge, "Write the release notes")).await;
@@ -261,7 +264,8 @@ async fn a_retuned_guard_judges_by_its_new_limits_and_still_remembers_what_was_s
         ..GuardConfig::default()
     };
     let guard = guard(tight.clone());
-    let out = Outbound { server: "local", engine: &engine, guard: &guard, instance: "i1", lease: None };
+    let out =
+        Outbound { server: "local", reads: &engine, control: &engine, guard: &guard, instance: "i1", lease: None };
     assert!(matches!(deliver(out, &order(PromptKind::Review, "Review your work")).await, Delivery::Sent { .. }));
     let deferred = deliver(out, &order(PromptKind::Nudge, "Write the release notes")).await;
     assert!(matches!(&deferred, Delivery::Guarded { reason, .. } if reason.contains("rate limit")), "{deferred:?}");
@@ -281,12 +285,9 @@ struct Fleet {
 }
 
 #[async_trait]
-impl Engine for Fleet {
+impl Reads for Fleet {
     async fn statuses(&self, _: &str) -> Result<HashMap<String, Status>, EngineError> {
         Ok(HashMap::new())
-    }
-    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
-        Ok(vec![])
     }
     async fn session(&self, id: &str) -> Result<SessionInfo, EngineError> {
         Ok(SessionInfo {
@@ -298,9 +299,6 @@ impl Engine for Fleet {
             metadata: None,
         })
     }
-    async fn abort(&self, _: &str) -> Result<(), EngineError> {
-        Ok(())
-    }
     async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
         Ok(vec![Todo { content: "finish the report".into(), status: TodoStatus::Pending, priority: None }])
     }
@@ -310,18 +308,34 @@ impl Engine for Fleet {
     async fn last_turn(&self, _: &str) -> Result<Option<LastTurn>, EngineError> {
         Ok(None)
     }
-    async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
-        Ok(())
-    }
-    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
-        Ok(HashMap::new())
-    }
     async fn history(&self, _: &str, _: u32) -> Result<Vec<HistoryMessage>, EngineError> {
         Ok(vec![])
+    }
+}
+
+#[async_trait]
+impl Control for Fleet {
+    async fn abort(&self, _: &str) -> Result<(), EngineError> {
+        Ok(())
+    }
+    async fn summarize(&self, _: &str, _: &ModelRef) -> Result<(), EngineError> {
+        Ok(())
     }
     async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
         self.prompts.lock().unwrap().push((id.into(), p.tag.kind.clone(), tokio::time::Instant::now()));
         Ok(())
+    }
+}
+
+impl Lifecycle for Fleet {}
+
+#[async_trait]
+impl Discovery for Fleet {
+    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
+        Ok(vec![])
+    }
+    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
+        Ok(HashMap::new())
     }
 }
 

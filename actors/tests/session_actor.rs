@@ -14,7 +14,10 @@ use shepherd_actors::ledger::{
     Claim, DurableState, FleetPause, FleetSettings, Intent, IntentLog, Ledger, LedgerError, MemoryLedger, Snapshot,
     SnapshotStore,
 };
-use shepherd_actors::ports::{Clock, Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Prompt, TurnSettings};
+use shepherd_actors::ports::{
+    Clock, Control, Discovery, EngineError, HistoryMessage, HistoryPart, LastTurn, Lifecycle, Prompt, Reads,
+    TurnSettings,
+};
 use shepherd_actors::stream_clock::{ReadToken, StreamClock};
 use shepherd_actors::supervisor::{
     AttachServer, DetachServer, Ingest, InspectFleet, ReconfigureAll, Registry, RouteState, Shutdown, StreamDown,
@@ -75,7 +78,7 @@ impl FakeEngine {
 }
 
 #[async_trait]
-impl Engine for FakeEngine {
+impl Reads for FakeEngine {
     async fn statuses(&self, directory: &str) -> Result<HashMap<String, Status>, EngineError> {
         self.log(format!("status {directory}"));
         let slow = self.slow_statuses.lock().unwrap().pop_front();
@@ -92,9 +95,6 @@ impl Engine for FakeEngine {
             }
         }
     }
-    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
-        Ok(vec![])
-    }
     async fn session(&self, id: &str) -> Result<SessionInfo, EngineError> {
         Ok(SessionInfo {
             id: id.into(),
@@ -104,15 +104,6 @@ impl Engine for FakeEngine {
             time: Default::default(),
             metadata: None,
         })
-    }
-    async fn abort(&self, id: &str) -> Result<(), EngineError> {
-        self.log(format!("abort {id}"));
-        self.busy.lock().unwrap().remove(id);
-        self.aborted.lock().unwrap().push(id.into());
-        if take_fault(&self.lost_abort_answers) {
-            return Err(EngineError::Unreachable("timed out (the abort arrived)".into()));
-        }
-        Ok(())
     }
     async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
         Ok(self.todos.lock().unwrap().clone())
@@ -133,36 +124,6 @@ impl Engine for FakeEngine {
             return Err(EngineError::Unconfirmed("timed out".into()));
         }
         Ok(self.last_turn.lock().unwrap().clone())
-    }
-    async fn summarize(&self, id: &str, _: &ModelRef) -> Result<(), EngineError> {
-        self.log(format!("summarize {id}"));
-        Ok(())
-    }
-    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
-        self.log("windows".into());
-        let failures = &self.windows_failures;
-        if failures.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok() {
-            return Err(EngineError::Unreachable("booting".into()));
-        }
-        Ok(HashMap::from([("fake/fake-model".to_string(), 200_000)]))
-    }
-    async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
-        if take_fault(&self.dropped_prompts) {
-            return Err(EngineError::Unconfirmed("timed out (the prompt never arrived)".into()));
-        }
-        let slow = self.slow_prompt.lock().unwrap().take();
-        if let Some(delay) = slow {
-            tokio::time::sleep(delay).await;
-        }
-        self.log(format!("prompt {id}"));
-        if take_fault(&self.refused_prompts) {
-            return Err(EngineError::Http { status: 503, body: "busy".into() });
-        }
-        self.prompts.lock().unwrap().push((id.into(), p.clone()));
-        if take_fault(&self.lost_prompt_answers) {
-            return Err(EngineError::Unreachable("timed out (the prompt arrived)".into()));
-        }
-        Ok(())
     }
     /// The session as OpenCode would list it: the stalled reply (aborted if it was),
     /// then every prompt it received, tagged as sent.
@@ -195,6 +156,58 @@ impl Engine for FakeEngine {
             });
         }
         Ok(out)
+    }
+}
+
+#[async_trait]
+impl Control for FakeEngine {
+    async fn abort(&self, id: &str) -> Result<(), EngineError> {
+        self.log(format!("abort {id}"));
+        self.busy.lock().unwrap().remove(id);
+        self.aborted.lock().unwrap().push(id.into());
+        if take_fault(&self.lost_abort_answers) {
+            return Err(EngineError::Unreachable("timed out (the abort arrived)".into()));
+        }
+        Ok(())
+    }
+    async fn summarize(&self, id: &str, _: &ModelRef) -> Result<(), EngineError> {
+        self.log(format!("summarize {id}"));
+        Ok(())
+    }
+    async fn prompt(&self, id: &str, p: &Prompt) -> Result<(), EngineError> {
+        if take_fault(&self.dropped_prompts) {
+            return Err(EngineError::Unconfirmed("timed out (the prompt never arrived)".into()));
+        }
+        let slow = self.slow_prompt.lock().unwrap().take();
+        if let Some(delay) = slow {
+            tokio::time::sleep(delay).await;
+        }
+        self.log(format!("prompt {id}"));
+        if take_fault(&self.refused_prompts) {
+            return Err(EngineError::Http { status: 503, body: "busy".into() });
+        }
+        self.prompts.lock().unwrap().push((id.into(), p.clone()));
+        if take_fault(&self.lost_prompt_answers) {
+            return Err(EngineError::Unreachable("timed out (the prompt arrived)".into()));
+        }
+        Ok(())
+    }
+}
+
+impl Lifecycle for FakeEngine {}
+
+#[async_trait]
+impl Discovery for FakeEngine {
+    async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
+        Ok(vec![])
+    }
+    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
+        self.log("windows".into());
+        let failures = &self.windows_failures;
+        if failures.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok() {
+            return Err(EngineError::Unreachable("booting".into()));
+        }
+        Ok(HashMap::from([("fake/fake-model".to_string(), 200_000)]))
     }
 }
 

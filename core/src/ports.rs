@@ -1,6 +1,7 @@
 //! The values that cross the ports: what the cores order from the world and what it
 //! answers (errors, history, repository state, chat requests). The traits themselves
-//! (`Engine`, `Clock`, `ModelPort`, `Workspace`) live in `shepherd-actors::ports`, beside
+//! (an OpenCode server's `Reads`, `Control`, `Lifecycle` and `Discovery`, all four
+//! `Engine`; `Clock`, `ModelPort`, `Workspace`) live in `shepherd-actors::ports`, beside
 //! the procedures that call them; nothing here does I/O.
 
 use serde::Serialize;
@@ -47,7 +48,7 @@ impl TurnSettings {
 }
 
 /// A session's latest messages (oldest first) and its last turn's settings, from one
-/// read (the `Engine` port's `recent`).
+/// read (the `Reads` port's `recent`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Recent {
     pub messages: Vec<HistoryMessage>,

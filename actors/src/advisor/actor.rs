@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::advisor::{heuristic, prompt, reply, Consulted, Situation, Source};
 use crate::config::AdvisorConfig;
-use crate::ports::{Engine, ModelPort};
+use crate::ports::{ModelPort, Reads};
 use crate::redact::Redactor;
 
 /// Ask for advice about one session.
@@ -28,8 +28,9 @@ pub struct Consult {
     pub server: String,
     pub session: String,
     pub situation: Situation,
-    /// The session's server, to read its latest messages for the model.
-    pub engine: Arc<dyn Engine>,
+    /// The session's server, to read its latest messages for the model (reads only:
+    /// the advisor advises, the session acts).
+    pub reads: Arc<dyn Reads>,
     /// The session's rules' redactor: the prompt passes it before it leaves for the model.
     pub redactor: Redactor,
 }
@@ -119,7 +120,7 @@ impl Handler<Consult> for AdvisorActor {
     type Result = ResponseActFuture<Self, Consulted>;
 
     fn handle(&mut self, msg: Consult, _: &mut Context<Self>) -> Self::Result {
-        let Consult { server, session, situation, engine, redactor } = msg;
+        let Consult { server, session, situation, reads, redactor } = msg;
         let ruled = heuristic::advise(&situation, &self.cfg);
         let key = (server.clone(), session.clone(), situation.fingerprint());
         let model = match self.model.clone() {
@@ -146,7 +147,7 @@ impl Handler<Consult> for AdvisorActor {
                 return heuristic_answer(&sit, &cfg, Source::Fallback(why));
             };
             let call = async {
-                let messages = match engine.history(&ses, cfg.history_messages).await {
+                let messages = match reads.history(&ses, cfg.history_messages).await {
                     Ok(history) => history
                         .iter()
                         .map(|m| {

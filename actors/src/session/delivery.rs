@@ -1,4 +1,5 @@
-//! Delivering one prompt to a session, through the [`Engine`] port.
+//! Delivering one prompt to a session: read through the [`Reads`] port, sent through
+//! the [`Control`] port.
 //!
 //! Every prompt Shepherd sends — the continue after an abort, a nudge, a review, a
 //! person's custom prompt — goes through [`deliver`]: re-read what may have changed
@@ -10,18 +11,22 @@
 
 use crate::event::{Role, ShepherdTag, Status};
 use crate::guard::{GuardRequest, PromptGuard, Verdict};
-use crate::ports::{Engine, EngineError, HistoryMessage, HistoryPart, Prompt};
+use crate::ports::{Control, EngineError, HistoryMessage, HistoryPart, Prompt, Reads};
 use crate::session::prompt::{fill, render, TodoCounts};
 use crate::session::textual_tool_call::{detect, AssistantText};
 
 pub use shepherd_core::session::effect::{Delivery, PromptKind, PromptOrder, ToolTextScan};
 
-/// Where a prompt goes and who watches it: the server, its engine, the guard, and this
-/// instance's id (written into every prompt's metadata).
+/// Where a prompt goes and who watches it: the server (read before a prompt, told to
+/// act by it), the guard, and this instance's id (written into every prompt's
+/// metadata).
 #[derive(Clone, Copy)]
 pub struct Outbound<'a> {
     pub server: &'a str,
-    pub engine: &'a dyn Engine,
+    /// The session's state, re-read before a prompt is rendered and sent.
+    pub reads: &'a dyn Reads,
+    /// Where the prompt (and a recovery's abort and compaction) goes.
+    pub control: &'a dyn Control,
     pub guard: &'a dyn PromptGuard,
     pub instance: &'a str,
     /// The session's lease this action already holds (a recovery takes it before its
@@ -44,7 +49,7 @@ impl Outbound<'_> {
         not_before_ms: Option<i64>,
     ) -> Verdict {
         let n = self.guard.history_messages();
-        let history = if n == 0 { Ok(Vec::new()) } else { self.engine.history(session, n).await };
+        let history = if n == 0 { Ok(Vec::new()) } else { self.reads.history(session, n).await };
         self.admit_after_reading(session, kind, text, decision, not_before_ms, history.as_deref()).await
     }
 
@@ -133,10 +138,10 @@ fn assistant_texts(history: &[HistoryMessage]) -> Vec<AssistantText> {
 
 /// Delivers one prompt. Never panics; every outcome is a [`Delivery`].
 pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
-    let engine = out.engine;
+    let reads = out.reads;
     if order.require_idle {
         let directory = order.directory.clone().unwrap_or_default();
-        match engine.status(&directory, &order.session_id).await {
+        match reads.status(&directory, &order.session_id).await {
             Ok(Some(Status::Busy | Status::Retry { .. })) => {
                 return Delivery::Skipped { reason: "the session is busy again", todos: order.known_todos.clone() };
             }
@@ -144,13 +149,13 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
             Err(error) => return Delivery::Failed { error },
         }
     }
-    let todos = engine.todos(&order.session_id).await.unwrap_or_else(|_| order.known_todos.clone());
+    let todos = reads.todos(&order.session_id).await.unwrap_or_else(|_| order.known_todos.clone());
     if order.require_open_todos && TodoCounts::of(&todos).open == 0 {
         return Delivery::Skipped { reason: "no open todos any more", todos };
     }
     // One read for the turn's settings, the tool-call scan and the guard's comparison.
     let scan_messages = order.tool_text_scan.as_ref().map_or(0, |scan| scan.messages);
-    let recent = engine.recent(&order.session_id, scan_messages.max(out.guard.history_messages())).await;
+    let recent = reads.recent(&order.session_id, scan_messages.max(out.guard.history_messages())).await;
     let read = recent.as_ref().map(|r| r.turn.clone()).unwrap_or_default();
     let mut turn = read.or_known(order.known_turn.as_ref());
     if let Some(model) = &order.model {
@@ -187,7 +192,7 @@ pub async fn deliver(out: Outbound<'_>, order: &PromptOrder) -> Delivery {
     // It waited its turn: the session may have moved on meanwhile.
     if waited_ms > 0 && order.require_idle {
         let directory = order.directory.clone().unwrap_or_default();
-        if let Ok(Some(Status::Busy | Status::Retry { .. })) = engine.status(&directory, &order.session_id).await {
+        if let Ok(Some(Status::Busy | Status::Retry { .. })) = reads.status(&directory, &order.session_id).await {
             out.guard.forget(out.server, &order.session_id, &text, order.not_before_ms).await;
             return Delivery::Skipped { reason: "the session went busy while the prompt waited its turn", todos };
         }
@@ -268,7 +273,7 @@ pub async fn send_admitted(
         out.guard.forget(out.server, session, &prompt.text, not_before_ms).await;
         return Err(Unsent::Fenced { holder });
     }
-    let error = match out.engine.prompt(session, prompt).await {
+    let error = match out.control.prompt(session, prompt).await {
         Ok(()) => {
             crate::killpoint::reached(crate::killpoint::step::PROMPT_AFTER_SEND);
             return Ok(());
@@ -279,7 +284,7 @@ pub async fn send_admitted(
         out.guard.forget(out.server, session, &prompt.text, not_before_ms).await;
         return Err(Unsent::Failed(error));
     }
-    match out.engine.history(session, UNCONFIRMED_LOOKBACK).await {
+    match out.reads.history(session, UNCONFIRMED_LOOKBACK).await {
         Ok(messages) if carries(&messages, &prompt.tag) => {
             tracing::info!(server = %out.server, session, decision = %prompt.tag.decision, error = %error, "prompt unconfirmed by its send, found in the session's messages: delivered");
             Ok(())

@@ -25,7 +25,7 @@ use std::time::Duration;
 use crate::config::{HandoffConfig, HandoffMode};
 use crate::event::{ShepherdSessionMark, ShepherdTag, Status};
 use crate::ledger::{Claim, Ledger, Snapshot};
-use crate::ports::{Engine, HistoryPart, Prompt, TurnSettings, Workspace};
+use crate::ports::{Control, HistoryPart, Lifecycle, Prompt, Reads, TurnSettings, Workspace};
 use crate::session::continuation::{self, ContinuationFacts};
 use crate::session::delivery::{send_admitted, Outbound, PromptKind};
 use crate::session::handoff::Phase;
@@ -34,8 +34,11 @@ pub use shepherd_core::session::effect::{HandoffOrder, StepReport};
 
 /// What a step may use.
 pub struct Tools<'a> {
-    /// The server's engine and the guard every prompt passes.
+    /// The server (read, acted on) and the guard every prompt passes.
     pub out: Outbound<'a>,
+    /// Where the fresh session is created or found again, and the fork to ask the
+    /// model in made and removed.
+    pub lifecycle: &'a dyn Lifecycle,
     pub ledger: &'a dyn Ledger,
     pub workspace: &'a dyn Workspace,
     pub cfg: &'a HandoffConfig,
@@ -102,17 +105,17 @@ async fn persist(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, Stri
             });
         }
     }
-    let engine = t.out.engine;
+    let reads = t.out.reads;
     if order.abort_first {
-        abort_and_wait(engine, &order.session_id, order.directory.as_deref(), t.poll).await?;
+        abort_and_wait(reads, t.out.control, &order.session_id, order.directory.as_deref(), t.poll).await?;
     }
-    let info = engine.session(&order.session_id).await.map_err(|e| format!("reading the session: {e}"))?;
+    let info = reads.session(&order.session_id).await.map_err(|e| format!("reading the session: {e}"))?;
     // One read for the history and the last turn's agent and model.
     let recent =
-        engine.recent(&order.session_id, t.cfg.history_messages).await.map_err(|e| format!("reading history: {e}"))?;
+        reads.recent(&order.session_id, t.cfg.history_messages).await.map_err(|e| format!("reading history: {e}"))?;
     let turn = recent.turn.or_known(order.known_turn.as_ref());
     let history = recent.messages;
-    let todos = engine.todos(&order.session_id).await.unwrap_or_else(|_| order.known_todos.clone());
+    let todos = reads.todos(&order.session_id).await.unwrap_or_else(|_| order.known_todos.clone());
     let directory = info.directory.clone().or_else(|| order.directory.clone());
     let repo = match &directory {
         Some(d) => t.workspace.repo_state(d).await,
@@ -157,7 +160,7 @@ async fn persist(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, Stri
 /// was), bounded by `question_timeout`; the fork is deleted afterwards. `None` when
 /// anything fails: the continuation is complete without it.
 async fn ask_in_fork(order: &HandoffOrder, t: &Tools<'_>, turn: &TurnSettings) -> Option<String> {
-    let fork = match t.out.engine.fork(&order.session_id).await {
+    let fork = match t.lifecycle.fork(&order.session_id).await {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(session = %order.session_id, error = %e, "hand-off: could not fork the session to ask the model");
@@ -171,7 +174,7 @@ async fn ask_in_fork(order: &HandoffOrder, t: &Tools<'_>, turn: &TurnSettings) -
         turn: turn.clone(),
         no_reply: false,
     };
-    let answer = match tokio::time::timeout(t.cfg.question_timeout, t.out.engine.ask(&fork.id, &prompt)).await {
+    let answer = match tokio::time::timeout(t.cfg.question_timeout, t.out.control.ask(&fork.id, &prompt)).await {
         Ok(Ok(text)) if !text.trim().is_empty() => Some(text),
         Ok(Ok(_)) => None,
         Ok(Err(e)) => {
@@ -180,11 +183,11 @@ async fn ask_in_fork(order: &HandoffOrder, t: &Tools<'_>, turn: &TurnSettings) -
         }
         Err(_) => {
             tracing::warn!(session = %order.session_id, timeout = ?t.cfg.question_timeout, "hand-off: the model did not answer within handoff.question_timeout");
-            let _ = t.out.engine.abort(&fork.id).await;
+            let _ = t.out.control.abort(&fork.id).await;
             None
         }
     };
-    if let Err(e) = t.out.engine.delete_session(&fork.id).await {
+    if let Err(e) = t.lifecycle.delete_session(&fork.id).await {
         tracing::warn!(session = %order.session_id, fork = %fork.id, error = %e, "hand-off: could not delete the fork");
     }
     answer
@@ -192,16 +195,16 @@ async fn ask_in_fork(order: &HandoffOrder, t: &Tools<'_>, turn: &TurnSettings) -
 
 async fn hand_over(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, String> {
     let snapshot = intact_snapshot(order, t).await?;
-    let engine = t.out.engine;
     let (target, created) = match order.mode {
         HandoffMode::Compact => {
             let model = snapshot.model.clone().ok_or("the session's model is not known: cannot compact")?;
-            engine.summarize(&order.session_id, &model).await.map_err(|e| format!("compacting: {e}"))?;
+            t.out.control.summarize(&order.session_id, &model).await.map_err(|e| format!("compacting: {e}"))?;
             (order.session_id.clone(), false)
         }
         HandoffMode::Fresh | HandoffMode::Manual => {
             let marker = title_marker(&order.id);
-            let found = engine
+            let found = t
+                .lifecycle
                 .find_sessions(snapshot.directory.as_deref(), &marker)
                 .await
                 .map_err(|e| format!("looking for an earlier fresh session: {e}"))?;
@@ -214,7 +217,8 @@ async fn hand_over(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, St
                         handoff_from: Some(order.session_id.clone()),
                         handoff: Some(order.id.clone()),
                     };
-                    let s = engine
+                    let s = t
+                        .lifecycle
                         .create_session(snapshot.directory.as_deref(), &title, &mark)
                         .await
                         .map_err(|e| format!("creating the fresh session: {e}"))?;
@@ -225,7 +229,7 @@ async fn hand_over(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, St
         }
     };
     let decision = format!("{}:continuation", order.id);
-    if !holds(engine, &target, &decision).await? {
+    if !holds(t.out.reads, &target, &decision).await? {
         let note = Prompt {
             text: snapshot.continuation.clone(),
             tag: tag("handoff_continuation", t.out.instance, &decision),
@@ -245,7 +249,7 @@ async fn resume(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, Strin
         Claim::Taken { by } => return Err(format!("the snapshot was already restored into {by}")),
     }
     let decision = format!("{}:resume", order.id);
-    if !holds(t.out.engine, &target, &decision).await? {
+    if !holds(t.out.reads, &target, &decision).await? {
         let text = t.cfg.resume_message.replace("{previousSession}", &order.session_id);
         let prompt =
             Prompt { text, tag: tag("handoff", t.out.instance, &decision), turn: turn_of(&snapshot), no_reply: false };
@@ -284,8 +288,8 @@ async fn send(t: &Tools<'_>, session: &str, prompt: &Prompt) -> Result<(), Strin
 }
 
 /// Does the session already hold a part tagged with this decision?
-async fn holds(engine: &dyn Engine, session: &str, decision: &str) -> Result<bool, String> {
-    let history = engine.history(session, 50).await.map_err(|e| format!("reading {session}: {e}"))?;
+async fn holds(reads: &dyn Reads, session: &str, decision: &str) -> Result<bool, String> {
+    let history = reads.history(session, 50).await.map_err(|e| format!("reading {session}: {e}"))?;
     Ok(history
         .iter()
         .flat_map(|m| &m.parts)
@@ -302,16 +306,17 @@ fn tag(kind: &str, instance: &str, decision: &str) -> ShepherdTag {
 
 /// Aborts the turn and waits (bounded) until the session is idle.
 async fn abort_and_wait(
-    engine: &dyn Engine,
+    reads: &dyn Reads,
+    control: &dyn Control,
     session: &str,
     directory: Option<&str>,
     (every, at_most): (Duration, Duration),
 ) -> Result<(), String> {
-    engine.abort(session).await.map_err(|e| format!("aborting the turn: {e}"))?;
+    control.abort(session).await.map_err(|e| format!("aborting the turn: {e}"))?;
     let started = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(every).await;
-        match engine.statuses(directory.unwrap_or_default()).await {
+        match reads.statuses(directory.unwrap_or_default()).await {
             Ok(map) if !matches!(map.get(session), Some(Status::Busy | Status::Retry { .. })) => return Ok(()),
             _ if started.elapsed() >= at_most => return Ok(()), // the snapshot is read-only: go on
             _ => {}

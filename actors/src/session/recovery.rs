@@ -1,4 +1,5 @@
-//! The abort + continue procedure, run against the [`Engine`] port.
+//! The abort + continue procedure, run through the [`Reads`] and
+//! [`Control`](crate::ports::Control) ports.
 //!
 //! The core decided that a session is stalled; this carries the decision out, step by
 //! step, and reports how far it got:
@@ -28,7 +29,7 @@ use crate::event::Status;
 use crate::guard::Verdict;
 use crate::killpoint::{self, step};
 use crate::ledger::{Intent, IntentKind, IntentLog, IntentStep};
-use crate::ports::{Engine, EngineError};
+use crate::ports::{EngineError, Reads};
 use crate::session::core::{RecoveryOrder, RecoveryReport};
 use crate::session::delivery::{deliver, holding_lease, Delivery, Outbound};
 use crate::session::prompt::TodoCounts;
@@ -45,8 +46,7 @@ pub async fn recover(
     intents: &dyn IntentLog,
     wall_ms: i64,
 ) -> RecoveryReport {
-    let engine = out.engine;
-    let directory = match directory_of(engine, &order.session_id, order.directory.as_deref()).await {
+    let directory = match directory_of(out.reads, &order.session_id, order.directory.as_deref()).await {
         Ok(d) => d,
         // The server does not know the session: nothing to recover.
         Err(EngineError::NotFound(_)) => return RecoveryReport::NotBusy,
@@ -66,7 +66,7 @@ pub async fn recover(
     // server, the ledger's writer), and one after the other they doubled the time from
     // the stall to its abort. An intent whose check then declines is ended at once; one
     // a crash leaves behind is moot (the last reply was not aborted).
-    let (status, ()) = tokio::join!(engine.status(&directory, &order.session_id), write_intent(intents, &intent));
+    let (status, ()) = tokio::join!(out.reads.status(&directory, &order.session_id), write_intent(intents, &intent));
     let declined = match status {
         Ok(Some(Status::Busy)) if stopping.load(Ordering::SeqCst) => Some(RecoveryReport::Cancelled),
         Ok(Some(Status::Busy)) => None,
@@ -87,7 +87,7 @@ pub async fn recover(
         }
     };
     killpoint::reached(step::RECOVER_BEFORE_ABORT);
-    if let Err(e) = engine.abort(&order.session_id).await {
+    if let Err(e) = out.control.abort(&order.session_id).await {
         // An abort that timed out may still have arrived: the intent stays, and the
         // session itself will show what happened.
         if !may_have_arrived(&e) {
@@ -131,12 +131,11 @@ async fn after_abort(
     order: &RecoveryOrder,
     directory: &str,
 ) -> (Option<u64>, Option<Result<(), String>>) {
-    let engine = out.engine;
     let started = tokio::time::Instant::now();
     let idle_after_ms = loop {
         tokio::time::sleep(cfg.abort_poll_interval).await;
         let waited = started.elapsed();
-        match engine.status(directory, &order.session_id).await {
+        match out.reads.status(directory, &order.session_id).await {
             Ok(None) => break Some(waited.as_millis() as u64),
             Ok(_) | Err(_) if waited >= cfg.abort_poll_max => break None,
             _ => {}
@@ -151,7 +150,7 @@ async fn after_abort(
     // continue whatever the outcome so the session is never stranded.
     let compacted = match &order.compact_first {
         Some((model, max_wait)) => {
-            Some(match tokio::time::timeout(*max_wait, engine.summarize(&order.session_id, model)).await {
+            Some(match tokio::time::timeout(*max_wait, out.control.summarize(&order.session_id, model)).await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err(format!("not finished after {max_wait:?}")),
@@ -183,10 +182,10 @@ fn continue_report(delivery: Delivery, idle_after_ms: Option<u64>, compacted: Op
 
 /// The session's directory: the one the core knows, else the server's description of
 /// the session (whose status is read per directory).
-pub async fn directory_of(engine: &dyn Engine, session: &str, known: Option<&str>) -> Result<String, EngineError> {
+pub async fn directory_of(reads: &dyn Reads, session: &str, known: Option<&str>) -> Result<String, EngineError> {
     match known {
         Some(d) => Ok(d.to_string()),
-        None => Ok(engine.session(session).await?.directory.unwrap_or_default()),
+        None => Ok(reads.session(session).await?.directory.unwrap_or_default()),
     }
 }
 

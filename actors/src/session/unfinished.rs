@@ -50,14 +50,14 @@ async fn look_and_finish(
     open: &mut Intent,
 ) -> FinishReport {
     let intent = &order.intent;
-    let engine = out.engine;
+    let reads = out.reads;
     let lease = match out.guard.may_act(out.server, &intent.session).await {
         Ok(lease) => lease,
         Err(holder) => return FinishReport::NotOurs(holder),
     };
     // The prompt, if one is sent, goes out under this lease (fenced right before it).
     let out = Outbound { lease, ..out };
-    let history = match engine.history(&intent.session, order.messages).await {
+    let history = match reads.history(&intent.session, order.messages).await {
         Ok(h) => h,
         Err(EngineError::NotFound(_)) => return FinishReport::Gone,
         Err(e) => return FinishReport::Unreadable(e),
@@ -74,12 +74,12 @@ async fn look_and_finish(
     let Some(prompt) = &order.prompt else {
         return FinishReport::Moot("a person's prompt that did not arrive is not sent again");
     };
-    let directory = match directory_of(engine, &intent.session, prompt.directory.as_deref()).await {
+    let directory = match directory_of(reads, &intent.session, prompt.directory.as_deref()).await {
         Ok(d) => d,
         Err(EngineError::NotFound(_)) => return FinishReport::Gone,
         Err(e) => return FinishReport::Unreadable(e),
     };
-    match engine.status(&directory, &intent.session).await {
+    match reads.status(&directory, &intent.session).await {
         Ok(Some(Status::Busy | Status::Retry { .. })) => return FinishReport::Moot("the session is busy again"),
         Ok(_) => {}
         Err(e) => return FinishReport::Unreadable(e),

@@ -49,7 +49,7 @@ use crate::event::{Envelope, Event, SessionInfo, Status};
 use crate::guard::{NoGuard, PromptGuard};
 use crate::journal::Journal;
 use crate::ledger::Ledger;
-use crate::ports::{Clock, Engine, EngineError, NoWorkspace, Workspace};
+use crate::ports::{Clock, Discovery, Engine, EngineError, NoWorkspace, Reads, Workspace};
 use crate::session::actor::{
     Blind, CheckInterrupted, ChildObserve, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos,
     RequestHandoff, ResumeIntents, ResumeSnapshot, Retire, Scratch, Sighted, StopSession,

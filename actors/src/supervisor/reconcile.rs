@@ -13,21 +13,13 @@ impl Supervisor {
         let Some(srv) = self.servers.get(server) else { return };
         let engine = Arc::clone(&srv.env.engine);
         let limit = srv.list_limit;
-        let mut directories = srv.directories.clone();
+        let directories = srv.directories.clone();
         let read_windows = srv.windows_stale;
         let (epoch, routed) = (srv.epoch, srv.registry.routed());
         let server = server.to_string();
         let work = async move {
-            let windows = if read_windows { Some(engine.model_windows().await) } else { None };
-            let listed = engine.list_sessions(limit).await;
-            if let Ok(infos) = &listed {
-                directories.extend(infos.iter().filter_map(|i| i.directory.clone()));
-            }
-            let mut statuses = Vec::new();
-            for dir in directories {
-                let result = engine.statuses(&dir).await;
-                statuses.push((dir, result));
-            }
+            let Survey { windows, listed, statuses } =
+                survey(&*engine, &*engine, limit, directories, read_windows).await;
             Reconciled { server, listed, statuses, windows, after_connect, epoch, routed }
         };
         ctx.spawn(work.into_actor(self).map(|r, act, ctx| act.apply_reconciliation(r, ctx)));
@@ -157,6 +149,37 @@ impl Supervisor {
             slot.addr.do_send(Sighted);
         }
     }
+}
+
+/// What a reconciliation reads of one server: what it holds (its sessions; its models'
+/// windows when `read_windows`) and the statuses of every directory known — those in
+/// `directories` and those of the sessions listed.
+async fn survey(
+    discovery: &dyn Discovery,
+    reads: &dyn Reads,
+    limit: u32,
+    mut directories: HashSet<String>,
+    read_windows: bool,
+) -> Survey {
+    let windows = if read_windows { Some(discovery.model_windows().await) } else { None };
+    let listed = discovery.list_sessions(limit).await;
+    if let Ok(infos) = &listed {
+        directories.extend(infos.iter().filter_map(|i| i.directory.clone()));
+    }
+    let mut statuses = Vec::new();
+    for dir in directories {
+        let result = reads.statuses(&dir).await;
+        statuses.push((dir, result));
+    }
+    Survey { windows, listed, statuses }
+}
+
+/// One server as [`survey`] read it.
+struct Survey {
+    /// `None` when the windows were not due for a read.
+    windows: Option<Result<HashMap<String, u64>, EngineError>>,
+    listed: Result<Vec<SessionInfo>, EngineError>,
+    statuses: Vec<DirectoryStatuses>,
 }
 
 /// The statuses of one directory, or why they could not be read.

@@ -1,4 +1,5 @@
-//! The REST side of one OpenCode server: the [`Engine`] port over HTTP.
+//! The REST side of one OpenCode server: the [`Engine`](shepherd_actors::ports::Engine)
+//! ports over HTTP.
 //!
 //! One `reqwest` client with a total timeout per request (the event stream has its own
 //! client, see `pump`). HTTP Basic auth when the server has a password. Every answer is
@@ -13,7 +14,8 @@
 //! Parts: `transport` (requests, auth, error mapping, capped reads), `status` (the
 //! coalesced status reads), `messages` (`GET /session/{id}/message` decoded for turns and
 //! hand-offs, the body of a prompt), `session_ids` (an id of OpenCode's shape only, in a
-//! path or in an answer). The [`Engine`] impl below is the port, call by call.
+//! path or in an answer). The impls below ([`Reads`], [`Control`], [`Lifecycle`],
+//! [`Discovery`]) are the ports, call by call.
 
 mod messages;
 mod session_ids;
@@ -29,7 +31,9 @@ use serde_json::json;
 use shepherd_actors::config::ServerConfig;
 use shepherd_actors::event::{ModelRef, Role, SessionInfo, ShepherdSessionMark, Status, Todo};
 use shepherd_actors::ids::{self, IdKind};
-use shepherd_actors::ports::{Engine, EngineError, HistoryMessage, LastTurn, Prompt, Recent, TurnSettings};
+use shepherd_actors::ports::{
+    Control, Discovery, EngineError, HistoryMessage, LastTurn, Lifecycle, Prompt, Reads, Recent, TurnSettings,
+};
 
 use self::messages::{
     decode_message, history_message, prompt_body, turn_settings, ErrorOnly, MessageWithParts, TURN_LOOKBACK_MESSAGES,
@@ -113,7 +117,7 @@ impl OpenCodeClient {
     }
 
     /// `POST /tui/show-toast` (a TUI attached to the server shows it; OpenCode answers
-    /// `true` once it has published the toast). Not part of the [`Engine`] port: toasts
+    /// `true` once it has published the toast). Not part of the engine's ports: toasts
     /// are the edge's business ([`crate::toast`]), never a decision's.
     pub async fn show_toast(&self, directory: Option<&str>, toast: &crate::toast::Toast) -> Result<bool, EngineError> {
         let mut rb = self.request(Method::POST, "/tui/show-toast").json(toast);
@@ -125,7 +129,7 @@ impl OpenCodeClient {
 }
 
 #[async_trait]
-impl Engine for OpenCodeClient {
+impl Reads for OpenCodeClient {
     async fn statuses(&self, directory: &str) -> Result<HashMap<String, Status>, EngineError> {
         let body = self.status_body(directory).await?;
         let mut map: HashMap<String, Status> =
@@ -145,40 +149,11 @@ impl Engine for OpenCodeClient {
         status_of(&body, session_id).map_err(|e| EngineError::Decode(format!("GET /session/status: {e}")))
     }
 
-    /// All projects' sessions, newest first, following `x-next-cursor` pages until
-    /// `limit` sessions or the last page.
-    async fn list_sessions(&self, limit: u32) -> Result<Vec<SessionInfo>, EngineError> {
-        let mut out: Vec<SessionInfo> = Vec::new();
-        let mut cursor: Option<String> = None;
-        while (out.len() as u32) < limit {
-            let want = limit - out.len() as u32;
-            let mut rb = self.request(Method::GET, "/experimental/session").query(&[("limit", want)]);
-            if let Some(c) = &cursor {
-                rb = rb.query(&[("cursor", c.as_str())]);
-            }
-            let resp = self.send(rb, "GET /experimental/session").await?;
-            cursor = resp.headers().get("x-next-cursor").and_then(|v| v.to_str().ok()).map(str::to_string);
-            let page: Vec<SessionInfo> = self.read_json(resp, "GET /experimental/session").await?;
-            let last_page = page.is_empty() || cursor.is_none();
-            out.extend(valid_sessions(page, "GET /experimental/session"));
-            if last_page {
-                break;
-            }
-        }
-        out.truncate(limit as usize);
-        Ok(out)
-    }
-
     async fn session(&self, session_id: &str) -> Result<SessionInfo, EngineError> {
         let rb = self.request(Method::GET, &session_path(session_id, "")?);
         let info: SessionInfo = self.get_json(rb, "GET /session/{id}").await?;
         check_session(&info, "GET /session/{id}")?;
         Ok(info)
-    }
-
-    async fn abort(&self, session_id: &str) -> Result<(), EngineError> {
-        let rb = self.request(Method::POST, &session_path(session_id, "/abort")?);
-        self.send(rb, "POST /session/{id}/abort").await.map(drop)
     }
 
     async fn todos(&self, session_id: &str) -> Result<Vec<Todo>, EngineError> {
@@ -221,6 +196,18 @@ impl Engine for OpenCodeClient {
         Ok(None)
     }
 
+    async fn history(&self, session_id: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
+        Ok(self.messages(session_id, limit).await?.iter().filter_map(history_message).collect())
+    }
+}
+
+#[async_trait]
+impl Control for OpenCodeClient {
+    async fn abort(&self, session_id: &str) -> Result<(), EngineError> {
+        let rb = self.request(Method::POST, &session_path(session_id, "/abort")?);
+        self.send(rb, "POST /session/{id}/abort").await.map(drop)
+    }
+
     async fn summarize(&self, session_id: &str, model: &ModelRef) -> Result<(), EngineError> {
         let rb = self
             .request(Method::POST, &session_path(session_id, "/summarize")?)
@@ -233,30 +220,30 @@ impl Engine for OpenCodeClient {
         }
     }
 
-    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
-        let rb = self.request(Method::GET, "/config/providers");
-        let body: serde_json::Value = self.get_json(rb, "GET /config/providers").await?;
-        let mut out = HashMap::new();
-        for provider in body["providers"].as_array().into_iter().flatten() {
-            let Some(pid) = provider["id"].as_str() else { continue };
-            for (mid, model) in provider["models"].as_object().into_iter().flatten() {
-                if let Some(ctx) = model.pointer("/limit/context").and_then(serde_json::Value::as_u64) {
-                    out.insert(format!("{pid}/{mid}"), ctx);
-                }
-            }
-        }
-        Ok(out)
-    }
-
     async fn prompt(&self, session_id: &str, prompt: &Prompt) -> Result<(), EngineError> {
         let rb = self.request(Method::POST, &session_path(session_id, "/prompt_async")?).json(&prompt_body(prompt));
         self.send_effect(rb, "POST /session/{id}/prompt_async").await.map(drop)
     }
 
-    async fn history(&self, session_id: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
-        Ok(self.messages(session_id, limit).await?.iter().filter_map(history_message).collect())
+    async fn ask(&self, session_id: &str, prompt: &Prompt) -> Result<String, EngineError> {
+        let rb = self
+            .request(Method::POST, &session_path(session_id, "/message")?)
+            .timeout(self.long_call_timeout())
+            .json(&prompt_body(prompt));
+        let reply: MessageWithParts = self.get_json(rb, "POST /session/{id}/message").await?;
+        // Only the error's name is wanted: read it whatever else the info holds.
+        let info: Option<ErrorOnly> = serde_json::from_str(reply.info.get()).ok();
+        if let Some(err) = info.and_then(|i| i.error).map(|e| e.name) {
+            return Err(EngineError::Http { status: 200, body: format!("the model's turn ended with {err}") });
+        }
+        let text: Vec<&str> =
+            reply.parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
+        Ok(text.join("\n"))
     }
+}
 
+#[async_trait]
+impl Lifecycle for OpenCodeClient {
     async fn create_session(
         &self,
         directory: Option<&str>,
@@ -289,25 +276,51 @@ impl Engine for OpenCodeClient {
         Ok(info)
     }
 
-    async fn ask(&self, session_id: &str, prompt: &Prompt) -> Result<String, EngineError> {
-        let rb = self
-            .request(Method::POST, &session_path(session_id, "/message")?)
-            .timeout(self.long_call_timeout())
-            .json(&prompt_body(prompt));
-        let reply: MessageWithParts = self.get_json(rb, "POST /session/{id}/message").await?;
-        // Only the error's name is wanted: read it whatever else the info holds.
-        let info: Option<ErrorOnly> = serde_json::from_str(reply.info.get()).ok();
-        if let Some(err) = info.and_then(|i| i.error).map(|e| e.name) {
-            return Err(EngineError::Http { status: 200, body: format!("the model's turn ended with {err}") });
-        }
-        let text: Vec<&str> =
-            reply.parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
-        Ok(text.join("\n"))
-    }
-
     async fn delete_session(&self, session_id: &str) -> Result<(), EngineError> {
         let rb = self.request(Method::DELETE, &session_path(session_id, "")?);
         self.send(rb, "DELETE /session/{id}").await.map(drop)
+    }
+}
+
+#[async_trait]
+impl Discovery for OpenCodeClient {
+    /// All projects' sessions, newest first, following `x-next-cursor` pages until
+    /// `limit` sessions or the last page.
+    async fn list_sessions(&self, limit: u32) -> Result<Vec<SessionInfo>, EngineError> {
+        let mut out: Vec<SessionInfo> = Vec::new();
+        let mut cursor: Option<String> = None;
+        while (out.len() as u32) < limit {
+            let want = limit - out.len() as u32;
+            let mut rb = self.request(Method::GET, "/experimental/session").query(&[("limit", want)]);
+            if let Some(c) = &cursor {
+                rb = rb.query(&[("cursor", c.as_str())]);
+            }
+            let resp = self.send(rb, "GET /experimental/session").await?;
+            cursor = resp.headers().get("x-next-cursor").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let page: Vec<SessionInfo> = self.read_json(resp, "GET /experimental/session").await?;
+            let last_page = page.is_empty() || cursor.is_none();
+            out.extend(valid_sessions(page, "GET /experimental/session"));
+            if last_page {
+                break;
+            }
+        }
+        out.truncate(limit as usize);
+        Ok(out)
+    }
+
+    async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
+        let rb = self.request(Method::GET, "/config/providers");
+        let body: serde_json::Value = self.get_json(rb, "GET /config/providers").await?;
+        let mut out = HashMap::new();
+        for provider in body["providers"].as_array().into_iter().flatten() {
+            let Some(pid) = provider["id"].as_str() else { continue };
+            for (mid, model) in provider["models"].as_object().into_iter().flatten() {
+                if let Some(ctx) = model.pointer("/limit/context").and_then(serde_json::Value::as_u64) {
+                    out.insert(format!("{pid}/{mid}"), ctx);
+                }
+            }
+        }
+        Ok(out)
     }
 }
 

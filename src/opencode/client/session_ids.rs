@@ -46,7 +46,7 @@ pub(super) fn check_session(s: &SessionInfo, what: &str) -> Result<(), EngineErr
 #[cfg(test)]
 mod tests {
     use shepherd_actors::config::ServerConfig;
-    use shepherd_actors::ports::Engine;
+    use shepherd_actors::ports::{Control, Discovery, Lifecycle, Reads};
 
     use super::super::tests::{prompt, recording_server};
     use super::super::OpenCodeClient;

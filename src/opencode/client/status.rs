@@ -135,7 +135,7 @@ mod tests {
 
     use serde_json::json;
     use shepherd_actors::config::ServerConfig;
-    use shepherd_actors::ports::Engine;
+    use shepherd_actors::ports::Reads;
 
     use super::*;
 

@@ -135,7 +135,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    use shepherd_actors::ports::Engine;
+    use shepherd_actors::ports::{Control, Reads};
 
     use super::super::tests::{prompt, recording_server};
     use super::*;

@@ -6,6 +6,7 @@ use super::*;
 /// What every session actor of one server shares (one `Arc` for all of them).
 pub struct SessionEnv {
     pub server: Arc<str>,
+    /// The whole server; each procedure is handed the ports it uses.
     pub engine: Arc<dyn Engine>,
     pub clock: Arc<dyn Clock>,
     pub journal: Journal,
@@ -66,7 +67,8 @@ impl SessionEnv {
     pub fn outbound(&self) -> Outbound<'_> {
         Outbound {
             server: &self.server,
-            engine: self.engine.as_ref(),
+            reads: self.engine.as_ref(),
+            control: self.engine.as_ref(),
             guard: self.guard.as_ref(),
             instance: &self.instance,
             lease: None,

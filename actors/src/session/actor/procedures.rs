@@ -188,7 +188,7 @@ impl SessionActor {
             server: self.env.server.to_string(),
             session: self.core.id().to_string(),
             situation: request.situation.clone(),
-            engine: Arc::clone(&self.env.engine),
+            reads: Arc::clone(&self.env.engine) as Arc<dyn Reads>,
             redactor: self.cfg.redactor.clone(),
         };
         ctx.spawn(advisor.send(consult).into_actor(self).map(move |answer, act, ctx| {
@@ -210,6 +210,7 @@ impl SessionActor {
         let work = async move {
             let tools = Tools {
                 out: env.outbound(),
+                lifecycle: env.engine.as_ref(),
                 ledger: env.ledger.as_ref(),
                 workspace: env.workspace.as_ref(),
                 cfg: &cfg.handoff,
@@ -231,17 +232,22 @@ impl SessionActor {
         let env = self.env.clone();
         let max_wait = self.cfg.compaction.max_wait;
         let work = async move {
-            let call = env.engine.summarize(&order.session_id, &order.model);
-            let result = match tokio::time::timeout(max_wait, call).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(format!("not finished after compaction.max_wait ({max_wait:?})")),
-            };
+            let result = compact(env.engine.as_ref(), &order, max_wait).await;
             (order, result)
         };
         ctx.spawn(work.into_actor(self).map(|(order, result), act, ctx| {
             let effects = act.core.on_compaction_finished(&order, result, act.env.now());
             act.apply(effects, ctx);
         }));
+    }
+}
+
+/// Compacts the session, waiting at most `compaction.max_wait`: the outcome as the core
+/// takes it.
+async fn compact(control: &dyn Control, order: &CompactOrder, max_wait: std::time::Duration) -> Result<(), String> {
+    match tokio::time::timeout(max_wait, control.summarize(&order.session_id, &order.model)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("not finished after compaction.max_wait ({max_wait:?})")),
     }
 }
