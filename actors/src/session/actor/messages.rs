@@ -204,13 +204,13 @@ impl Handler<CheckInterrupted> for SessionActor {
 /// would cost a cut-off turn its continue. A read is safe to repeat; the session actor
 /// waits meanwhile.
 async fn read_last_turn(
-    engine: &dyn Engine,
+    reads: &dyn crate::ports::Reads,
     id: &str,
     (every, max): (std::time::Duration, std::time::Duration),
 ) -> Result<Option<crate::ports::LastTurn>, crate::ports::EngineError> {
     let mut give_up = None;
     loop {
-        match engine.last_turn(id).await {
+        match reads.last_turn(id).await {
             Err(e) if !matches!(e, crate::ports::EngineError::NotFound(_)) => {
                 let now = tokio::time::Instant::now();
                 if now >= *give_up.get_or_insert(now + max) {
