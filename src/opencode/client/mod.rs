@@ -8,8 +8,8 @@
 //!
 //! `GET /session/status` is the one call a fleet makes in bursts (every recovery reads
 //! it, twice, and at 10,000 sessions a directory's map holds ~1,000 entries): reads of
-//! one directory are coalesced ([`StatusReads`]) and a single session's entry is found
-//! without building the map ([`status_of`]).
+//! one directory are coalesced ([`StatusReads`]) and each answer is scanned once for
+//! the sessions its readers asked about, without building the rest of the map.
 //!
 //! Parts: `transport` (requests, auth, error mapping, capped reads), `status` (the
 //! coalesced status reads), `messages` (`GET /session/{id}/message` decoded for turns and
@@ -39,7 +39,7 @@ use self::messages::{
     decode_message, history_message, prompt_body, turn_settings, ErrorOnly, MessageWithParts, TURN_LOOKBACK_MESSAGES,
 };
 use self::session_ids::{check_session, session_path, valid_sessions};
-use self::status::{status_of, StatusReads};
+use self::status::{StatusReads, Want};
 
 /// Credentials for one server (the password comes from the environment, never a file).
 #[derive(Clone)]
@@ -131,9 +131,8 @@ impl OpenCodeClient {
 #[async_trait]
 impl Reads for OpenCodeClient {
     async fn statuses(&self, directory: &str) -> Result<HashMap<String, Status>, EngineError> {
-        let body = self.status_body(directory).await?;
-        let mut map: HashMap<String, Status> =
-            serde_json::from_slice(&body).map_err(|e| EngineError::Decode(format!("GET /session/status: {e}")))?;
+        let entries = self.status_entries(directory, Want::All).await?;
+        let mut map: HashMap<String, Status> = std::sync::Arc::unwrap_or_clone(entries);
         map.retain(|id, _| match ids::check(IdKind::Session, id) {
             Ok(()) => true,
             Err(bad) => {
@@ -145,8 +144,7 @@ impl Reads for OpenCodeClient {
     }
 
     async fn status(&self, directory: &str, session_id: &str) -> Result<Option<Status>, EngineError> {
-        let body = self.status_body(directory).await?;
-        status_of(&body, session_id).map_err(|e| EngineError::Decode(format!("GET /session/status: {e}")))
+        Ok(self.status_entries(directory, Want::One(session_id.to_string())).await?.get(session_id).cloned())
     }
 
     async fn session(&self, session_id: &str) -> Result<SessionInfo, EngineError> {

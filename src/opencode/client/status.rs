@@ -1,8 +1,8 @@
 //! `GET /session/status`, the one call a fleet makes in bursts: reads of one directory
-//! are coalesced ([`StatusReads`]) and a single session's entry is found without building
-//! the map ([`status_of`]).
+//! are coalesced ([`StatusReads`]), and each answer is scanned once for every reader it
+//! answers ([`entries`]: the sessions they asked about, without building the rest).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use reqwest::Method;
@@ -12,34 +12,48 @@ use shepherd_actors::ports::EngineError;
 use super::transport::read_capped;
 use super::OpenCodeClient;
 
-/// The body of one `GET /session/status` (shared by every reader it answers).
-type StatusBody = Result<bytes::Bytes, EngineError>;
+/// What one reader asks of a `GET /session/status`.
+#[derive(Debug)]
+pub(super) enum Want {
+    /// One session's entry (`None` in the answer: absent, i.e. idle).
+    One(String),
+    /// The whole map.
+    All,
+}
+
+/// The entries a round's readers asked for: only theirs, or every entry if one of them
+/// asked for all.
+type Entries = std::sync::Arc<HashMap<String, Status>>;
+
+/// A reader waiting for the next round, and what it wants of it.
+type Waiter = (Want, tokio::sync::oneshot::Sender<Result<Entries, EngineError>>);
 
 /// Coalesces `GET /session/status` reads per directory. A reader never gets an answer
 /// to a request sent before it asked (a recovery must see the status *after* its
 /// stall deadline): while a read is in flight, new readers wait for the next one,
 /// which then answers all of them. So a directory has at most one read in flight, and
-/// a burst of N concurrent readers costs about two requests, not N.
+/// a burst of N concurrent readers costs about two requests, not N — and one scan of
+/// each answer, not N: a directory with 100,000 busy sessions answers with megabytes.
 #[derive(Debug, Default)]
 pub(super) struct StatusReads {
     /// Directories with a read loop running → readers waiting for its next read.
-    waiting: Mutex<HashMap<String, Vec<tokio::sync::oneshot::Sender<StatusBody>>>>,
+    waiting: Mutex<HashMap<String, Vec<Waiter>>>,
 }
 
 impl OpenCodeClient {
-    /// The body of a `GET /session/status` for `directory` sent after this call began,
-    /// possibly shared with other readers (see [`StatusReads`]).
-    pub(super) async fn status_body(&self, directory: &str) -> StatusBody {
+    /// The entries `want` names of a `GET /session/status` for `directory` sent after
+    /// this call began, possibly shared with other readers (see [`StatusReads`]).
+    pub(super) async fn status_entries(&self, directory: &str, want: Want) -> Result<Entries, EngineError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let start_loop = {
             let mut waiting = self.status_reads.waiting.lock().unwrap_or_else(|e| e.into_inner());
             match waiting.get_mut(directory) {
                 Some(readers) => {
-                    readers.push(tx);
+                    readers.push((want, tx));
                     false
                 }
                 None => {
-                    waiting.insert(directory.to_string(), vec![tx]);
+                    waiting.insert(directory.to_string(), vec![(want, tx)]);
                     true
                 }
             }
@@ -53,7 +67,7 @@ impl OpenCodeClient {
     }
 
     /// Reads until no reader waits: each round answers the readers that asked before
-    /// it was sent.
+    /// it was sent, from one scan of its body.
     async fn status_read_loop(&self, directory: String) {
         loop {
             let readers = {
@@ -74,49 +88,65 @@ impl OpenCodeClient {
                 Ok(resp) => read_capped(resp, self.max_response_bytes, "GET /session/status").await,
                 Err(e) => Err(e),
             };
-            for reader in readers {
-                let _ = reader.send(body.clone());
+            let answer = body.and_then(|body| {
+                let wanted: Option<HashSet<&str>> = readers
+                    .iter()
+                    .map(|(want, _)| match want {
+                        Want::One(id) => Some(id.as_str()),
+                        Want::All => None,
+                    })
+                    .collect();
+                entries(&body, wanted.as_ref())
+                    .map(std::sync::Arc::new)
+                    .map_err(|e| EngineError::Decode(format!("GET /session/status: {e}")))
+            });
+            for (_, reader) in readers {
+                let _ = reader.send(answer.clone());
             }
         }
     }
 }
 
-/// One session's entry in a `GET /session/status` body (`{id: status, …}`), found by
-/// scanning: other entries are skipped unparsed and no key is copied.
-pub(super) fn status_of(body: &[u8], session_id: &str) -> Result<Option<Status>, serde_json::Error> {
+/// The entries of a `GET /session/status` body (`{id: status, …}`) whose ids are in
+/// `wanted` (all of them if `None`), found by scanning: other entries are skipped
+/// unparsed and their keys are not copied.
+pub(super) fn entries(body: &[u8], wanted: Option<&HashSet<&str>>) -> Result<HashMap<String, Status>, serde_json::Error> {
     use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-    /// A map key, compared with the wanted id in place.
-    struct KeyIs<'s>(&'s str);
-    impl<'de> DeserializeSeed<'de> for KeyIs<'_> {
-        type Value = bool;
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+    /// A map key: kept (copied) only when it is wanted.
+    struct Key<'w>(Option<&'w HashSet<&'w str>>);
+    impl<'de> DeserializeSeed<'de> for Key<'_> {
+        type Value = Option<String>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
             d.deserialize_str(self)
         }
     }
-    impl Visitor<'_> for KeyIs<'_> {
-        type Value = bool;
+    impl Visitor<'_> for Key<'_> {
+        type Value = Option<String>;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a session id")
         }
-        fn visit_str<E>(self, key: &str) -> Result<bool, E> {
-            Ok(key == self.0)
+        fn visit_str<E>(self, key: &str) -> Result<Option<String>, E> {
+            Ok(self.0.is_none_or(|w| w.contains(key)).then(|| key.to_string()))
         }
     }
 
-    struct Find<'s>(&'s str);
-    impl<'de> Visitor<'de> for Find<'_> {
-        type Value = Option<Status>;
+    struct Scan<'w>(Option<&'w HashSet<&'w str>>);
+    impl<'de> Visitor<'de> for Scan<'_> {
+        type Value = HashMap<String, Status>;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a map of session id to status")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut found = None;
-            while let Some(wanted) = map.next_key_seed(KeyIs(self.0))? {
-                if wanted {
-                    found = Some(map.next_value::<Status>()?);
-                } else {
-                    map.next_value::<IgnoredAny>()?;
+            let mut found = HashMap::new();
+            while let Some(key) = map.next_key_seed(Key(self.0))? {
+                match key {
+                    Some(id) => {
+                        found.insert(id, map.next_value::<Status>()?);
+                    }
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
                 }
             }
             Ok(found)
@@ -124,7 +154,7 @@ pub(super) fn status_of(body: &[u8], session_id: &str) -> Result<Option<Status>,
     }
 
     let mut de = serde_json::Deserializer::from_slice(body);
-    let found = de.deserialize_map(Find(session_id))?;
+    let found = de.deserialize_map(Scan(wanted))?;
     de.end()?;
     Ok(found)
 }
@@ -139,6 +169,11 @@ mod tests {
 
     use super::*;
 
+    /// One session's entry, as `status` finds it.
+    fn status_of(body: &[u8], id: &str) -> Result<Option<Status>, serde_json::Error> {
+        Ok(entries(body, Some(&HashSet::from([id])))?.remove(id))
+    }
+
     #[test]
     fn one_sessions_status_is_found_in_the_directorys_map() {
         let body = br#"{"ses_a":{"type":"busy"},"ses_b":{"type":"retry","attempt":2,"message":"x","next":9},"ses_c":{"type":"busy"}}"#;
@@ -148,6 +183,15 @@ mod tests {
         assert_eq!(status_of(b"{}", "ses_a").unwrap(), None);
         assert!(status_of(b"[1]", "ses_a").is_err());
         assert!(status_of(br#"{"ses_a":{"type":"busy"}"#, "ses_a").is_err());
+    }
+
+    #[test]
+    fn one_scan_finds_every_wanted_entry_and_keeps_no_other() {
+        let body = br#"{"ses_a":{"type":"busy"},"ses_b":{"type":"retry","attempt":2,"message":"x","next":9},"ses_c":{"type":"busy"}}"#;
+        let some = entries(body, Some(&HashSet::from(["ses_a", "ses_b", "ses_z"]))).unwrap();
+        assert_eq!(some.len(), 2, "{some:?}");
+        assert_eq!(some.get("ses_b"), Some(&Status::Retry { attempt: Some(2), next: Some(9) }));
+        assert_eq!(entries(body, None).unwrap().len(), 3);
     }
 
     /// A status endpoint that answers slowly, naming each answer after its request's
