@@ -380,7 +380,7 @@ pub(super) fn part_type(kind: &PartKind) -> String {
 /// Role and "ours" flag of the last [`ROLE_MEMORY`] messages, in one ring of words:
 /// each is a message's [`message_key`] with its low three bits replaced by the flags
 /// (61 bits of hash: collisions among 32 ids are out of the question). 256 bytes when
-/// full, searched linearly (32 words: cheaper than hashing again).
+/// full, less until then; searched linearly (32 words: cheaper than hashing again).
 #[derive(Debug, Default)]
 pub(super) struct MessageMemory {
     slots: Vec<u64>,
@@ -405,11 +405,9 @@ impl MessageMemory {
             None => {
                 let slot = (key & !Self::FLAGS) | flags;
                 if self.slots.len() < ROLE_MEMORY {
-                    if self.slots.capacity() == 0 {
-                        // Once, to the ring's full size (`reserve_exact` counts from the
-                        // length: calling it on every push reallocated up to 63 words).
-                        self.slots.reserve_exact(ROLE_MEMORY);
-                    }
+                    // Grown by doubling (4, 8, 16, then exactly the ring's 32 words):
+                    // most sessions of a fleet remember a handful of messages, and a ring
+                    // reserved whole at the first one cost each 256 bytes.
                     self.slots.push(slot);
                 } else {
                     self.slots[self.next] = slot;
@@ -462,6 +460,10 @@ mod tests {
         let mut m = MessageMemory::default();
         for i in 0..40 {
             m.set_role(message_key(&format!("msg_{i}")), if i % 2 == 0 { Role::User } else { Role::Assistant });
+            if i == 4 {
+                // A fleet's sessions mostly remember a handful: they hold no more.
+                assert!(m.slots.capacity() <= 8, "{} words for 5 messages", m.slots.capacity());
+            }
         }
         assert_eq!(m.slots.capacity(), ROLE_MEMORY, "memory per session is a scale target");
         assert_eq!(m.role(message_key("msg_39")), Some(Role::Assistant));
