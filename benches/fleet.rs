@@ -110,6 +110,11 @@ struct ScaleResult {
     rss_burst_live_kib: u64,
     burst_cpu_pct: f64,
     burst_sim_cpu_pct: f64,
+    /// CPU time of Shepherd's busiest thread in the burst (a server's thread: its pump
+    /// and sessions), µs per event: the per-event cost, less swayed by the machine's
+    /// noise than events/s (10-ms clock ticks: ±1 % over a burst of a second).
+    burst_thread_us_per_event: f64,
+    burst_thread: String,
     stall_cpu_pct: f64,
     stall_sim_cpu_pct: f64,
     /// Stall deadline → Shepherd's `stall_detected` record (ms, ±1 ms: records carry ms).
@@ -220,7 +225,7 @@ fn print_table(results: &[ScaleResult]) {
         println!(
             "- {} sessions (load average {} before, {} after): {} tracked. RSS: connected {} KiB (live {}), one turn each {} KiB (live {}), \
              after all phases {} KiB (live {}; Shepherd saw {:.1} messages per session), peak {} KiB. Burst: {} frames, read by the pump in {:.2} s, \
-             all handled after {:.2} s; Shepherd used {:.0}% of a core, the simulator {:.0}% (it alone produces {} frames/s). \
+             all handled after {:.2} s; Shepherd used {:.0}% of a core ({} {:.2} µs per event), the simulator {:.0}% (it alone produces {} frames/s). \
              Stalls: {} planned, {} aborted, {} continued, {} aborts of sessions that were not stalled; background load {} frames/s; \
              stall deadline → Shepherd's stall_detected record p50 {:.1} / p99 {:.1} ms, record → abort request p50 {:.1} / p99 {:.1} ms; \
              Shepherd used {:.0}% of a core, the simulator {:.0}%; a 5-ms sleep was late by {:.1} ms (p99; max {:.1} ms) on Shepherd's thread, \
@@ -242,6 +247,8 @@ fn print_table(results: &[ScaleResult]) {
             r.burst_pump_secs,
             r.burst_done_secs,
             r.burst_cpu_pct,
+            r.burst_thread,
+            r.burst_thread_us_per_event,
             r.burst_sim_cpu_pct,
             fmt_n(r.sim_capacity_fps as usize),
             r.stalls,
@@ -468,6 +475,7 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     // 4. Throughput: a burst as fast as Shepherd reads it.
     let before = stats.frames.load(Ordering::Relaxed);
     let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
+    let threads0 = thread_cpu();
     let t = Instant::now();
     // FLEET_BURST_STEP_US paces the burst instead (an experiment on memory: same events,
     // no backlog); events/s is then the pace, not Shepherd's capacity.
@@ -484,15 +492,21 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     r.burst_done_secs = t.elapsed().as_secs_f64();
     r.burst_cpu_pct = (cpu_time() - cpu0).as_secs_f64() * 100.0 / r.burst_done_secs;
     r.burst_sim_cpu_pct = (child_cpu_time(sim_pid) - sim0).as_secs_f64() * 100.0 / r.burst_done_secs;
+    if let Some((name, busy)) = busiest_thread(&threads0, &thread_cpu()) {
+        r.burst_thread_us_per_event = busy.as_secs_f64() * 1e6 / planned.frames.max(1) as f64;
+        r.burst_thread = name;
+    }
     if Instant::now() >= deadline {
         r.notes.push("burst did not finish within the phase limit".into());
     }
     eprintln!(
-        "   burst: {} frames, pump {:.2} s, handled {:.2} s = {:.0} events/s",
+        "   burst: {} frames, pump {:.2} s, handled {:.2} s = {:.0} events/s; busiest thread ({}) {:.2} µs CPU per event",
         planned.frames,
         r.burst_pump_secs,
         r.burst_done_secs,
-        planned.frames as f64 / r.burst_done_secs
+        planned.frames as f64 / r.burst_done_secs,
+        r.burst_thread,
+        r.burst_thread_us_per_event
     );
     settle(&h, &stats).await?;
     let rep2 = h.report().await?;
@@ -886,6 +900,19 @@ fn cpu_time() -> Duration {
 }
 
 /// CPU time (user + system, 10-ms ticks) of every thread of this process, by thread id.
+/// The thread that used the most CPU between two [`thread_cpu`] readings: its name and
+/// how much.
+fn busiest_thread(
+    before: &std::collections::HashMap<String, (String, Duration)>,
+    after: &std::collections::HashMap<String, (String, Duration)>,
+) -> Option<(String, Duration)> {
+    after
+        .iter()
+        .map(|(tid, (name, t1))| (name, t1.saturating_sub(before.get(tid).map_or(Duration::ZERO, |(_, t0)| *t0))))
+        .max_by_key(|(_, used)| *used)
+        .map(|(name, used)| (name.clone(), used))
+}
+
 fn thread_cpu() -> std::collections::HashMap<String, (String, Duration)> {
     let mut out = std::collections::HashMap::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return out };
