@@ -794,6 +794,16 @@ async fn a_continue_refused_with_a_server_error_is_checked_in_the_session_and_se
 struct FlakyLedger {
     inner: MemoryLedger,
     failing: std::sync::atomic::AtomicUsize,
+    /// Held (written) by a test: state writes wait until it is released.
+    gate: tokio::sync::RwLock<()>,
+    /// State writes begun.
+    saves: std::sync::atomic::AtomicUsize,
+}
+
+impl FlakyLedger {
+    fn new(failing: usize) -> Self {
+        Self { inner: MemoryLedger::default(), failing: failing.into(), gate: Default::default(), saves: 0.into() }
+    }
 }
 
 #[async_trait]
@@ -841,6 +851,8 @@ impl Ledger for FlakyLedger {
         self.inner.load(server, session).await
     }
     async fn save(&self, server: &str, session: &str, state: &DurableState) -> Result<(), LedgerError> {
+        self.saves.fetch_add(1, SeqCst);
+        let _open = self.gate.read().await;
         if take_fault(&self.failing) {
             return Err(LedgerError::Storage("disk full".into()));
         }
@@ -860,7 +872,7 @@ impl Ledger for FlakyLedger {
 #[actix::test]
 async fn a_state_write_that_failed_is_retried_until_the_ledger_has_it() {
     tokio::time::pause();
-    let ledger = Arc::new(FlakyLedger { inner: MemoryLedger::default(), failing: 3.into() });
+    let ledger = Arc::new(FlakyLedger::new(3));
     let w = world_with_ledger(cfg(), ledger.clone());
     w.busy("ses_A");
     settle().await;
@@ -875,6 +887,39 @@ async fn a_state_write_that_failed_is_retried_until_the_ledger_has_it() {
     assert_eq!(ledger.failing.load(SeqCst), 0, "every planned failure happened");
     let saved = ledger.inner.load("srv", "ses_A").await.unwrap().expect("written after the failures");
     assert_eq!(saved.attempts, 1, "the recovery's attempt is in the ledger: a restart does not repeat it");
+}
+
+/// A turn's changes come within milliseconds: while one state write is under way the
+/// next ones wait and go as one, holding the latest state (no change is lost, none is
+/// written on its own).
+#[actix::test]
+async fn changes_made_while_a_state_write_is_under_way_go_in_one_write_after_it() {
+    tokio::time::pause();
+    let ledger = Arc::new(FlakyLedger::new(0));
+    let w = world_with_ledger(cfg(), ledger.clone());
+    let todos = |status: &str| {
+        format!(
+            r#"{{"directory":"/p","payload":{{"type":"todo.updated","properties":{{"sessionID":"ses_A","todos":[{{"content":"a","status":"{status}"}}]}}}}}}"#
+        )
+    };
+    w.busy("ses_A");
+    settle().await;
+    let held = ledger.gate.write().await;
+    let before = ledger.saves.load(SeqCst);
+    w.send(&todos("pending"));
+    settle().await;
+    assert_eq!(ledger.saves.load(SeqCst), before + 1, "the first change is written at once");
+    w.send(&todos("in_progress"));
+    w.send(&todos("completed"));
+    settle().await;
+    assert_eq!(ledger.saves.load(SeqCst), before + 1, "later changes wait for the write under way");
+    drop(held);
+    settle().await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    settle().await;
+    assert_eq!(ledger.saves.load(SeqCst), before + 2, "then one write carries both");
+    let saved = ledger.inner.load("srv", "ses_A").await.unwrap().expect("written");
+    assert_eq!(saved.todos[0].status, shepherd_actors::event::TodoStatus::Completed, "the latest state: {:?}", saved.todos);
 }
 
 /// A turn of `id` that ends on the provider's error after OpenCode's retries.

@@ -80,6 +80,8 @@ pub struct SessionActor {
     save_retry: Option<SpawnHandle>,
     /// The generation whose write is under way (not written again meanwhile).
     saving_generation: Option<u64>,
+    /// The state changed while a write was under way: written once that one is done.
+    save_pending: bool,
 }
 
 impl SessionActor {
@@ -99,6 +101,7 @@ impl SessionActor {
             running: Vec::new(),
             save_retry: None,
             saving_generation: None,
+            save_pending: false,
         }
     }
 
