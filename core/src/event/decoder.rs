@@ -193,7 +193,7 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
     }
     // The global stream's frames, as OpenCode writes them; others would be parsed twice.
     let global = frame.starts_with(r#"{"directory":"#) || frame.starts_with(r#"{"payload":"#);
-    match one_pass(frame).filter(|_| global) {
+    match global.then(|| one_pass(frame)).flatten() {
         Some(envelope) => Ok(envelope),
         None => two_pass(frame),
     }
