@@ -23,12 +23,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{HandoffConfig, HandoffMode};
-use crate::event::{ShepherdSessionMark, ShepherdTag, Status};
+use crate::event::{ShepherdSessionMark, ShepherdTag};
 use crate::ledger::{Claim, Ledger, Snapshot};
 use crate::ports::{Control, HistoryPart, Lifecycle, Prompt, Reads, TurnSettings, Workspace};
 use crate::session::continuation::{self, ContinuationFacts};
 use crate::session::delivery::{send_admitted, Outbound, PromptKind};
 use crate::session::handoff::Phase;
+use crate::session::recovery::wait_until_idle;
 
 pub use shepherd_core::session::effect::{HandoffOrder, StepReport};
 
@@ -310,16 +311,10 @@ async fn abort_and_wait(
     control: &dyn Control,
     session: &str,
     directory: Option<&str>,
-    (every, at_most): (Duration, Duration),
+    poll: (Duration, Duration),
 ) -> Result<(), String> {
     control.abort(session).await.map_err(|e| format!("aborting the turn: {e}"))?;
-    let started = tokio::time::Instant::now();
-    loop {
-        tokio::time::sleep(every).await;
-        match reads.statuses(directory.unwrap_or_default()).await {
-            Ok(map) if !matches!(map.get(session), Some(Status::Busy | Status::Retry { .. })) => return Ok(()),
-            _ if started.elapsed() >= at_most => return Ok(()), // the snapshot is read-only: go on
-            _ => {}
-        }
-    }
+    // Not idle in time: go on anyway, the snapshot is read-only.
+    let _ = wait_until_idle(reads, directory.unwrap_or_default(), session, poll).await;
+    Ok(())
 }

@@ -25,11 +25,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::config::RecoveryConfig;
-use crate::event::Status;
+use crate::event::{ModelRef, Status};
 use crate::guard::Verdict;
 use crate::killpoint::{self, step};
 use crate::ledger::{Intent, IntentKind, IntentLog, IntentStep};
-use crate::ports::{EngineError, Reads};
+use crate::ports::{Control, EngineError, Reads};
 use crate::session::core::{RecoveryOrder, RecoveryReport};
 use crate::session::delivery::{deliver, holding_lease, Delivery, Outbound};
 use crate::session::prompt::TodoCounts;
@@ -122,6 +122,44 @@ pub async fn recover(
     continue_report(delivery, idle_after_ms, compacted)
 }
 
+/// Polls the session's status every `every` after an abort until it is idle (absent
+/// from its directory's map, or listed idle): how long that took, or `None` when it was
+/// not idle within `at_most` (a failed read counts as not yet). The recovery and the
+/// hand-off's abort both wait this way.
+pub(crate) async fn wait_until_idle(
+    reads: &dyn Reads,
+    directory: &str,
+    session: &str,
+    (every, at_most): (std::time::Duration, std::time::Duration),
+) -> Option<std::time::Duration> {
+    let started = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let waited = started.elapsed();
+        match reads.status(directory, session).await {
+            Ok(None | Some(Status::Idle)) => return Some(waited),
+            _ if waited >= at_most => return None,
+            _ => {}
+        }
+    }
+}
+
+/// Compacts the session with its model, waiting at most `max_wait`
+/// (`compaction.max_wait`): the outcome as the core takes it. The compaction procedure
+/// and a recovery's compaction before its continue both call it.
+pub(crate) async fn summarize_within(
+    control: &dyn Control,
+    session: &str,
+    model: &ModelRef,
+    max_wait: std::time::Duration,
+) -> Result<(), String> {
+    match tokio::time::timeout(max_wait, control.summarize(session, model)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("not finished after compaction.max_wait ({max_wait:?})")),
+    }
+}
+
 /// What follows the abort before the continue, while the lease is held: the wait until
 /// idle (`idle_after_ms`), the pause after it and, when a continue follows, the hard
 /// gate's compaction (its outcome).
@@ -131,16 +169,9 @@ async fn after_abort(
     order: &RecoveryOrder,
     directory: &str,
 ) -> (Option<u64>, Option<Result<(), String>>) {
-    let started = tokio::time::Instant::now();
-    let idle_after_ms = loop {
-        tokio::time::sleep(cfg.abort_poll_interval).await;
-        let waited = started.elapsed();
-        match out.reads.status(directory, &order.session_id).await {
-            Ok(None) => break Some(waited.as_millis() as u64),
-            Ok(_) | Err(_) if waited >= cfg.abort_poll_max => break None,
-            _ => {}
-        }
-    };
+    let poll = (cfg.abort_poll_interval, cfg.abort_poll_max);
+    let idle_after_ms =
+        wait_until_idle(out.reads, directory, &order.session_id, poll).await.map(|waited| waited.as_millis() as u64);
     tokio::time::sleep(cfg.wait_after_abort).await;
     if !order.continue_after {
         return (idle_after_ms, None);
@@ -149,13 +180,7 @@ async fn after_abort(
     // The hard gate: past `handoff.hard`, compact before continuing (bounded), and
     // continue whatever the outcome so the session is never stranded.
     let compacted = match &order.compact_first {
-        Some((model, max_wait)) => {
-            Some(match tokio::time::timeout(*max_wait, out.control.summarize(&order.session_id, model)).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(format!("not finished after {max_wait:?}")),
-            })
-        }
+        Some((model, max_wait)) => Some(summarize_within(out.control, &order.session_id, model, *max_wait).await),
         None => None,
     };
     (idle_after_ms, compacted)

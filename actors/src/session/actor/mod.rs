@@ -42,7 +42,7 @@ use crate::event::{Event, ModelRef, SessionInfo, Todo};
 use crate::guard::PromptGuard;
 use crate::journal::{Journal, LastAction};
 use crate::ledger::{DurableState, Intent, IntentKind, IntentStep, Ledger, LedgerError};
-use crate::ports::{Clock, Control, Engine, Reads, Workspace};
+use crate::ports::{Clock, Engine, Reads, Workspace};
 use crate::session::breaker::{Permit, ProviderBreaker};
 use crate::session::core::{
     BreakerCall, CompactOrder, Effect, HoldScope, Now, Pause, RecoveryOrder, RecoveryReport, SessionCore,

@@ -2,6 +2,7 @@
 //! actor's mailbox; each outcome goes back into the core, which decides what follows.
 
 use super::*;
+use crate::session::recovery::summarize_within;
 
 impl SessionActor {
     pub(super) fn start_recovery(&mut self, order: RecoveryOrder, ctx: &mut Context<Self>) {
@@ -232,7 +233,7 @@ impl SessionActor {
         let env = self.env.clone();
         let max_wait = self.cfg.compaction.max_wait;
         let work = async move {
-            let result = compact(env.engine.as_ref(), &order, max_wait).await;
+            let result = summarize_within(env.engine.as_ref(), &order.session_id, &order.model, max_wait).await;
             (order, result)
         };
         ctx.spawn(work.into_actor(self).map(|(order, result), act, ctx| {
@@ -242,12 +243,3 @@ impl SessionActor {
     }
 }
 
-/// Compacts the session, waiting at most `compaction.max_wait`: the outcome as the core
-/// takes it.
-async fn compact(control: &dyn Control, order: &CompactOrder, max_wait: std::time::Duration) -> Result<(), String> {
-    match tokio::time::timeout(max_wait, control.summarize(&order.session_id, &order.model)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("not finished after compaction.max_wait ({max_wait:?})")),
-    }
-}
