@@ -11,24 +11,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use serde::Serialize;
 use shepherd_actors::config::ToastsConfig;
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
 use shepherd_actors::ports::Reads as _;
 use tokio::sync::broadcast::error::RecvError;
 
+pub use crate::opencode::client::Toast;
 use crate::opencode::OpenCodeClient;
-
-/// The body of `POST /tui/show-toast`, as OpenCode's API defines it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Toast {
-    pub title: String,
-    pub message: String,
-    /// `info`, `success`, `warning` or `error`.
-    pub variant: &'static str,
-    /// Milliseconds.
-    pub duration: u64,
-}
 
 /// The toast a record deserves, if any: actions done on the session, not decisions
 /// declined or the bookkeeping around them.

@@ -98,18 +98,6 @@ pub struct HandoffView {
     pub reason: Option<String>,
 }
 
-impl HandoffView {
-    pub fn of(r: &crate::session::handoff::Rollover) -> HandoffView {
-        HandoffView {
-            phase: r.phase().as_str().to_string(),
-            id: r.id().map(str::to_string),
-            new_session: r.new_session().map(str::to_string),
-            from: r.from().map(str::to_string),
-            reason: r.reason().map(str::to_string),
-        }
-    }
-}
-
 /// Hand a session over to a fresh one now (`POST /v1/sessions/{id}/handoff`).
 #[derive(Message)]
 #[rtype(result = "Result<HandoffView, ControlError>")]

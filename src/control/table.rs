@@ -4,6 +4,7 @@
 use shepherd_actors::event::TodoStatus;
 
 use super::client::SessionView;
+use crate::status::render::ago;
 
 const HEADER: [&str; 6] = ["SERVER", "SESSION", "STATE", "PAUSED", "TODOS", "LAST ACTION"];
 
@@ -49,17 +50,6 @@ fn row(s: &SessionView, now_ms: i64) -> [String; 6] {
         format!("{open}/{}", s.todos.len()),
         last,
     ]
-}
-
-/// `42s`, `3m`, `5h`, `2d` (a time in the future, from clock skew, is `0s`).
-pub fn ago(ms: i64) -> String {
-    let s = ms.max(0) / 1000;
-    match s {
-        0..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m", s / 60),
-        3600..=86_399 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
-    }
 }
 
 #[cfg(test)]

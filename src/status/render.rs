@@ -3,7 +3,6 @@
 
 use shepherd_actors::stats::{Histogram, StatusDocument};
 
-use crate::control::table::ago;
 
 /// One block per session (most recently active first), with a header line.
 pub fn render_status(doc: &StatusDocument, now_ms: i64) -> String {
@@ -86,6 +85,18 @@ fn duration(ms: i64) -> String {
         1_000..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
         60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
         _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
+
+/// How long ago, as the status text, the table and `shepherd top` write it:
+/// `42s`, `3m`, `5h`, `2d` (a time in the future, from clock skew, is `0s`).
+pub fn ago(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
     }
 }
 

@@ -232,7 +232,7 @@ pub fn state_label(state: SessionState) -> &'static str {
 
 /// `42s`, `3m`, `5h`, `2d`.
 pub fn ago(ms: i64) -> String {
-    crate::control::table::ago(ms)
+    crate::status::render::ago(ms)
 }
 
 /// A duration to the second below an hour, to the minute above: `45s`, `3m20s`, `2h05m`.

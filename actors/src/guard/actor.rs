@@ -26,8 +26,10 @@ use crate::guard::dedupe::{Check, Dedupe};
 use crate::guard::similarity::Shingles;
 use crate::guard::{GuardRequest, Lease, PromptGuard, Shared, Verdict};
 use crate::ports::Clock;
-use crate::session::core::Now;
-use crate::session::delivery::PromptKind;
+// The core's types, not the session actor's module: the session's delivery asks the
+// guard, so the guard knows only the pure half.
+use shepherd_core::session::core::Now;
+use shepherd_core::session::effect::PromptKind;
 
 type SessionLimiter =
     RateLimiter<(String, String), DefaultKeyedStateStore<(String, String)>, LimiterClock, NoOpMiddleware<Duration>>;

@@ -17,6 +17,7 @@ use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::lenient;
 use super::message::RawMessageInfo;
 use super::part::RawPart;
 use super::{Envelope, ErrorInfo, Event, MessageInfo, SessionInfo, Status, Todo};
@@ -40,12 +41,6 @@ pub enum DecodeError {
     /// A directory longer than [`MAX_DIRECTORY_LEN`] or holding NUL: no path is.
     #[error("the event's directory is longer than 4096 bytes or holds NUL")]
     BadDirectory,
-}
-
-/// Metadata is free-form: a value of an unexpected shape is read as absent, never as
-/// a broken event.
-pub(super) fn lenient<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<T> {
-    serde_json::from_str(raw?.get()).ok()
 }
 
 /// Either stream shape, read in one pass: `properties` stays an unparsed slice until

@@ -30,6 +30,13 @@ pub use self::part::{Part, PartKind, ShepherdTag, ToolStatus};
 pub use self::session::{ErrorData, ErrorInfo, SessionInfo, SessionMetadata, ShepherdSessionMark, Status, Times};
 pub use self::todo::{Todo, TodoStatus};
 
+/// Metadata is free-form: a value of an unexpected shape is read as absent, never as
+/// a broken event. (Here, not in the decoder: the decoder and the part reader both
+/// use it, and the decoder reads parts.)
+fn lenient<'a, T: serde::Deserialize<'a>>(raw: Option<&'a serde_json::value::RawValue>) -> Option<T> {
+    serde_json::from_str(raw?.get()).ok()
+}
+
 use crate::ids::{IdKind, Ids};
 
 /// One decoded frame: the event and the directory (instance) it came from.

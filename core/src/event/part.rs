@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::decoder::lenient;
+use super::lenient;
 
 /// How Shepherd marks its own prompts: part `metadata.shepherd`, stored and echoed
 /// unchanged by OpenCode, so this instance and others recognise them in events and
@@ -130,7 +130,7 @@ impl TryFrom<RawPart<'_>> for Part {
             "tool" => {
                 let state = r.state.ok_or("tool part without state")?;
                 let child_session = lenient::<ToolMetadata>(state.metadata).and_then(|m| lenient(m.session_id));
-                let input = state.input.as_ref().map(crate::session::loops::input_key);
+                let input = state.input.as_ref().map(input_key);
                 PartKind::Tool { tool: r.tool.unwrap_or_default(), status: state.status, child_session, input }
             }
             "step-start" => PartKind::StepStart,
@@ -139,5 +139,26 @@ impl TryFrom<RawPart<'_>> for Part {
             other => PartKind::Other(other.to_string()),
         };
         Ok(Part { id: r.id, message_id: r.message_id, session_id: r.session_id, kind })
+    }
+}
+
+/// A stable hash of a tool input, for comparing calls (the loop and spin detectors
+/// compare these; the part keeps the key, not the input).
+fn input_key(input: &serde_json::Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    input.to_string().hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::input_key;
+
+    #[test]
+    fn input_keys_tell_inputs_apart() {
+        let a = serde_json::json!({"command": "ls"});
+        assert_eq!(input_key(&a), input_key(&a.clone()));
+        assert_ne!(input_key(&a), input_key(&serde_json::json!({"command": "ls -la"})));
     }
 }

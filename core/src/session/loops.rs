@@ -126,14 +126,6 @@ impl ToolSpin {
     }
 }
 
-/// A stable hash of a tool input, for comparing calls.
-pub fn input_key(input: &serde_json::Value) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    input.to_string().hash(&mut h);
-    h.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,12 +179,5 @@ mod tests {
         for i in 0..6 {
             assert_eq!(s.on_call("read", i, t0, 3, W), SpinVerdict::Normal);
         }
-    }
-
-    #[test]
-    fn input_keys_tell_inputs_apart() {
-        let a = serde_json::json!({"command": "ls"});
-        assert_eq!(input_key(&a), input_key(&a.clone()));
-        assert_ne!(input_key(&a), input_key(&serde_json::json!({"command": "ls -la"})));
     }
 }

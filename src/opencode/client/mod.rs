@@ -119,7 +119,7 @@ impl OpenCodeClient {
     /// `POST /tui/show-toast` (a TUI attached to the server shows it; OpenCode answers
     /// `true` once it has published the toast). Not part of the engine's ports: toasts
     /// are the edge's business ([`crate::toast`]), never a decision's.
-    pub async fn show_toast(&self, directory: Option<&str>, toast: &crate::toast::Toast) -> Result<bool, EngineError> {
+    pub async fn show_toast(&self, directory: Option<&str>, toast: &Toast) -> Result<bool, EngineError> {
         let mut rb = self.request(Method::POST, "/tui/show-toast").json(toast);
         if let Some(d) = directory.filter(|d| !d.is_empty()) {
             rb = rb.query(&[("directory", d)]);
@@ -320,6 +320,18 @@ impl Discovery for OpenCodeClient {
         }
         Ok(out)
     }
+}
+
+/// The body of `POST /tui/show-toast`, as OpenCode's API defines it (when to show
+/// one, and what it says, is the toast module's business).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Toast {
+    pub title: String,
+    pub message: String,
+    /// `info`, `success`, `warning` or `error`.
+    pub variant: &'static str,
+    /// Milliseconds.
+    pub duration: u64,
 }
 
 #[cfg(test)]

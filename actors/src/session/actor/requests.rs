@@ -158,3 +158,17 @@ impl Handler<ResumeSnapshot> for SessionActor {
         Ok(HandoffView::of(self.core.handoff()))
     }
 }
+
+/// Where a hand-off stands, as the control API shows it. (Here, with the session: the
+/// control API's types know nothing of the session's.)
+impl HandoffView {
+    pub fn of(r: &crate::session::handoff::Rollover) -> HandoffView {
+        HandoffView {
+            phase: r.phase().as_str().to_string(),
+            id: r.id().map(str::to_string),
+            new_session: r.new_session().map(str::to_string),
+            from: r.from().map(str::to_string),
+            reason: r.reason().map(str::to_string),
+        }
+    }
+}
