@@ -1,3 +1,5 @@
+//! The house's two rules, read from the sources themselves.
+//!
 //! The modules of every crate depend on each other one way only: no module reaches
 //! into a sibling that reaches back (a newcomer reads them top-down, and changes one
 //! without pulling the other along). Read from the sources themselves: every
@@ -6,6 +8,9 @@
 //! its own ancestors (`use super::*` in a child, `mod child` in a parent) do not count.
 //! A cycle among siblings anywhere in the tree (two that use each other, or a ring
 //! through others) fails the test, naming a file on each edge of it.
+//!
+//! And no file holds more than [`MAX_CODE_LINES`] lines of code before its test module:
+//! one behaviour per file, read in one sitting.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -176,7 +181,7 @@ fn no_module_depends_on_a_sibling_that_depends_on_it() {
 
 #[test]
 fn a_cycle_planted_between_two_siblings_is_found() {
-    let dir = std::env::temp_dir().join(format!("shepherd-module-graph-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("shepherd-architecture-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("a")).unwrap();
     std::fs::write(dir.join("lib.rs"), "mod a;\nmod b;\n").unwrap();
     std::fs::write(dir.join("a/mod.rs"), "mod inner;\nuse super::*;\n").unwrap();
@@ -195,7 +200,7 @@ fn a_cycle_planted_between_two_siblings_is_found() {
 
 #[test]
 fn a_ring_through_three_siblings_is_found() {
-    let dir = std::env::temp_dir().join(format!("shepherd-module-ring-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("shepherd-architecture-ring-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("lib.rs"), "mod a;\nmod b;\nmod c;\n").unwrap();
     std::fs::write(dir.join("a.rs"), "use crate::b::X;\n").unwrap();
@@ -204,4 +209,23 @@ fn a_ring_through_three_siblings_is_found() {
     let found = sibling_cycles(&dir);
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(found.len(), 3, "{found:?}");
+}
+
+/// The most lines a source file may hold before its test module.
+const MAX_CODE_LINES: usize = 600;
+
+#[test]
+fn no_source_file_holds_more_than_600_lines_of_code_before_its_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut long = Vec::new();
+    for krate in ["src", "core/src", "actors/src", "testbed/src"] {
+        for path in modules(&root.join(krate)).into_values() {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines = text.lines().take_while(|l| l.trim() != "#[cfg(test)]").count();
+            if lines > MAX_CODE_LINES {
+                long.push(format!("{} ({lines} lines)", path.strip_prefix(root).unwrap().display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "files over {MAX_CODE_LINES} lines of code:\n{}", long.join("\n"));
 }
