@@ -20,9 +20,9 @@ use shepherd_actors::ports::{
     Control, EngineError, HistoryMessage, LastTurn, Prompt, Reads, SystemClock, TurnSettings,
 };
 use shepherd_actors::session::core::{RecoveryOrder, RecoveryReport};
-use shepherd_actors::session::delivery::{deliver, send_admitted, Delivery, Outbound, PromptKind, PromptOrder, Unsent};
+use shepherd_actors::session::procedures::deliver::{deliver, send_admitted, Delivery, Outbound, PromptKind, PromptOrder, Unsent};
 use shepherd_actors::session::prompt::PromptFacts;
-use shepherd_actors::session::recovery::recover;
+use shepherd_actors::session::procedures::recover::recover;
 use shepherd_testbed::client::wait_until;
 use shepherd_testbed::redis::RedisServer;
 use support::{Rig, PATIENCE};

@@ -14,8 +14,9 @@
 //!   all four [`ports::Engine`]; [`ports::Clock`] for time), implemented at the edges and
 //!   faked in tests.
 //! - [`session`]: one actor per OpenCode session. `session::core` decides (pure),
-//!   `session::actor` carries out (thin), `session::recovery` runs the abort + continue
-//!   procedure through the engine's ports.
+//!   `session::actor` carries out (thin; its runner starts every procedure),
+//!   `session::procedures` run what the core orders (recover, deliver, compact, hand
+//!   over, finish, abort and wait) through the engine's ports, one per file.
 //! - [`supervisor`]: the fleet actor: creates session actors on first sight, routes
 //!   events to them and reconciles state after every stream (re)connect.
 //! - [`control`]: the questions the control API may ask the supervisor.

@@ -102,7 +102,7 @@ fn durable(core: &SessionCore, now: Now) -> shepherd_actors::ledger::DurableStat
 /// reported back), every change of the exported state must come with a new generation.
 #[test]
 fn every_change_of_the_durable_state_moves_the_generation() {
-    use shepherd_actors::session::delivery::Delivery;
+    use shepherd_actors::session::procedures::deliver::Delivery;
     let rules = Arc::new(SessionRules::default());
     let mut changes = 0;
     for (name, lines) in captures() {

@@ -29,9 +29,9 @@ use shepherd_actors::event::{
 };
 use shepherd_actors::ports::EngineError;
 use shepherd_actors::session::core::{CompactOrder, Pause};
-use shepherd_actors::session::delivery::{Delivery, PromptOrder};
+use shepherd_actors::session::procedures::deliver::{Delivery, PromptOrder};
 use shepherd_actors::session::handoff::Phase;
-use shepherd_actors::session::handover::{HandoffOrder, StepReport};
+use shepherd_actors::session::procedures::hand_over::{HandoffOrder, StepReport};
 use shepherd_actors::session::{Effect, Now, RecoveryOrder, RecoveryReport, SessionCore};
 use tokio::time::Instant;
 

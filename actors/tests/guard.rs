@@ -18,7 +18,7 @@ use shepherd_actors::ports::{
     Clock, Control, Discovery, EngineError, HistoryMessage, HistoryPart, LastTurn, Lifecycle, Prompt, Reads,
     SystemClock, TurnSettings,
 };
-use shepherd_actors::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
+use shepherd_actors::session::procedures::deliver::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
 use shepherd_actors::session::prompt::PromptFacts;
 use shepherd_actors::supervisor::{AttachServer, Ingest, Shutdown, Supervisor};
 

@@ -6,18 +6,13 @@
 //! [`outage`], [`breaker`], [`family`], and [`effect`] (the orders and reports).
 //!
 //! Here:
-//! - [`delivery`]: sending one prompt (fresh facts, render, tag, send).
-//! - [`recovery`]: the abort + continue procedure against the engine port.
-//! - [`unfinished`]: finishing an action a crash left open (the ledger's intent, checked
-//!   against the session's own messages).
-//! - [`handover`]: the hand-off's steps.
-//! - [`actor`]: the actix shell that feeds the core and runs its effects.
+//! - [`procedures`]: what the core's orders run, one per file (recover, deliver,
+//!   compact, hand over, finish an open action, abort and wait).
+//! - [`actor`]: the actix shell that feeds the core, and its runner, which starts each
+//!   procedure an effect orders and hands the report back to the core.
 
 pub mod actor;
-pub mod delivery;
-pub mod handover;
-pub mod recovery;
-pub mod unfinished;
+pub mod procedures;
 
 pub use shepherd_core::session::{
     breaker, continuation, core, effect, family, followup, handoff, loops, outage, pause, planning, prompt, question,

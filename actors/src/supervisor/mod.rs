@@ -54,7 +54,7 @@ use crate::session::actor::{
     Blind, CheckInterrupted, ChildObserve, DeliverCustom, Evict, Hydrate, Inspect, Reconfigure, RefreshTodos,
     RequestHandoff, ResumeIntents, ResumeSnapshot, Retire, Scratch, Sighted, StopSession,
 };
-use crate::session::recovery::InFlight;
+use crate::session::procedures::in_flight::InFlight;
 use crate::session::{Observe, SessionActor, SessionEnv};
 
 /// One supervised OpenCode server.

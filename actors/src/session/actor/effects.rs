@@ -1,5 +1,5 @@
 //! Carrying out the core's effects: each record goes to the ledger and the journal,
-//! each order to its procedure; then the durable state is written if it changed and
+//! each order to the runner; then the durable state is written if it changed and
 //! the timer re-armed.
 
 use super::*;
@@ -30,12 +30,15 @@ impl SessionActor {
                     );
                     self.env.journal.record(r);
                 }
-                Effect::Recover(order) => self.start_recovery(order, ctx),
-                Effect::Prompt(order) => self.start_delivery(order, ctx),
-                Effect::Compact(order) => self.start_compaction(order, ctx),
-                Effect::HandOff(order) => self.start_handoff_step(order, ctx),
-                Effect::Advise(request) => self.start_consultation(request, ctx),
-                Effect::Finish(order) => self.start_finish(order, ctx),
+                Effect::Recover(order) => self.run(Procedure::Recover(order), ctx),
+                Effect::Prompt(order) => self.run(Procedure::Deliver(order), ctx),
+                Effect::Compact(order) => self.run(Procedure::Compact(order), ctx),
+                Effect::HandOff(order) => self.run(Procedure::HandOff(order), ctx),
+                Effect::Advise(request) => {
+                    let session = self.core.id().to_string();
+                    self.run(Procedure::Consult { request, session }, ctx)
+                }
+                Effect::Finish(order) => self.run(Procedure::Finish(order), ctx),
                 Effect::FindIntents => self.find_open_intents(ctx),
                 Effect::Breaker(call) => self.call_breaker(call, ctx),
                 Effect::Stop => ctx.stop(),

@@ -1,5 +1,5 @@
 //! What every session actor of one server shares, and the models' context windows in
-//! it (the scratch sessions' set is the hand-off's: `handover::Scratch`).
+//! it (the scratch sessions' set is the hand-off's: `procedures::hand_over::Scratch`).
 
 use super::*;
 

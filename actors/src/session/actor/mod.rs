@@ -7,20 +7,24 @@
 //! Parts: [`env`] (what the actors of one server share: `SessionEnv`, `ModelWindows`;
 //! `Scratch` is the hand-off's, re-exported here), [`effects`] (carrying out the core's
 //! effects; writing the durable state), [`timer`] (the one timer at the core's
-//! deadline, held back while the stream is behind), [`procedures`] (starting what an
-//! effect orders — recovery, delivery, hand-off step, compaction, consultation,
-//! finishing an open intent — and feeding the outcome back), [`messages`] (what the
+//! deadline, held back while the stream is behind), [`runner`] (the one place an
+//! effect becomes a procedure — recovery, delivery, hand-off step, compaction,
+//! consultation, finishing an open intent — and its report goes back to the core),
+//! [`breaker`] (the provider breaker, asked and told), [`open_intents`] (what a crash
+//! left open, found), [`messages`] (what the
 //! supervisor tells a session) and [`requests`] (what the control API asks of one).
 //! This file keeps the actor's state, its start (resuming from the ledger) and its stop.
 
+mod breaker;
 mod effects;
 mod env;
 mod messages;
-mod procedures;
+mod open_intents;
 mod requests;
+mod runner;
 mod timer;
 
-pub use crate::session::handover::Scratch;
+pub use crate::session::procedures::hand_over::Scratch;
 pub use env::{ModelWindows, SessionEnv};
 pub use messages::{
     Blind, CheckInterrupted, ChildObserve, Evict, Hydrate, Observe, ObserveRead, Reconfigure, RefreshTodos, ResumeIntents, Retire,
@@ -34,23 +38,25 @@ use actix::prelude::*;
 
 use crate::advisor::actor::{heuristic_answer, AdvisorSlot, Consult};
 use crate::advisor::gate::AdviceRequest;
-use crate::advisor::Source;
+use crate::advisor::{Consulted, Source};
 use crate::config::SessionRules;
 use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
 use crate::control::{HandoffView, PauseView, SessionDetail};
 use crate::event::{Event, ModelRef, SessionInfo, Todo};
 use crate::guard::PromptGuard;
 use crate::journal::{Journal, LastAction};
-use crate::ledger::{DurableState, Intent, IntentKind, IntentStep, Ledger, LedgerError};
+use crate::ledger::{DurableState, Intent, Ledger, LedgerError};
 use crate::ports::{Clock, Engine, Reads, Workspace};
 use crate::session::breaker::{Permit, ProviderBreaker};
 use crate::session::core::{
     BreakerCall, CompactOrder, Effect, HoldScope, Now, Pause, RecoveryOrder, RecoveryReport, SessionCore,
 };
-use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOrder};
-use crate::session::handover::{run_step, HandoffOrder, Tools};
-use crate::session::recovery::{end_intent, may_have_arrived, recover, write_intent, InFlight};
-use crate::session::unfinished::{finish, same_action, FinishOrder};
+use crate::session::procedures::deliver::{Delivery, Outbound, PromptOrder};
+use crate::session::procedures::finish::{finish, same_action, FinishOrder, FinishReport};
+use crate::session::procedures::hand_over::{run_step, HandoffOrder, StepReport, Tools};
+use crate::session::procedures::in_flight::InFlight;
+use crate::session::procedures::recover::recover;
+use runner::Procedure;
 
 /// One OpenCode session.
 pub struct SessionActor {

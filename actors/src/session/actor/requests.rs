@@ -1,7 +1,7 @@
 //! What the control API asks of one session: its detail, a custom prompt, the off
 //! switch, a hand-off now, a snapshot resumed.
 
-use super::procedures::deliver_with_intent;
+use crate::session::procedures::deliver::deliver_with_intent;
 use super::*;
 
 /// What Shepherd knows about this session (status, control API, tests).
@@ -71,7 +71,7 @@ impl Handler<DeliverCustom> for SessionActor {
         let summary = order.facts.context_summary.clone();
         let env = self.env.clone();
         let work = async move {
-            let delivery = deliver_with_intent(&env, &order).await;
+            let delivery = deliver_with_intent(env.outbound(), env.ledger.as_ref(), &order, env.clock.wall_ms()).await;
             (order, delivery)
         };
         Box::pin(work.into_actor(self).map(move |(order, delivery), act, ctx| {

@@ -17,11 +17,15 @@
 //! told it failed. An unreadable session keeps the intent for the next start or
 //! reconnect.
 
+use shepherd_core::ports::may_have_arrived;
+
 use crate::event::{Role, Status};
 use crate::ledger::{Intent, IntentKind, IntentLog, IntentStep};
 use crate::ports::{EngineError, HistoryMessage, HistoryPart};
-use crate::session::delivery::{deliver, Delivery, Outbound, PromptOrder};
-use crate::session::recovery::{directory_of, end_intent, may_have_arrived, write_intent};
+
+use super::abort_and_wait::directory_of;
+use super::deliver::{deliver, Delivery, Outbound, PromptOrder};
+use super::intents::{end_intent, write_intent};
 
 pub use shepherd_core::session::effect::{same_action, FinishOrder, FinishReport, RETRY};
 

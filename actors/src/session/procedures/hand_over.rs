@@ -25,11 +25,12 @@ use std::time::Duration;
 use crate::config::{HandoffConfig, HandoffMode};
 use crate::event::{ShepherdSessionMark, ShepherdTag};
 use crate::ledger::{Claim, Ledger, Snapshot};
-use crate::ports::{Control, HistoryPart, Lifecycle, Prompt, Reads, TurnSettings, Workspace};
+use crate::ports::{HistoryPart, Lifecycle, Prompt, Reads, TurnSettings, Workspace};
 use crate::session::continuation::{self, ContinuationFacts};
-use crate::session::delivery::{send_admitted, Outbound, PromptKind};
 use crate::session::handoff::Phase;
-use crate::session::recovery::wait_until_idle;
+
+use super::abort_and_wait::abort_and_wait;
+use super::deliver::{send_admitted, Outbound, PromptKind};
 
 pub use shepherd_core::session::effect::{HandoffOrder, StepReport};
 
@@ -108,7 +109,10 @@ async fn persist(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, Stri
     }
     let reads = t.out.reads;
     if order.abort_first {
-        abort_and_wait(reads, t.out.control, &order.session_id, order.directory.as_deref(), t.poll).await?;
+        // Not idle in time: go on anyway, the snapshot is read-only.
+        abort_and_wait(reads, t.out.control, &order.session_id, order.directory.as_deref().unwrap_or_default(), t.poll)
+            .await
+            .map_err(|e| format!("aborting the turn: {e}"))?;
     }
     let info = reads.session(&order.session_id).await.map_err(|e| format!("reading the session: {e}"))?;
     // One read for the history and the last turn's agent and model.
@@ -303,18 +307,4 @@ fn turn_of(s: &Snapshot) -> TurnSettings {
 
 fn tag(kind: &str, instance: &str, decision: &str) -> ShepherdTag {
     ShepherdTag { kind: kind.to_string(), instance: instance.to_string(), decision: decision.to_string(), lease: None }
-}
-
-/// Aborts the turn and waits (bounded) until the session is idle.
-async fn abort_and_wait(
-    reads: &dyn Reads,
-    control: &dyn Control,
-    session: &str,
-    directory: Option<&str>,
-    poll: (Duration, Duration),
-) -> Result<(), String> {
-    control.abort(session).await.map_err(|e| format!("aborting the turn: {e}"))?;
-    // Not idle in time: go on anyway, the snapshot is read-only.
-    let _ = wait_until_idle(reads, directory.unwrap_or_default(), session, poll).await;
-    Ok(())
 }

@@ -9,11 +9,16 @@
 //! busy again, the todos were all done meanwhile) is decided here only as far as
 //! "do not send": the caller's core records why.
 
+use shepherd_core::ports::may_have_arrived;
+
 use crate::event::{Role, ShepherdTag, Status};
 use crate::guard::{GuardRequest, PromptGuard, Verdict};
+use crate::ledger::{Intent, IntentKind, IntentLog, IntentStep};
 use crate::ports::{Control, EngineError, HistoryMessage, HistoryPart, Prompt, Reads};
 use crate::session::prompt::{fill, render, TodoCounts};
 use crate::session::textual_tool_call::{detect, AssistantText};
+
+use super::intents::{end_intent, write_intent};
 
 pub use shepherd_core::session::effect::{Delivery, PromptKind, PromptOrder, ToolTextScan};
 
@@ -305,4 +310,39 @@ fn carries(messages: &[HistoryMessage], tag: &ShepherdTag) -> bool {
     messages.iter().flat_map(|m| &m.parts).any(|p| {
         matches!(p, HistoryPart::Text { shepherd: Some(t), .. } if t.instance == tag.instance && t.decision == tag.decision)
     })
+}
+
+/// The intent a prompt of this kind ledgers before it is sent (hand-off notes and
+/// prompts have their own resumption, by phase).
+fn intent_kind(kind: PromptKind) -> Option<IntentKind> {
+    match kind {
+        PromptKind::Continue => Some(IntentKind::Continue),
+        PromptKind::Nudge => Some(IntentKind::Nudge),
+        PromptKind::Review => Some(IntentKind::Review),
+        PromptKind::Custom => Some(IntentKind::Custom),
+        PromptKind::Note | PromptKind::Handoff => None,
+    }
+}
+
+/// Delivers a prompt with its intent ledgered around it: written before, closed once
+/// the outcome is known — kept when the send failed in a way that may still have
+/// reached OpenCode, so the session is read before anything is sent again.
+pub async fn deliver_with_intent(out: Outbound<'_>, intents: &dyn IntentLog, order: &PromptOrder, wall_ms: i64) -> Delivery {
+    let Some(kind) = intent_kind(order.kind) else { return deliver(out, order).await };
+    let intent = Intent {
+        server: out.server.to_string(),
+        session: order.session_id.clone(),
+        decision: order.decision.clone(),
+        kind,
+        step: IntentStep::Sending,
+        instance: out.instance.to_string(),
+        started_ms: wall_ms,
+        attempt: order.facts.attempts,
+    };
+    write_intent(intents, &intent).await;
+    let delivery = deliver(out, order).await;
+    if !matches!(&delivery, Delivery::Failed { error } if may_have_arrived(error)) {
+        end_intent(intents, &intent).await;
+    }
+    delivery
 }

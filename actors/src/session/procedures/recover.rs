@@ -17,22 +17,25 @@
 //!
 //! Crash consistency: the [`Intent`] is ledgered before the abort and again once the
 //! abort was accepted, and removed when the continue's outcome is known. A crash in
-//! between leaves it for [`crate::session::unfinished`] to finish after the restart; so does
+//! between leaves it for [`super::finish`] to finish after the restart; so does
 //! a request that failed in a way that may still have reached OpenCode (the intent is
 //! kept until the session itself shows what happened).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use crate::config::RecoveryConfig;
-use crate::event::{ModelRef, Status};
+use crate::event::Status;
 use crate::guard::Verdict;
 use crate::killpoint::{self, step};
 use crate::ledger::{Intent, IntentKind, IntentLog, IntentStep};
-use crate::ports::{Control, EngineError, Reads};
+use crate::ports::EngineError;
 use crate::session::core::{RecoveryOrder, RecoveryReport};
-use crate::session::delivery::{deliver, holding_lease, Delivery, Outbound};
 use crate::session::prompt::TodoCounts;
+
+use super::abort_and_wait::{directory_of, wait_until_idle};
+use super::compact::summarize_within;
+use super::deliver::{deliver, holding_lease, Delivery, Outbound};
+use super::intents::{end_intent, write_intent};
 
 pub use shepherd_core::ports::may_have_arrived;
 pub use shepherd_core::session::effect::continue_order;
@@ -122,44 +125,6 @@ pub async fn recover(
     continue_report(delivery, idle_after_ms, compacted)
 }
 
-/// Polls the session's status every `every` after an abort until it is idle (absent
-/// from its directory's map, or listed idle): how long that took, or `None` when it was
-/// not idle within `at_most` (a failed read counts as not yet). The recovery and the
-/// hand-off's abort both wait this way.
-pub(crate) async fn wait_until_idle(
-    reads: &dyn Reads,
-    directory: &str,
-    session: &str,
-    (every, at_most): (std::time::Duration, std::time::Duration),
-) -> Option<std::time::Duration> {
-    let started = tokio::time::Instant::now();
-    loop {
-        tokio::time::sleep(every).await;
-        let waited = started.elapsed();
-        match reads.status(directory, session).await {
-            Ok(None | Some(Status::Idle)) => return Some(waited),
-            _ if waited >= at_most => return None,
-            _ => {}
-        }
-    }
-}
-
-/// Compacts the session with its model, waiting at most `max_wait`
-/// (`compaction.max_wait`): the outcome as the core takes it. The compaction procedure
-/// and a recovery's compaction before its continue both call it.
-pub(crate) async fn summarize_within(
-    control: &dyn Control,
-    session: &str,
-    model: &ModelRef,
-    max_wait: std::time::Duration,
-) -> Result<(), String> {
-    match tokio::time::timeout(max_wait, control.summarize(session, model)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("not finished after compaction.max_wait ({max_wait:?})")),
-    }
-}
-
 /// What follows the abort before the continue, while the lease is held: the wait until
 /// idle (`idle_after_ms`), the pause after it and, when a continue follows, the hard
 /// gate's compaction (its outcome).
@@ -205,85 +170,3 @@ fn continue_report(delivery: Delivery, idle_after_ms: Option<u64>, compacted: Op
     }
 }
 
-/// The session's directory: the one the core knows, else the server's description of
-/// the session (whose status is read per directory).
-pub async fn directory_of(reads: &dyn Reads, session: &str, known: Option<&str>) -> Result<String, EngineError> {
-    match known {
-        Some(d) => Ok(d.to_string()),
-        None => Ok(reads.session(session).await?.directory.unwrap_or_default()),
-    }
-}
-
-/// Ledgers an intent before the step it announces. A failed write is logged and the
-/// step goes ahead: a ledger outage must not strand the session (it only costs the
-/// crash consistency of this one action).
-pub async fn write_intent(intents: &dyn IntentLog, intent: &Intent) {
-    if let Err(e) = intents.put_intent(intent).await {
-        tracing::warn!(server = %intent.server, session = %intent.session, decision = %intent.decision, step = intent.step.as_str(), error = %e, "ledger: could not write the intent; acting without it");
-    }
-}
-
-/// The intent's outcome is known: it is no longer open.
-pub async fn end_intent(intents: &dyn IntentLog, intent: &Intent) {
-    if let Err(e) = intents.end_intent(&intent.server, &intent.decision).await {
-        tracing::warn!(server = %intent.server, session = %intent.session, decision = %intent.decision, error = %e, "ledger: could not close the intent; a restart will check the session again");
-    }
-}
-
-/// Counts recoveries under way so shutdown can wait for them to finish.
-#[derive(Debug, Clone, Default)]
-pub struct InFlight {
-    inner: Arc<InFlightInner>,
-}
-
-#[derive(Debug, Default)]
-struct InFlightInner {
-    count: std::sync::atomic::AtomicUsize,
-    stopping: AtomicBool,
-    changed: tokio::sync::Notify,
-}
-
-impl InFlight {
-    /// Marks the start of a procedure; the guard marks its end when dropped.
-    pub fn enter(&self) -> InFlightGuard {
-        self.inner.count.fetch_add(1, Ordering::SeqCst);
-        InFlightGuard { inner: Arc::clone(&self.inner) }
-    }
-
-    pub fn count(&self) -> usize {
-        self.inner.count.load(Ordering::SeqCst)
-    }
-
-    /// From now on no new abort is sent.
-    pub fn begin_shutdown(&self) {
-        self.inner.stopping.store(true, Ordering::SeqCst);
-    }
-
-    pub fn stopping(&self) -> &AtomicBool {
-        &self.inner.stopping
-    }
-
-    /// Waits until no procedure is under way.
-    pub async fn drained(&self) {
-        loop {
-            let notified = self.inner.changed.notified();
-            if self.count() == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-/// Held while one procedure runs.
-#[derive(Debug)]
-pub struct InFlightGuard {
-    inner: Arc<InFlightInner>,
-}
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        self.inner.count.fetch_sub(1, Ordering::SeqCst);
-        self.inner.changed.notify_waiters();
-    }
-}

@@ -1,0 +1,171 @@
+//! The runner: the one place an effect becomes a procedure and the procedure's report
+//! goes back into the core.
+//!
+//! [`Procedure`] names what the core ordered; [`carry_out`] runs it through the
+//! procedures in `session::procedures` (each given only the ports it needs) beside the
+//! actor's mailbox, so events keep flowing in meanwhile (our own abort's among them);
+//! [`Report`] is how it ended, and [`Report::into_core`] hands it to the core, which
+//! decides what follows. Nothing else starts a procedure.
+//!
+//! Two kinds of bookkeeping are the runner's, not the procedures': a procedure that holds
+//! an intent open in the ledger is listed in `running` while it runs (so a reconnect
+//! does not take its intent for one a crash left behind), and one that must not be cut
+//! off is counted in `in_flight` (shutdown waits for it).
+
+use super::*;
+use crate::session::procedures::compact::summarize_within;
+use crate::session::procedures::deliver::deliver_with_intent;
+
+/// What the core ordered, to be carried out.
+pub(super) enum Procedure {
+    Recover(RecoveryOrder),
+    Deliver(PromptOrder),
+    Compact(CompactOrder),
+    HandOff(HandoffOrder),
+    Finish(FinishOrder),
+    /// The advisor's word on a decision about this session.
+    Consult { request: AdviceRequest, session: String },
+}
+
+/// How a procedure ended, with the order it ran.
+pub(super) enum Report {
+    Recovered(RecoveryReport),
+    Delivered(PromptOrder, Delivery),
+    Compacted(CompactOrder, Result<(), String>),
+    SteppedHandOff(HandoffOrder, StepReport),
+    Finished(FinishOrder, FinishReport),
+    Advised(AdviceRequest, Consulted),
+}
+
+impl Procedure {
+    /// The decision whose intent this procedure holds open in the ledger while it runs.
+    fn holds_intent(&self) -> Option<String> {
+        match self {
+            Procedure::Recover(o) => Some(o.decision.clone()),
+            Procedure::Deliver(o) => Some(o.decision.clone()),
+            Procedure::Finish(o) => Some(o.intent.decision.clone()),
+            Procedure::Compact(_) | Procedure::HandOff(_) | Procedure::Consult { .. } => None,
+        }
+    }
+
+    /// Shutdown waits for it. A hand-off step is not waited for (every step is resumed
+    /// from the ledger after a restart), nor a compaction or a consultation (nothing is
+    /// half-sent when they are cut off).
+    fn awaited_at_shutdown(&self) -> bool {
+        matches!(self, Procedure::Recover(_) | Procedure::Deliver(_) | Procedure::Finish(_))
+    }
+}
+
+impl Report {
+    /// Hands the report to the core: what follows is the core's to decide.
+    fn into_core(self, core: &mut SessionCore, now: Now) -> Vec<Effect> {
+        match self {
+            Report::Recovered(report) => core.on_recovery_finished(&report, now),
+            Report::Delivered(order, delivery) => core.on_prompt_finished(&order, &delivery, now),
+            Report::Compacted(order, result) => core.on_compaction_finished(&order, result, now),
+            Report::SteppedHandOff(order, report) => core.on_handoff_step(&order, &report, now),
+            Report::Finished(order, report) => core.on_unfinished_done(&order, &report, now),
+            Report::Advised(request, answer) => core.on_advice(&request, &answer, now),
+        }
+    }
+}
+
+impl SessionActor {
+    /// Starts what the core ordered; its report goes back into the core when it ends.
+    pub(super) fn run(&mut self, procedure: Procedure, ctx: &mut Context<Self>) {
+        if let Procedure::Deliver(order) = &procedure {
+            if self.env.in_flight.stopping().load(std::sync::atomic::Ordering::SeqCst) {
+                let skipped = Delivery::Skipped { reason: "shutting down", todos: order.known_todos.clone() };
+                let Procedure::Deliver(order) = procedure else { unreachable!() };
+                // Deferred: `apply` is running; the report is applied as its own step.
+                let effects = Report::Delivered(order, skipped).into_core(&mut self.core, self.env.now());
+                self.apply(effects, ctx);
+                return;
+            }
+        }
+        if let Procedure::Finish(order) = &procedure {
+            let i = &order.intent;
+            tracing::info!(server = %self.env.server, session = %i.session, decision = %i.decision, kind = i.kind.as_str(), step = i.step.as_str(), "resuming an action left unfinished");
+        }
+        let holds = procedure.holds_intent();
+        if let Some(decision) = &holds {
+            self.running.push(decision.clone());
+        }
+        let in_flight = procedure.awaited_at_shutdown().then(|| self.env.in_flight.enter());
+        let work = carry_out(procedure, Arc::clone(&self.env), Arc::clone(&self.cfg));
+        let work = async move {
+            let report = work.await;
+            drop(in_flight);
+            report
+        };
+        ctx.spawn(work.into_actor(self).map(move |report, act, ctx| {
+            if let Some(decision) = holds {
+                act.running.retain(|d| *d != decision);
+            }
+            let recovered = matches!(report, Report::Recovered(_));
+            let effects = report.into_core(&mut act.core, act.env.now());
+            act.apply(effects, ctx);
+            if recovered && act.stop_after_recovery {
+                ctx.stop();
+            }
+        }));
+    }
+}
+
+/// Runs one procedure to its report, through the ports it needs.
+async fn carry_out(procedure: Procedure, env: Arc<SessionEnv>, cfg: Arc<SessionRules>) -> Report {
+    match procedure {
+        Procedure::Recover(order) => {
+            let (intents, wall_ms) = (env.ledger.as_ref(), env.clock.wall_ms());
+            Report::Recovered(
+                recover(env.outbound(), &cfg.recovery, &order, env.in_flight.stopping(), intents, wall_ms).await,
+            )
+        }
+        Procedure::Deliver(order) => {
+            let delivery = deliver_with_intent(env.outbound(), env.ledger.as_ref(), &order, env.clock.wall_ms()).await;
+            Report::Delivered(order, delivery)
+        }
+        Procedure::Compact(order) => {
+            let max_wait = cfg.compaction.max_wait;
+            let result = summarize_within(env.engine.as_ref(), &order.session_id, &order.model, max_wait).await;
+            Report::Compacted(order, result)
+        }
+        Procedure::HandOff(order) => {
+            let tools = Tools {
+                out: env.outbound(),
+                lifecycle: env.engine.as_ref(),
+                ledger: env.ledger.as_ref(),
+                workspace: env.workspace.as_ref(),
+                cfg: &cfg.handoff,
+                redactor: &cfg.redactor,
+                scratch: &env.scratch,
+                wall_ms: env.clock.wall_ms(),
+                poll: (cfg.recovery.abort_poll_interval, cfg.recovery.abort_poll_max),
+            };
+            let report = run_step(&order, &tools).await;
+            Report::SteppedHandOff(order, report)
+        }
+        Procedure::Finish(order) => {
+            let report = finish(env.outbound(), env.ledger.as_ref(), &order).await;
+            Report::Finished(order, report)
+        }
+        Procedure::Consult { request, session } => {
+            let answer = match env.advisor.get() {
+                None => heuristic_answer(&request.situation, &cfg.advisor, Source::NoModel),
+                Some(advisor) => {
+                    let consult = Consult {
+                        server: env.server.to_string(),
+                        session,
+                        situation: request.situation.clone(),
+                        reads: Arc::clone(&env.engine) as Arc<dyn Reads>,
+                        redactor: cfg.redactor.clone(),
+                    };
+                    advisor.send(consult).await.unwrap_or_else(|_| {
+                        heuristic_answer(&request.situation, &cfg.advisor, Source::Fallback("advisor stopped".into()))
+                    })
+                }
+            };
+            Report::Advised(request, answer)
+        }
+    }
+}
