@@ -73,16 +73,17 @@ impl Report {
 impl SessionActor {
     /// Starts what the core ordered; its report goes back into the core when it ends.
     pub(super) fn run(&mut self, procedure: Procedure, ctx: &mut Context<Self>) {
-        if let Procedure::Deliver(order) = &procedure {
-            if self.env.in_flight.stopping().load(std::sync::atomic::Ordering::SeqCst) {
+        let stopping = self.env.in_flight.stopping().load(std::sync::atomic::Ordering::SeqCst);
+        let procedure = match procedure {
+            // Shutting down: no new prompt goes out; the core records why.
+            Procedure::Deliver(order) if stopping => {
                 let skipped = Delivery::Skipped { reason: "shutting down", todos: order.known_todos.clone() };
-                let Procedure::Deliver(order) = procedure else { unreachable!() };
-                // Deferred: `apply` is running; the report is applied as its own step.
                 let effects = Report::Delivered(order, skipped).into_core(&mut self.core, self.env.now());
                 self.apply(effects, ctx);
                 return;
             }
-        }
+            other => other,
+        };
         if let Procedure::Finish(order) = &procedure {
             let i = &order.intent;
             tracing::info!(server = %self.env.server, session = %i.session, decision = %i.decision, kind = i.kind.as_str(), step = i.step.as_str(), "resuming an action left unfinished");
