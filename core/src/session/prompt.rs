@@ -130,9 +130,33 @@ fn fill_counted(template: &str, vars: &[(&str, String)], out: &mut String) -> us
     examined
 }
 
+/// The template of a person's custom prompt (control API): their text, then the open
+/// todos and the context summary when asked for, as placeholders [`render`] fills with
+/// the fresh facts at delivery. `None` when the text is missing or blank: nothing to
+/// send.
+pub fn custom_template(text: Option<&str>, with_todos: bool, with_summary: bool) -> Option<String> {
+    let mut template = text.filter(|t| !t.trim().is_empty())?.to_string();
+    if with_todos {
+        template.push_str("\n\nOpen todos ({pending} of {total}):\n{todoList}");
+    }
+    if with_summary {
+        template.push_str("\n\n{contextSummary}");
+    }
+    Some(template)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_custom_prompt_is_the_persons_text_then_what_they_asked_to_add() {
+        assert_eq!(custom_template(Some("fix it"), false, false).as_deref(), Some("fix it"));
+        let both = custom_template(Some("fix it"), true, true).unwrap();
+        assert_eq!(both, "fix it\n\nOpen todos ({pending} of {total}):\n{todoList}\n\n{contextSummary}");
+        assert_eq!(custom_template(None, true, true), None);
+        assert_eq!(custom_template(Some("  \n"), true, false), None);
+    }
 
     fn todo(content: &str, status: TodoStatus) -> Todo {
         Todo { content: content.into(), status, priority: None }

@@ -2,6 +2,7 @@
 //! switch, a hand-off now, a snapshot resumed.
 
 use crate::session::procedures::deliver::deliver_with_intent;
+use crate::session::prompt::custom_template;
 use super::*;
 
 /// What Shepherd knows about this session (status, control API, tests).
@@ -51,21 +52,12 @@ impl Handler<DeliverCustom> for SessionActor {
 
     fn handle(&mut self, msg: DeliverCustom, _: &mut Context<Self>) -> Self::Result {
         let req = msg.0;
-        let base = match (&req.custom_prompt, &req.message) {
-            (Some(t), _) | (None, Some(t)) if !t.trim().is_empty() => t.clone(),
-            _ => {
-                let err =
-                    ControlError::BadRequest { field: "message".into(), reason: "required (or custom_prompt)".into() };
-                return Box::pin(actix::fut::ready(Err(err)));
-            }
+        // `custom_prompt` wins over `message` when both are given (a blank one included).
+        let text = req.custom_prompt.as_deref().or(req.message.as_deref());
+        let Some(template) = custom_template(text, req.include_todo_context, req.include_context_summary) else {
+            let err = ControlError::BadRequest { field: "message".into(), reason: "required (or custom_prompt)".into() };
+            return Box::pin(actix::fut::ready(Err(err)));
         };
-        let mut template = base;
-        if req.include_todo_context {
-            template.push_str("\n\nOpen todos ({pending} of {total}):\n{todoList}");
-        }
-        if req.include_context_summary {
-            template.push_str("\n\n{contextSummary}");
-        }
         let now = self.env.now();
         let order = self.core.custom_order(template, now);
         let summary = order.facts.context_summary.clone();
