@@ -18,9 +18,8 @@ impl Supervisor {
         let (epoch, routed) = (srv.epoch, srv.registry.routed());
         let server = server.to_string();
         let work = async move {
-            let Survey { windows, listed, statuses } =
-                survey(&*engine, &*engine, limit, directories, read_windows).await;
-            Reconciled { server, listed, statuses, windows, after_connect, epoch, routed }
+            let survey = survey(&*engine, &*engine, limit, directories, read_windows).await;
+            Reconciled { server, survey, after_connect, epoch, routed }
         };
         ctx.spawn(work.into_actor(self).map(|r, act, ctx| act.apply_reconciliation(r, ctx)));
     }
@@ -35,8 +34,8 @@ impl Supervisor {
             tracing::debug!(server = %r.server, after_connect = r.after_connect, "reconcile: dropped a reading from before the stream's last change");
             return;
         }
-        let mut failed = r.listed.is_err();
-        match (r.windows, self.servers.get_mut(&r.server)) {
+        let mut failed = r.survey.listed.is_err();
+        match (r.survey.windows, self.servers.get_mut(&r.server)) {
             (Some(Ok(windows)), Some(srv)) => {
                 srv.env.windows.replace(windows);
                 srv.windows_stale = false;
@@ -48,7 +47,7 @@ impl Supervisor {
             }
             _ => {}
         }
-        let infos: HashMap<String, SessionInfo> = match r.listed {
+        let infos: HashMap<String, SessionInfo> = match r.survey.listed {
             Ok(list) => list.into_iter().map(|i| (i.id.clone(), i)).collect(),
             Err(e) => {
                 tracing::warn!(server = %r.server, error = %e, "reconcile: could not list sessions");
@@ -57,8 +56,8 @@ impl Supervisor {
         };
         let mut busy_ids = HashSet::new();
         let mut checked_dirs = HashSet::new();
-        let statuses_read = r.statuses.iter().all(|(_, result)| result.is_ok());
-        for (dir, result) in r.statuses {
+        let statuses_read = r.survey.statuses.iter().all(|(_, result)| result.is_ok());
+        for (dir, result) in r.survey.statuses {
             let map = match result {
                 Ok(map) => map,
                 Err(e) => {
@@ -185,13 +184,11 @@ struct Survey {
 /// The statuses of one directory, or why they could not be read.
 type DirectoryStatuses = (String, Result<HashMap<String, Status>, EngineError>);
 
+/// A survey of one server, with what the supervisor needs to apply it.
 struct Reconciled {
     server: String,
     after_connect: bool,
-    /// `None` when the windows were not due for a read.
-    windows: Option<Result<HashMap<String, u64>, EngineError>>,
-    listed: Result<Vec<SessionInfo>, EngineError>,
-    statuses: Vec<DirectoryStatuses>,
+    survey: Survey,
     /// The server's [`Server::epoch`] when the reading started.
     epoch: u64,
     /// [`Supervisor::routed`] when the reading started.
