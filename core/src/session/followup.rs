@@ -24,14 +24,16 @@ pub fn snapshot(todos: &[Todo]) -> Snapshot {
     todos.iter().map(|t| (t.content.clone(), t.status)).collect()
 }
 
-/// The agent's latest reply, as far as a follow-up cares.
+/// The agent's latest reply, as far as a follow-up cares. Its texts are boxed (`Box<str>`:
+/// 16 bytes, not `String`'s 24): they are only ever replaced whole, and every session
+/// carries one (memory per session is a scale target).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LastReply {
-    pub message_id: Option<String>,
-    pub finish: Option<String>,
-    pub error: Option<String>,
+    pub message_id: Option<Box<str>>,
+    pub finish: Option<Box<str>>,
+    pub error: Option<Box<str>>,
     /// The error's message text (e.g. "Session too large to compact").
-    pub error_text: Option<String>,
+    pub error_text: Option<Box<str>>,
     /// The end of its text (the last text part as closed by OpenCode) asks the
     /// person something ([`crate::session::question::asks_the_person`], decided when
     /// the part closed).

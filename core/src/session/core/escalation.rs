@@ -54,8 +54,8 @@ impl SessionCore {
         self.auto_submits += 1;
         self.touch();
         self.backoff_until = None;
-        self.recovering =
-            Some(Recovering { aborted_message: self.last_assistant.clone(), escalation: Some(escalation) });
+        let aborted_message = self.last_assistant.clone();
+        self.recovering = Some(Box::new(Recovering { aborted_message, escalation: Some(escalation) }));
         let reason = format!(
             "{continues} continues within recovery.repeated_continue_window without progress: another will \
              not help; escalating ({}: abort, compact, then continue)",

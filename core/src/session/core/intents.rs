@@ -37,7 +37,7 @@ impl SessionCore {
             }
             let prompt = self.resume_prompt(&intent, now);
             if intent.kind == IntentKind::Recover && self.recovering.is_none() {
-                self.recovering = Some(Recovering { aborted_message: None, escalation: None });
+                self.recovering = Some(Box::new(Recovering { aborted_message: None, escalation: None }));
             }
             self.resuming.push(intent.decision.clone());
             out.push(Effect::Finish(FinishOrder { intent, prompt, messages: self.cfg.recovery.verify_messages }));
@@ -78,7 +78,7 @@ impl SessionCore {
         if intent.kind == IntentKind::Recover {
             self.recovering = None;
             // The abort's trailing events are still ours.
-            self.recovery_ended = Some((now.mono, None));
+            self.recovery_ended = Some(Box::new((now.mono, None)));
             self.activity(now);
         }
         let action = match intent.kind {

@@ -48,7 +48,7 @@
 //! The behaviour files import this module's names (`use super::*`): these imports
 //! are the core's prelude.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -149,8 +149,9 @@ pub struct SessionCore {
     /// is counted from here at the earliest.
     sighted_at: Option<Instant>,
     /// Running tool parts: part id → tool name.
-    running_tools: HashMap<String, String>,
-    waiting_on_person: HashSet<String>,
+    running_tools: Open<String>,
+    /// Questions and permissions waiting on the person.
+    waiting_on_person: Open<()>,
     todos: Vec<Todo>,
     /// Role and ownership of the last [`ROLE_MEMORY`] messages seen.
     messages: MessageMemory,
@@ -161,8 +162,12 @@ pub struct SessionCore {
     pause: Option<Pause>,
     /// When a timed [`Pause::Person`] ends (see `core/hold.rs`).
     hold_until: Option<Box<hold::HoldUntil>>,
-    recovering: Option<Recovering>,
-    recovery_ended: Option<(Instant, Option<String>)>,
+    /// The recovery under way. Boxed: most sessions are not recovering (and this is
+    /// inline in every session: memory per session is a scale target).
+    recovering: Option<Box<Recovering>>,
+    /// When the last recovery ended, and the message it aborted (a trailing abort of
+    /// its own is not a person's). Boxed: only sessions that were recovered have one.
+    recovery_ended: Option<Box<(Instant, Option<String>)>>,
     backoff_until: Option<Instant>,
     last_reply: LastReply,
     followup: FollowUp,
@@ -231,8 +236,8 @@ impl SessionCore {
             progress_at: now.mono,
             blind: false,
             sighted_at: None,
-            running_tools: HashMap::new(),
-            waiting_on_person: HashSet::new(),
+            running_tools: Open::default(),
+            waiting_on_person: Open::default(),
             todos: Vec::new(),
             messages: MessageMemory::default(),
             turn: None,
@@ -339,6 +344,11 @@ impl SessionCore {
         self.title.as_deref()
     }
 
+    /// The session rules in force.
+    pub fn rules(&self) -> &Arc<SessionRules> {
+        &self.cfg
+    }
+
     /// Replaces the recovery settings (hot reload); applies to decisions from now on.
     pub fn set_config(&mut self, cfg: Arc<SessionRules>) {
         self.cfg = cfg;
@@ -396,6 +406,7 @@ mod handoff;
 mod hold;
 mod intents;
 mod nudge;
+mod open;
 mod orphan;
 mod person;
 mod resume;
@@ -404,6 +415,7 @@ mod spin;
 mod stall;
 
 use facts::MessageMemory;
+use open::Open;
 pub use hold::HoldScope;
 
 #[cfg(test)]

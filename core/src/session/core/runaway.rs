@@ -36,7 +36,8 @@ impl SessionCore {
             self.pause = Some(Pause::GaveUp);
             self.touch();
         }
-        self.recovering = Some(Recovering { aborted_message: Some(message_id.to_string()), escalation: None });
+        let aborted_message = Some(message_id.to_string());
+        self.recovering = Some(Box::new(Recovering { aborted_message, escalation: None }));
         vec![
             self.record(Action::StallDetected, Outcome::Done, reason, numbers, now),
             Effect::Recover(RecoveryOrder {

@@ -204,7 +204,8 @@ impl SessionCore {
         self.auto_submits += 1;
         self.touch();
         self.backoff_until = None;
-        self.recovering = Some(Recovering { aborted_message: self.last_assistant.clone(), escalation: None });
+        let aborted_message = self.last_assistant.clone();
+        self.recovering = Some(Box::new(Recovering { aborted_message, escalation: None }));
         let reason = if self.compacting.is_some() {
             "OpenCode's compaction ran past compaction.max_wait (counted from when it was first seen): treating it as a stall"
         } else if self.waits_on_idle_children() {
@@ -285,8 +286,8 @@ impl SessionCore {
                         // (as at an idle event), or a stale request would hold the stall
                         // clock off through the next turn.
                         self.busy = RunState::Idle;
-                        self.running_tools = HashMap::new();
-                        self.waiting_on_person = HashSet::new();
+                        self.running_tools = Open::default();
+                        self.waiting_on_person = Open::default();
                         (Outcome::Declined, "the status endpoint says the session is no longer busy".to_string())
                     }
                     RecoveryReport::StatusUnavailable(e) => {
@@ -298,7 +299,7 @@ impl SessionCore {
                     }
                     RecoveryReport::NotOurs(holder) => {
                         // Its abort is about to arrive: not the person's.
-                        self.recovery_ended = Some((now.mono, aborted.clone()));
+                        self.recovery_ended = Some(Box::new((now.mono, aborted.clone())));
                         (Outcome::Declined, format!("another Shepherd instance ({holder}) acts for this session"))
                     }
                     _ => (Outcome::Declined, "shutting down: nothing was sent".to_string()),
@@ -306,7 +307,7 @@ impl SessionCore {
                 out.push(self.record(Action::Recover, outcome, &reason, numbers, now));
             }
             RecoveryReport::Continued { idle_after_ms, open_todos, compacted, tool_call_as_text, waited_ms } => {
-                self.recovery_ended = Some((now.mono, aborted));
+                self.recovery_ended = Some(Box::new((now.mono, aborted)));
                 self.continues.on_continue(now.mono);
                 self.activity(now);
                 let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
@@ -353,7 +354,7 @@ impl SessionCore {
                 out.push(self.record(Action::Continue, Outcome::Done, &reason, numbers, now));
             }
             RecoveryReport::AbortedOnly { idle_after_ms } => {
-                self.recovery_ended = Some((now.mono, aborted));
+                self.recovery_ended = Some(Box::new((now.mono, aborted)));
                 let numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers };
                 out.push(self.record(
                     Action::Abort,
@@ -364,7 +365,7 @@ impl SessionCore {
                 ));
             }
             RecoveryReport::ContinueDeclined { idle_after_ms, reason } => {
-                self.recovery_ended = Some((now.mono, aborted));
+                self.recovery_ended = Some(Box::new((now.mono, aborted)));
                 self.activity(now);
                 let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
                 out.push(self.record(Action::Abort, Outcome::Done, "stalled session aborted", abort_numbers, now));
@@ -372,7 +373,7 @@ impl SessionCore {
             }
             RecoveryReport::ContinueFailed { idle_after_ms, error } => {
                 self.verify_later(error, now);
-                self.recovery_ended = Some((now.mono, aborted));
+                self.recovery_ended = Some(Box::new((now.mono, aborted)));
                 self.activity(now);
                 let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
                 out.push(self.record(Action::Abort, Outcome::Done, "stalled session aborted", abort_numbers, now));
