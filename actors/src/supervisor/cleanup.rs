@@ -25,7 +25,7 @@ impl Supervisor {
         for key in chosen {
             let Some(registry) = self.registry(&key.0) else { continue };
             let Some(mut slot) = registry.slots.get_mut(&key.1) else { continue };
-            slot.evicting = Some(Vec::new());
+            slot.evicting = Some(Box::default());
             let ask = slot.addr.send(Evict);
             drop(slot);
             ctx.spawn(
@@ -37,7 +37,7 @@ impl Supervisor {
     fn evicted(&mut self, key: (String, String), evicted: bool, ctx: &mut Context<Self>) {
         let Some(registry) = self.registry(&key.0) else { return };
         let Some(mut slot) = registry.slots.get_mut(&key.1) else { return };
-        let waiting = slot.evicting.take().unwrap_or_default();
+        let waiting = slot.evicting.take().map(|w| *w).unwrap_or_default();
         let addr = slot.addr.clone();
         drop(slot);
         if evicted {

@@ -45,8 +45,10 @@ pub(crate) struct SessionSlot {
     pub(crate) directory: Option<String>,
     /// When the last event for this session arrived (idle cleanup reads it).
     pub(crate) last_seen: Instant,
-    /// Being evicted: events wait here until the actor's state is in the ledger.
-    pub(crate) evicting: Option<Vec<Event>>,
+    /// Being evicted: events wait here until the actor's state is in the ledger. Boxed:
+    /// a slot is rarely being evicted, and the table keeps every slot inline (with spare
+    /// ones): memory per session is a scale target.
+    pub(crate) evicting: Option<Box<Vec<Event>>>,
     /// [`Registry::routed`] when this session's last event was routed to it.
     pub(crate) last_event: u64,
     /// A subagent whose parent is known: its events go through the supervisor, which

@@ -55,7 +55,6 @@ use crate::session::unfinished::{finish, same_action, FinishOrder};
 /// One OpenCode session.
 pub struct SessionActor {
     core: SessionCore,
-    cfg: Arc<SessionRules>,
     env: Arc<SessionEnv>,
     /// The armed timer and when it fires.
     timer: Option<(SpawnHandle, tokio::time::Instant)>,
@@ -86,10 +85,9 @@ pub struct SessionActor {
 
 impl SessionActor {
     pub fn new(id: &str, cfg: Arc<SessionRules>, env: Arc<SessionEnv>) -> Self {
-        let core = SessionCore::new(Arc::clone(&env.server), id, Arc::clone(&cfg), env.now());
+        let core = SessionCore::new(Arc::clone(&env.server), id, cfg, env.now());
         Self {
             core,
-            cfg,
             env,
             timer: None,
             stop_after_recovery: false,
@@ -103,6 +101,11 @@ impl SessionActor {
             saving_generation: None,
             save_pending: false,
         }
+    }
+
+    /// The session rules in force (the core's: one copy, replaced on a hot reload).
+    fn cfg(&self) -> &Arc<SessionRules> {
+        self.core.rules()
     }
 
     /// Looks the session's model up in the server's window table, when the model or

@@ -7,7 +7,7 @@ use crate::session::recovery::summarize_within;
 impl SessionActor {
     pub(super) fn start_recovery(&mut self, order: RecoveryOrder, ctx: &mut Context<Self>) {
         let env = self.env.clone();
-        let cfg = Arc::clone(&self.cfg);
+        let cfg = Arc::clone(&self.cfg());
         let guard = env.in_flight.enter();
         let decision = order.decision.clone();
         self.running.push(decision.clone());
@@ -150,10 +150,10 @@ impl SessionActor {
         let breaker = &self.env.breaker;
         let changes = breaker.changes(); // before asking: no transition is missed
         let (permit, transition) = match call {
-            BreakerCall::Failed => (None, breaker.on_failure(&id, now.mono, &self.cfg.recovery)),
+            BreakerCall::Failed => (None, breaker.on_failure(&id, now.mono, &self.cfg().recovery)),
             BreakerCall::Recovered => (None, breaker.on_success(&id, now.mono)),
             BreakerCall::Ask => {
-                let (permit, transition) = breaker.permit(&id, now.mono, &self.cfg.recovery);
+                let (permit, transition) = breaker.permit(&id, now.mono, &self.cfg().recovery);
                 (Some(permit), transition)
             }
         };
@@ -179,7 +179,7 @@ impl SessionActor {
     /// Asks the advisor actor; its answer goes back into the core, which decides.
     pub(super) fn start_consultation(&mut self, request: AdviceRequest, ctx: &mut Context<Self>) {
         let Some(advisor) = self.env.advisor.get() else {
-            let answer = heuristic_answer(&request.situation, &self.cfg.advisor, Source::NoModel);
+            let answer = heuristic_answer(&request.situation, &self.cfg().advisor, Source::NoModel);
             let effects = self.core.on_advice(&request, &answer, self.env.now());
             // Deferred: `apply` is running; the answer is applied as its own step.
             ctx.spawn(actix::fut::ready(()).map(move |_, act: &mut Self, ctx| act.apply(effects, ctx)));
@@ -190,11 +190,11 @@ impl SessionActor {
             session: self.core.id().to_string(),
             situation: request.situation.clone(),
             reads: Arc::clone(&self.env.engine) as Arc<dyn Reads>,
-            redactor: self.cfg.redactor.clone(),
+            redactor: self.cfg().redactor.clone(),
         };
         ctx.spawn(advisor.send(consult).into_actor(self).map(move |answer, act, ctx| {
             let answer = answer.unwrap_or_else(|_| {
-                heuristic_answer(&request.situation, &act.cfg.advisor, Source::Fallback("advisor stopped".into()))
+                heuristic_answer(&request.situation, &act.cfg().advisor, Source::Fallback("advisor stopped".into()))
             });
             let effects = act.core.on_advice(&request, &answer, act.env.now());
             act.apply(effects, ctx);
@@ -207,7 +207,7 @@ impl SessionActor {
         // Not counted in `in_flight`: shutdown need not wait for a hand-off, whose every
         // step is resumed from the ledger after a restart.
         let env = self.env.clone();
-        let cfg = Arc::clone(&self.cfg);
+        let cfg = Arc::clone(&self.cfg());
         let work = async move {
             let tools = Tools {
                 out: env.outbound(),
@@ -231,7 +231,7 @@ impl SessionActor {
 
     pub(super) fn start_compaction(&mut self, order: CompactOrder, ctx: &mut Context<Self>) {
         let env = self.env.clone();
-        let max_wait = self.cfg.compaction.max_wait;
+        let max_wait = self.cfg().compaction.max_wait;
         let work = async move {
             let result = summarize_within(env.engine.as_ref(), &order.session_id, &order.model, max_wait).await;
             (order, result)
