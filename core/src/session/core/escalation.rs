@@ -54,7 +54,7 @@ impl SessionCore {
         self.auto_submits += 1;
         self.touch();
         self.backoff_until = None;
-        let aborted_message = self.last_assistant.clone();
+        let aborted_message = self.last_assistant.as_deref().map(str::to_string);
         self.recovering = Some(Box::new(Recovering { aborted_message, escalation: Some(escalation) }));
         let reason = format!(
             "{continues} continues within recovery.repeated_continue_window without progress: another will \

@@ -157,7 +157,9 @@ impl SessionCore {
                         }
                     }
                 }
-                self.last_assistant = Some(m.id.clone());
+                if self.last_assistant.as_deref() != Some(m.id.as_str()) {
+                    self.last_assistant = Some(m.id.as_str().into());
+                }
                 if let Some(err) = &m.error {
                     if err.is_abort() {
                         self.on_abort_seen(Some(&m.id), now, out);
@@ -335,14 +337,14 @@ impl SessionCore {
         if followup::snapshot(&todos) == followup::snapshot(&self.todos) {
             return Vec::new();
         }
-        let session_id = self.id.clone();
+        let session_id = self.id.to_string();
         self.observe(&Event::TodoUpdated { session_id, todos }, now)
     }
 
     /// Learns the session's directory and creation time from its description.
     pub fn hydrate(&mut self, info: &SessionInfo) {
-        if info.directory.is_some() {
-            self.directory.clone_from(&info.directory);
+        if let Some(dir) = info.directory.as_deref().filter(|d| self.directory.as_deref() != Some(*d)) {
+            self.directory = Some(dir.into());
         }
         if info.time.created.is_some() {
             self.created_ms = info.time.created;

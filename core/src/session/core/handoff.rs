@@ -91,8 +91,8 @@ impl SessionCore {
         HandoffOrder {
             id: self.rollover.id().unwrap_or_default().to_string(),
             server: self.server.to_string(),
-            session_id: self.id.clone(),
-            directory: self.directory.clone(),
+            session_id: self.id.to_string(),
+            directory: self.directory.as_deref().map(str::to_string),
             mode: self.rollover.mode().unwrap_or(self.cfg.handoff.mode),
             step,
             abort_first: step == Phase::Persisting && self.rollover.interrupted().is_some_and(|(_, a)| a),

@@ -32,7 +32,7 @@ impl SessionCore {
         let mut out = Vec::new();
         for intent in intents {
             let resuming = self.resuming.iter().any(|d| crate::session::effect::same_action(d, &intent.decision));
-            if intent.session != self.id || resuming {
+            if *intent.session != *self.id || resuming {
                 continue;
             }
             let prompt = self.resume_prompt(&intent, now);
@@ -53,7 +53,8 @@ impl SessionCore {
             IntentKind::Recover => {
                 let recovery =
                     RecoveryOrder { attempt: intent.attempt, ..self.recovery_order(intent.attempt, None, now) };
-                crate::session::effect::continue_order(&self.cfg.recovery, &recovery, self.directory.clone())
+                let directory = self.directory.as_deref().map(str::to_string);
+                crate::session::effect::continue_order(&self.cfg.recovery, &recovery, directory)
             }
             IntentKind::Continue => self.continue_when_idle("resume", now),
             IntentKind::Nudge | IntentKind::Review => {

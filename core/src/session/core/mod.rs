@@ -48,7 +48,6 @@
 //! The behaviour files import this module's names (`use super::*`): these imports
 //! are the core's prelude.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -129,9 +128,11 @@ impl Verify {
 pub struct SessionCore {
     /// Shared by every session of the server.
     server: Arc<str>,
-    id: String,
+    /// Shared with the registry's key for the session (one copy of the id per session).
+    id: Arc<str>,
     cfg: Arc<SessionRules>,
-    directory: Option<String>,
+    /// `Box<str>`: replaced whole, only when it changes.
+    directory: Option<Box<str>>,
     /// The session's title as the server last described it (shown by `shepherd top`).
     /// Boxed: one pointer and length inline, nothing when there is none.
     title: Option<Box<str>>,
@@ -156,7 +157,8 @@ pub struct SessionCore {
     /// Role and ownership of the last [`ROLE_MEMORY`] messages seen.
     messages: MessageMemory,
     turn: Option<TurnSettings>,
-    last_assistant: Option<String>,
+    /// The latest assistant message (`Box<str>`: replaced whole, only when it changes).
+    last_assistant: Option<Box<str>>,
     attempts: u32,
     auto_submits: u32,
     pause: Option<Pause>,
@@ -192,7 +194,8 @@ pub struct SessionCore {
     /// Boxed: rare, and a `PromptOrder` is large to carry inline in every session.
     held_prompt: Option<Box<PromptOrder>>,
     /// Recent assistant messages that ended with `finish: "unknown"` and no output.
-    empty_finishes: VecDeque<(String, Instant)>,
+    /// A `Vec` (24 bytes, a `VecDeque` is 32): pushed at the back, filtered, cleared.
+    empty_finishes: Vec<(String, Instant)>,
     /// Runaway loops already broken for this session since the last real progress.
     runaways: u32,
     /// The hand-off to a fresh session.
@@ -223,10 +226,15 @@ pub struct SessionCore {
 }
 
 impl SessionCore {
-    pub fn new(server: impl Into<Arc<str>>, id: impl Into<String>, cfg: Arc<SessionRules>, now: Now) -> Self {
+    pub fn new(server: impl Into<Arc<str>>, id: impl AsRef<str>, cfg: Arc<SessionRules>, now: Now) -> Self {
+        Self::with_shared_id(server, id.as_ref().into(), cfg, now)
+    }
+
+    /// [`SessionCore::new`] with an id already shared (the registry keys the session by it).
+    pub fn with_shared_id(server: impl Into<Arc<str>>, id: Arc<str>, cfg: Arc<SessionRules>, now: Now) -> Self {
         Self {
             server: server.into(),
-            id: id.into(),
+            id,
             cfg,
             directory: None,
             title: None,
@@ -260,7 +268,7 @@ impl SessionCore {
             compaction_in_flight: false,
             last_compaction: None,
             held_prompt: None,
-            empty_finishes: VecDeque::new(),
+            empty_finishes: Vec::new(),
             runaways: 0,
             rollover: Rollover::default(),
             continues: ContinueHistory::default(),
@@ -370,7 +378,7 @@ impl SessionCore {
     fn record(&self, action: Action, outcome: Outcome, reason: &str, numbers: Numbers, now: Now) -> Effect {
         Effect::Record(ActionRecord {
             server: self.server.to_string(),
-            session: self.id.clone(),
+            session: self.id.to_string(),
             action,
             outcome,
             reason: reason.to_string(),

@@ -39,7 +39,7 @@ impl SessionCore {
                 self.compaction_in_flight = true;
                 self.last_compaction = Some(now.mono);
                 let reason = format!("{why}: compacting before the {}", order.kind.as_str());
-                vec![Effect::Compact(CompactOrder { session_id: self.id.clone(), model, reason })]
+                vec![Effect::Compact(CompactOrder { session_id: self.id.to_string(), model, reason })]
             }
             _ => effects,
         };
@@ -54,8 +54,8 @@ impl SessionCore {
                     _ => self.cfg.nudge.message.clone(),
                 };
                 vec![Effect::Prompt(PromptOrder {
-                    session_id: self.id.clone(),
-                    directory: self.directory.clone(),
+                    session_id: self.id.to_string(),
+                    directory: self.directory.as_deref().map(str::to_string),
                     kind,
                     template,
                     template_without_open_todos: None,
@@ -147,8 +147,8 @@ impl SessionCore {
     /// A person's or tool's prompt through the control API: the order to deliver.
     pub fn custom_order(&self, template: String, now: Now) -> PromptOrder {
         PromptOrder {
-            session_id: self.id.clone(),
-            directory: self.directory.clone(),
+            session_id: self.id.to_string(),
+            directory: self.directory.as_deref().map(str::to_string),
             kind: PromptKind::Custom,
             template,
             template_without_open_todos: None,

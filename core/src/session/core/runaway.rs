@@ -14,7 +14,7 @@ impl SessionCore {
         if self.empty_finishes.iter().any(|(id, _)| id == message_id) {
             return Vec::new(); // the same message, re-emitted
         }
-        self.empty_finishes.push_back((message_id.to_string(), now.mono));
+        self.empty_finishes.push((message_id.to_string(), now.mono));
         if self.empty_finishes.len() < self.cfg.loops.runaway_count || self.recovering.is_some() || self.pause.is_some()
         {
             return Vec::new();

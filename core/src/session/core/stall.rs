@@ -204,7 +204,7 @@ impl SessionCore {
         self.auto_submits += 1;
         self.touch();
         self.backoff_until = None;
-        let aborted_message = self.last_assistant.clone();
+        let aborted_message = self.last_assistant.as_deref().map(str::to_string);
         self.recovering = Some(Box::new(Recovering { aborted_message, escalation: None }));
         let reason = if self.compacting.is_some() {
             "OpenCode's compaction ran past compaction.max_wait (counted from when it was first seen): treating it as a stall"
@@ -238,8 +238,8 @@ impl SessionCore {
             None => format!("{}-{}", self.id, now.wall_ms),
         };
         RecoveryOrder {
-            session_id: self.id.clone(),
-            directory: self.directory.clone(),
+            session_id: self.id.to_string(),
+            directory: self.directory.as_deref().map(str::to_string),
             attempt,
             known_todos: self.todos.clone(),
             known_turn: self.turn.clone(),
@@ -416,8 +416,8 @@ impl SessionCore {
         let planning = self.planning.active();
         let r = &self.cfg.recovery;
         PromptOrder {
-            session_id: self.id.clone(),
-            directory: self.directory.clone(),
+            session_id: self.id.to_string(),
+            directory: self.directory.as_deref().map(str::to_string),
             kind: PromptKind::Continue,
             template: if planning {
                 r.continue_with_plan_message.clone()
