@@ -81,7 +81,8 @@ type HashSet<K> = std::collections::HashSet<K, RandomState>;
 
 /// One server's sessions (see the module doc).
 pub struct Registry {
-    pub(crate) slots: DashMap<String, SessionSlot, RandomState>,
+    /// Keyed by the session's id, shared with its actor's core (one copy per session).
+    pub(crate) slots: DashMap<Arc<str>, SessionSlot, RandomState>,
     /// Counts the events routed to this server's sessions; a slot keeps the count of its
     /// last one, so a REST answer older than what the stream said since is not applied.
     routed: AtomicU64,

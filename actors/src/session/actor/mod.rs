@@ -85,7 +85,12 @@ pub struct SessionActor {
 
 impl SessionActor {
     pub fn new(id: &str, cfg: Arc<SessionRules>, env: Arc<SessionEnv>) -> Self {
-        let core = SessionCore::new(Arc::clone(&env.server), id, cfg, env.now());
+        Self::with_shared_id(id.into(), cfg, env)
+    }
+
+    /// [`SessionActor::new`] with the id the registry keys the session by (one copy).
+    pub fn with_shared_id(id: Arc<str>, cfg: Arc<SessionRules>, env: Arc<SessionEnv>) -> Self {
+        let core = SessionCore::with_shared_id(Arc::clone(&env.server), id, cfg, env.now());
         Self {
             core,
             env,
