@@ -20,7 +20,7 @@ impl SessionCore {
             last_nudge_ms: f.since_last_nudge.map(|d| now.wall_ms - ms(d) as i64),
             review_armed: f.review_armed,
             review_rounds: f.review_rounds,
-            interrupted_continued: self.interrupted_continued.clone(),
+            interrupted_continued: self.rare().and_then(|r| r.interrupted_continued.clone()),
             last_action: None,
             last_action_ms: None,
             handoff: self.rollover.export(),
@@ -42,7 +42,9 @@ impl SessionCore {
             _ => None,
         };
         self.todos = d.todos.as_slice().into();
-        self.interrupted_continued.clone_from(&d.interrupted_continued);
+        if d.interrupted_continued.is_some() || self.rare.is_some() {
+            self.rare_mut().interrupted_continued.clone_from(&d.interrupted_continued);
+        }
         self.rollover.restore(&d.handoff, d.handoff_from.as_deref());
         self.outage =
             (d.outage != OutageMemory::default()).then(|| Box::new(Outage::restore(&d.outage, now.mono, now.wall_ms)));

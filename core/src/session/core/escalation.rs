@@ -11,7 +11,7 @@ impl SessionCore {
     /// escalation is declined (recorded) and the stall is handled as usual at the next
     /// deadline, which is already due.
     pub(super) fn escalate(&mut self, continues: u32, base: Numbers, now: Now) -> Vec<Effect> {
-        self.continues.mark_escalated();
+        self.rare_mut().continues.mark_escalated();
         let window = self.cfg.recovery.repeated_continue_window;
         let numbers = Numbers { round: Some(continues), window_ms: Some(ms(window)), ..base.clone() };
         // A fresh session is the stronger remedy: hand off when hand-off is enabled (the

@@ -323,8 +323,10 @@ impl SessionCore {
         }
         self.attempts = 0;
         self.auto_submits = 0;
-        self.runaways = 0;
-        self.continues.on_progress();
+        if let Some(rare) = self.rare.as_deref_mut() {
+            rare.runaways = 0;
+            rare.continues.on_progress();
+        }
     }
 
     pub(super) fn remember_role(&mut self, message_id: &str, role: Role) {

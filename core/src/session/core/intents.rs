@@ -31,7 +31,9 @@ impl SessionCore {
         }
         let mut out = Vec::new();
         for intent in intents {
-            let resuming = self.resuming.iter().any(|d| crate::session::effect::same_action(d, &intent.decision));
+            let resuming = self
+                .rare()
+                .is_some_and(|r| r.resuming.iter().any(|d| crate::session::effect::same_action(d, &intent.decision)));
             if *intent.session != *self.id || resuming {
                 continue;
             }
@@ -39,7 +41,7 @@ impl SessionCore {
             if intent.kind == IntentKind::Recover && self.recovering.is_none() {
                 self.recovering = Some(Box::new(Recovering { aborted_message: None, escalation: None }));
             }
-            self.resuming.push(intent.decision.clone());
+            self.rare_mut().resuming.push(intent.decision.clone());
             out.push(Effect::Finish(FinishOrder { intent, prompt, messages: self.cfg.recovery.verify_messages }));
         }
         out
@@ -75,7 +77,9 @@ impl SessionCore {
     /// was done about it.
     pub fn on_unfinished_done(&mut self, order: &FinishOrder, report: &FinishReport, now: Now) -> Vec<Effect> {
         let intent = &order.intent;
-        self.resuming.retain(|d| *d != intent.decision);
+        if let Some(rare) = self.rare.as_deref_mut() {
+            rare.resuming.retain(|d| *d != intent.decision);
+        }
         if intent.kind == IntentKind::Recover {
             self.recovering = None;
             // The abort's trailing events are still ours.
@@ -98,7 +102,7 @@ impl SessionCore {
             FinishReport::Sent(delivery) => {
                 let sent = matches!(delivery, Delivery::Sent { .. });
                 match intent.kind {
-                    IntentKind::Recover | IntentKind::Continue if sent => self.continues.on_continue(now.mono),
+                    IntentKind::Recover | IntentKind::Continue if sent => self.rare_mut().continues.on_continue(now.mono),
                     IntentKind::Nudge | IntentKind::Review => {
                         let kind = if intent.kind == IntentKind::Nudge { PromptKind::Nudge } else { PromptKind::Review };
                         let delivered = if sent { Delivered::Sent } else { Delivered::NotSent };

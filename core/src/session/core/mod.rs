@@ -41,6 +41,8 @@
 //!   person's and the fleet's pause), `person.rs` (the journal's edges of waiting on
 //!   the person);
 //! - `intents.rs` (actions a crash left open), `durable.rs` (export/restore);
+//! - `open.rs` (the running tools and open questions), `rare.rs` (loop and crash memory
+//!   most sessions never fill, boxed);
 //! - here: the state itself, its accessors, and the journal record every behaviour
 //!   writes. The orders and reports are `session::effect`'s; `testkit.rs` is the
 //!   benches the tests beside each behaviour share.
@@ -175,8 +177,6 @@ pub struct SessionCore {
     backoff_until: Option<Instant>,
     last_reply: LastReply,
     followup: FollowUp,
-    /// The interrupted assistant message already continued after a server restart.
-    interrupted_continued: Option<String>,
     /// The subagents this session started (boxed: most sessions have none).
     family: Option<Box<Family>>,
     /// Prompt size of the latest finished model call (what fills the window).
@@ -195,15 +195,8 @@ pub struct SessionCore {
     /// A follow-up prompt waiting behind the hard gate's compaction.
     /// Boxed: rare, and a `PromptOrder` is large to carry inline in every session.
     held_prompt: Option<Box<PromptOrder>>,
-    /// Recent assistant messages that ended with `finish: "unknown"` and no output.
-    /// A `Vec` (24 bytes, a `VecDeque` is 32): pushed at the back, filtered, cleared.
-    empty_finishes: Vec<(String, Instant)>,
-    /// Runaway loops already broken for this session since the last real progress.
-    runaways: u32,
     /// The hand-off to a fresh session.
     rollover: Rollover,
-    /// Continues since the last real progress (repeated continues → escalation).
-    continues: ContinueHistory,
     /// The current run of identical tool calls.
     spin: ToolSpin,
     planning: Planning,
@@ -215,11 +208,11 @@ pub struct SessionCore {
     model_generation: u64,
     /// Advice before an abort or a nudge (`advisor.enabled`): see `advice.rs`.
     advice: AdviceGate,
-    /// Decisions of open intents being resumed (after a restart or reconnect).
-    resuming: Vec<String>,
     /// A request failed in a way that may still have reached OpenCode (its intent stays
     /// open): the session is looked at once the request had time to land.
     verify: Verify,
+    /// Loop and crash memory most sessions never fill (see `core/rare.rs`).
+    rare: Option<Box<rare::Rare>>,
     /// Provider errors and the resume back-off (boxed: most sessions never have one);
     /// see `core/resume.rs`.
     outage: Option<Box<Outage>>,
@@ -261,7 +254,6 @@ impl SessionCore {
             backoff_until: None,
             last_reply: LastReply::default(),
             followup: FollowUp::default(),
-            interrupted_continued: None,
             family: None,
             context_tokens: None,
             window: None,
@@ -270,18 +262,15 @@ impl SessionCore {
             compaction_in_flight: false,
             last_compaction: None,
             held_prompt: None,
-            empty_finishes: Vec::new(),
-            runaways: 0,
             rollover: Rollover::default(),
-            continues: ContinueHistory::default(),
             spin: ToolSpin::default(),
             planning: Planning::default(),
             last_part: None,
             generation: 0,
             model_generation: 0,
             advice: AdviceGate::default(),
-            resuming: Vec::new(),
             verify: Verify::Nothing,
+            rare: None,
             outage: None,
             subagent: false,
         }
@@ -419,6 +408,7 @@ mod nudge;
 mod open;
 mod orphan;
 mod person;
+mod rare;
 mod resume;
 mod runaway;
 mod spin;

@@ -106,7 +106,7 @@ impl SessionCore {
         self.followup.on_delivered(order.kind, delivered);
         let resume = self.on_resume_delivered(order, delivery, now);
         if sent && order.kind == PromptKind::Continue && !resume {
-            self.continues.on_continue(now.mono);
+            self.rare_mut().continues.on_continue(now.mono);
         }
         let (outcome, reason) = match delivery {
             Delivery::Sent { tool_call_as_text: Some(found), .. } => (

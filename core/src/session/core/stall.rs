@@ -101,7 +101,7 @@ impl SessionCore {
         if self.advice.pending() == Some(About::Abort) {
             return None; // the advisor is being asked
         }
-        if !self.resuming.is_empty() {
+        if self.rare().is_some_and(|r| !r.resuming.is_empty()) {
             return None; // an action left open is being finished: its outcome comes first
         }
         let stall_at = match self.compacting {
@@ -145,7 +145,7 @@ impl SessionCore {
         };
 
         let (count, window) = (cfg.recovery.repeated_continue_count, cfg.recovery.repeated_continue_window);
-        if let Some(continues) = self.continues.escalation_due(now.mono, count, window) {
+        if let Some(continues) = self.rare_mut().continues.escalation_due(now.mono, count, window) {
             // The escalation aborts too: it is asked about like any recovery's abort.
             if let Some(ask) = self.advice_before_abort(now) {
                 return vec![ask];
@@ -308,7 +308,7 @@ impl SessionCore {
             }
             RecoveryReport::Continued { idle_after_ms, open_todos, compacted, tool_call_as_text, waited_ms } => {
                 self.recovery_ended = Some(Box::new((now.mono, aborted)));
-                self.continues.on_continue(now.mono);
+                self.rare_mut().continues.on_continue(now.mono);
                 self.activity(now);
                 let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
                 let abort_reason = match idle_after_ms {
@@ -388,14 +388,14 @@ impl SessionCore {
     /// and its last assistant message was cut off mid-flight — OpenCode restarted under
     /// it. Continue it, once per interrupted message.
     pub fn on_interrupted(&mut self, message_id: &str, now: Now) -> Vec<Effect> {
-        if self.interrupted_continued.as_deref() == Some(message_id) {
+        if self.rare().and_then(|r| r.interrupted_continued.as_deref()) == Some(message_id) {
             return Vec::new();
         }
         if let Some(p) = self.pause {
             let reason = format!("interrupted by a server restart, but automation is paused ({})", p.as_str());
             return vec![self.record(Action::Recover, Outcome::Declined, &reason, Numbers::default(), now)];
         }
-        self.interrupted_continued = Some(message_id.to_string());
+        self.rare_mut().interrupted_continued = Some(message_id.to_string());
         self.touch();
         let order = self.continue_when_idle("interrupted", now);
         vec![
