@@ -77,6 +77,7 @@ pub struct AdviceGate {
     part: Option<String>,
     /// The part types of the last [`STALL_MEMORY`] stalls. Boxed: most sessions never
     /// stall, and every session carries a gate (memory per session is a scale target).
+    #[allow(clippy::box_collection)] // the box is the point: 8 bytes inline, not 32
     stall_parts: Option<Box<VecDeque<String>>>,
 }
 

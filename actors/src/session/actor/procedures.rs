@@ -7,7 +7,7 @@ use crate::session::recovery::summarize_within;
 impl SessionActor {
     pub(super) fn start_recovery(&mut self, order: RecoveryOrder, ctx: &mut Context<Self>) {
         let env = self.env.clone();
-        let cfg = Arc::clone(&self.cfg());
+        let cfg = Arc::clone(self.cfg());
         let guard = env.in_flight.enter();
         let decision = order.decision.clone();
         self.running.push(decision.clone());
@@ -207,7 +207,7 @@ impl SessionActor {
         // Not counted in `in_flight`: shutdown need not wait for a hand-off, whose every
         // step is resumed from the ledger after a restart.
         let env = self.env.clone();
-        let cfg = Arc::clone(&self.cfg());
+        let cfg = Arc::clone(self.cfg());
         let work = async move {
             let tools = Tools {
                 out: env.outbound(),
