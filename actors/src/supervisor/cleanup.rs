@@ -12,7 +12,7 @@ impl Supervisor {
         let mut quiet: Vec<(tokio::time::Instant, SessionKey)> = Vec::new();
         for (server, srv) in &self.servers {
             let slots = srv.registry.slots.iter().filter(|s| s.evicting.is_none());
-            quiet.extend(slots.map(|s| (s.last_seen, (server.clone(), s.key().clone()))));
+            quiet.extend(slots.map(|s| (s.last_seen, (server.clone(), s.key().to_string()))));
         }
         quiet.sort();
         let over = self.tracked().saturating_sub(self.fleet.max_sessions_in_memory);
@@ -24,8 +24,8 @@ impl Supervisor {
             .collect();
         for key in chosen {
             let Some(registry) = self.registry(&key.0) else { continue };
-            let Some(mut slot) = registry.slots.get_mut(&key.1) else { continue };
-            slot.evicting = Some(Vec::new());
+            let Some(mut slot) = registry.slots.get_mut(key.1.as_str()) else { continue };
+            slot.evicting = Some(Box::default());
             let ask = slot.addr.send(Evict);
             drop(slot);
             ctx.spawn(
@@ -36,12 +36,12 @@ impl Supervisor {
 
     fn evicted(&mut self, key: (String, String), evicted: bool, ctx: &mut Context<Self>) {
         let Some(registry) = self.registry(&key.0) else { return };
-        let Some(mut slot) = registry.slots.get_mut(&key.1) else { return };
-        let waiting = slot.evicting.take().unwrap_or_default();
+        let Some(mut slot) = registry.slots.get_mut(key.1.as_str()) else { return };
+        let waiting = slot.evicting.take().map(|w| *w).unwrap_or_default();
         let addr = slot.addr.clone();
         drop(slot);
         if evicted {
-            let slot = registry.slots.remove(&key.1).map(|(_, slot)| slot);
+            let slot = registry.slots.remove(key.1.as_str()).map(|(_, slot)| slot);
             tracing::debug!(server = %key.0, session = %key.1, "evicted an idle session (state kept in the ledger)");
             if !waiting.is_empty() {
                 // Events arrived meanwhile: a fresh actor resumes from the ledger.

@@ -238,7 +238,7 @@ impl Supervisor {
             .servers
             .iter()
             .filter(|(name, _)| only_server.as_ref().is_none_or(|s| s == *name))
-            .find_map(|(_, srv)| srv.registry.slots.get(&session).map(|slot| slot.addr.clone()))
+            .find_map(|(_, srv)| srv.registry.slots.get(session.as_str()).map(|slot| slot.addr.clone()))
             .filter(Addr::connected);
         let engines: Vec<_> = self
             .servers
@@ -285,7 +285,8 @@ impl Supervisor {
                 return Some(slot.addr.clone());
             }
         }
-        let actor = SessionActor::new(id, Arc::clone(&self.cfg), Arc::clone(&srv.env));
+        let shared_id: Arc<str> = id.into();
+        let actor = SessionActor::with_shared_id(Arc::clone(&shared_id), Arc::clone(&self.cfg), Arc::clone(&srv.env));
         let addr = match srv.registry.thread.get() {
             Some(thread) => SessionActor::start_in_arbiter(thread, move |_| actor),
             None => actor.start(),
@@ -325,7 +326,7 @@ impl Supervisor {
         let last_seen = self.clock.now();
         let child = self.parents.contains_key(key(&(server, id)));
         let slot = SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None, last_event: 0, child };
-        srv.registry.slots.insert(id.to_string(), slot);
+        srv.registry.slots.insert(shared_id, slot);
         Some(addr)
     }
 

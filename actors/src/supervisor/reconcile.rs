@@ -84,7 +84,7 @@ impl Supervisor {
         // are idle now (their idle event may have been lost while disconnected).
         let registry = self.registry(&r.server);
         for slot in registry.iter().flat_map(|reg| reg.slots.iter()) {
-            let id = slot.key();
+            let id: &str = slot.key();
             if busy_ids.contains(id) || slot.last_event > r.routed {
                 // Busy, or the stream spoke of it after the statuses were asked for:
                 // its word is newer than this reading.
@@ -95,7 +95,7 @@ impl Supervisor {
                 if r.after_connect {
                     slot.addr.do_send(CheckInterrupted);
                 }
-                slot.addr.do_send(Observe(Event::SessionStatus { session_id: id.clone(), status: Status::Idle }));
+                slot.addr.do_send(Observe(Event::SessionStatus { session_id: id.to_string(), status: Status::Idle }));
             }
         }
         // Todo events may have been missed while disconnected.

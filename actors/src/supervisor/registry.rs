@@ -45,8 +45,11 @@ pub(crate) struct SessionSlot {
     pub(crate) directory: Option<String>,
     /// When the last event for this session arrived (idle cleanup reads it).
     pub(crate) last_seen: Instant,
-    /// Being evicted: events wait here until the actor's state is in the ledger.
-    pub(crate) evicting: Option<Vec<Event>>,
+    /// Being evicted: events wait here until the actor's state is in the ledger. Boxed:
+    /// a slot is rarely being evicted, and the table keeps every slot inline (with spare
+    /// ones): memory per session is a scale target.
+    #[allow(clippy::box_collection)] // the box is the point: 8 bytes inline, not 24
+    pub(crate) evicting: Option<Box<Vec<Event>>>,
     /// [`Registry::routed`] when this session's last event was routed to it.
     pub(crate) last_event: u64,
     /// A subagent whose parent is known: its events go through the supervisor, which
@@ -79,7 +82,8 @@ type HashSet<K> = std::collections::HashSet<K, RandomState>;
 
 /// One server's sessions (see the module doc).
 pub struct Registry {
-    pub(crate) slots: DashMap<String, SessionSlot, RandomState>,
+    /// Keyed by the session's id, shared with its actor's core (one copy per session).
+    pub(crate) slots: DashMap<Arc<str>, SessionSlot, RandomState>,
     /// Counts the events routed to this server's sessions; a slot keeps the count of its
     /// last one, so a REST answer older than what the stream said since is not applied.
     routed: AtomicU64,

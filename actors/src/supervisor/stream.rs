@@ -24,7 +24,7 @@ impl Supervisor {
     /// One child → parent link, within `supervisor.max_parents` (see [`bounds`]). The
     /// child's events go through the supervisor from now on (its parent hears of them).
     fn learn_parent(&mut self, child: SessionKey, parent: String) {
-        if let Some(mut slot) = self.servers.get(&child.0).and_then(|s| s.registry.slots.get_mut(&child.1)) {
+        if let Some(mut slot) = self.servers.get(&child.0).and_then(|s| s.registry.slots.get_mut(child.1.as_str())) {
             slot.child = true;
         }
         let cap = self.fleet.max_parents;
@@ -96,7 +96,7 @@ impl Supervisor {
         let id = id.to_string();
         if let Event::SessionDeleted(_) = event {
             self.parents.remove(key(&(server, &id)));
-            if let Some((_, slot)) = registry.slots.remove(&id) {
+            if let Some((_, slot)) = registry.slots.remove(id.as_str()) {
                 registry.dispatch(slot.addr, Observe(event));
             }
             return;
@@ -113,7 +113,7 @@ impl Supervisor {
         }
         let now = self.clock.now();
         let routed = registry.next_routed();
-        let event = match registry.slots.get_mut(&id) {
+        let event = match registry.slots.get_mut(id.as_str()) {
             Some(mut slot) => match slot.heard(now, routed, event) {
                 Some(event) => event,
                 None => return, // waits for the fresh actor
@@ -121,7 +121,7 @@ impl Supervisor {
             None => event,
         };
         if let Some(addr) = self.session(server, &id, info.as_ref(), directory.as_deref(), ctx) {
-            if let Some(mut slot) = registry.slots.get_mut(&id) {
+            if let Some(mut slot) = registry.slots.get_mut(id.as_str()) {
                 slot.last_event = routed;
             }
             match read {
@@ -194,7 +194,7 @@ impl Supervisor {
                     let live = act
                         .servers
                         .get(&server)
-                        .and_then(|s| s.registry.slots.get(&id).map(|slot| slot.addr.clone()))
+                        .and_then(|s| s.registry.slots.get(id.as_str()).map(|slot| slot.addr.clone()))
                         .filter(Addr::connected);
                     match live {
                         Some(addr) => addr.do_send(ResumeIntents),

@@ -75,7 +75,10 @@ pub struct AdviceGate {
     /// A nudge was skipped on advice in this idle spell: the next one goes unasked.
     nudge_skipped: bool,
     part: Option<String>,
-    stall_parts: VecDeque<String>,
+    /// The part types of the last [`STALL_MEMORY`] stalls. Boxed: most sessions never
+    /// stall, and every session carries a gate (memory per session is a scale target).
+    #[allow(clippy::box_collection)] // the box is the point: 8 bytes inline, not 32
+    stall_parts: Option<Box<VecDeque<String>>>,
 }
 
 impl AdviceGate {
@@ -153,10 +156,11 @@ impl AdviceGate {
     /// advice state is spent.
     pub fn on_abort(&mut self) {
         if let Some(part) = &self.part {
-            if self.stall_parts.len() == STALL_MEMORY {
-                self.stall_parts.pop_front();
+            let stall_parts = self.stall_parts.get_or_insert_with(Default::default);
+            if stall_parts.len() == STALL_MEMORY {
+                stall_parts.pop_front();
             }
-            self.stall_parts.push_back(part.clone());
+            stall_parts.push_back(part.clone());
         }
         self.postponed_until = None;
         self.abort_cleared = false;
@@ -167,7 +171,7 @@ impl AdviceGate {
     }
 
     pub fn stall_parts(&self) -> Vec<String> {
-        self.stall_parts.iter().cloned().collect()
+        self.stall_parts.iter().flat_map(|p| p.iter().cloned()).collect()
     }
 }
 

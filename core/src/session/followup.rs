@@ -24,14 +24,16 @@ pub fn snapshot(todos: &[Todo]) -> Snapshot {
     todos.iter().map(|t| (t.content.clone(), t.status)).collect()
 }
 
-/// The agent's latest reply, as far as a follow-up cares.
+/// The agent's latest reply, as far as a follow-up cares. Its texts are boxed (`Box<str>`:
+/// 16 bytes, not `String`'s 24): they are only ever replaced whole, and every session
+/// carries one (memory per session is a scale target).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LastReply {
-    pub message_id: Option<String>,
-    pub finish: Option<String>,
-    pub error: Option<String>,
+    pub message_id: Option<Box<str>>,
+    pub finish: Option<Box<str>>,
+    pub error: Option<Box<str>>,
     /// The error's message text (e.g. "Session too large to compact").
-    pub error_text: Option<String>,
+    pub error_text: Option<Box<str>>,
     /// The end of its text (the last text part as closed by OpenCode) asks the
     /// person something ([`crate::session::question::asks_the_person`], decided when
     /// the part closed).
@@ -86,9 +88,11 @@ pub enum Delivered {
 #[derive(Debug, Clone, Default)]
 pub struct FollowUp {
     nudge_due: Option<Instant>,
-    last_nudge: Option<Instant>,
-    nudges_without_progress: u32,
-    nudge_snapshot: Option<Snapshot>,
+    /// The loop protection's numbers: nudges without progress, the todos at the last
+    /// nudge and when it was. Boxed (`None`: all zero and none): most sessions are never
+    /// nudged, and every session carries this struct (memory per session is a scale
+    /// target).
+    nudged: Option<Box<NudgeCount>>,
     last_user_message: Option<Instant>,
     review_armed: bool,
     review_due: Option<Instant>,
@@ -111,6 +115,9 @@ struct NudgeCount {
     last: Option<Instant>,
 }
 
+/// A session never nudged.
+static NOT_NUDGED: NudgeCount = NudgeCount { without_progress: 0, snapshot: None, last: None };
+
 /// The part of [`FollowUp`] that must survive eviction and restarts.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FollowUpMemory {
@@ -124,10 +131,11 @@ pub struct FollowUpMemory {
 
 impl FollowUp {
     pub fn export(&self, now: Instant) -> FollowUpMemory {
+        let nudged = self.nudged();
         FollowUpMemory {
-            nudges_without_progress: self.nudges_without_progress,
-            nudge_snapshot: self.nudge_snapshot.clone(),
-            since_last_nudge: self.last_nudge.map(|t| now.saturating_duration_since(t)),
+            nudges_without_progress: nudged.without_progress,
+            nudge_snapshot: nudged.snapshot.clone(),
+            since_last_nudge: nudged.last.map(|t| now.saturating_duration_since(t)),
             review_armed: self.review_armed,
             review_rounds: self.review_rounds,
         }
@@ -143,11 +151,24 @@ impl FollowUp {
         self.generation = self.generation.wrapping_add(1);
     }
 
+    fn nudged(&self) -> &NudgeCount {
+        self.nudged.as_deref().unwrap_or(&NOT_NUDGED)
+    }
+
+    /// Sets the loop protection's numbers (nothing kept when they are all zero and none).
+    fn set_nudged(&mut self, n: Box<NudgeCount>) {
+        let none = n.without_progress == 0 && n.snapshot.is_none() && n.last.is_none();
+        self.nudged = (!none).then_some(n);
+    }
+
     pub fn restore(&mut self, m: FollowUpMemory, now: Instant) {
         self.touch();
-        self.nudges_without_progress = m.nudges_without_progress;
-        self.nudge_snapshot = m.nudge_snapshot;
-        self.last_nudge = m.since_last_nudge.and_then(|d| now.checked_sub(d));
+        let last = m.since_last_nudge.and_then(|d| now.checked_sub(d));
+        self.set_nudged(Box::new(NudgeCount {
+            without_progress: m.nudges_without_progress,
+            snapshot: m.nudge_snapshot,
+            last,
+        }));
         self.review_armed = m.review_armed;
         self.review_rounds = m.review_rounds;
     }
@@ -172,7 +193,7 @@ impl FollowUp {
     }
 
     pub fn nudges_without_progress(&self) -> u32 {
-        self.nudges_without_progress
+        self.nudged().without_progress
     }
 
     pub fn review_rounds(&self) -> u32 {
@@ -205,15 +226,17 @@ impl FollowUp {
         self.nudge_due.take().map(|_| Decision::Decline {
             kind: PromptKind::Nudge,
             reason: "the session went busy again".into(),
-            round: self.nudges_without_progress,
+            round: self.nudged().without_progress,
         })
     }
 
     /// A new todo list. Detects the open→all-done edge (arms a review) and progress.
     pub fn on_todos(&mut self, before: &[Todo], after: &[Todo], now: Instant, idle: bool, review: &ReviewConfig) {
         let (was, is) = (TodoCounts::of(before), TodoCounts::of(after));
-        if snapshot(before) != snapshot(after) && self.nudges_without_progress != 0 {
-            self.nudges_without_progress = 0;
+        if snapshot(before) != snapshot(after) && self.nudged().without_progress != 0 {
+            if let Some(n) = self.nudged.take() {
+                self.set_nudged(Box::new(NudgeCount { without_progress: 0, ..*n }));
+            }
             self.touch();
         }
         if is.open > 0 {
@@ -236,9 +259,10 @@ impl FollowUp {
     /// A real user message: the person is here; loop protection starts over.
     pub fn on_user_message(&mut self, now: Instant) {
         self.last_user_message = Some(now);
-        if self.nudges_without_progress != 0 || self.nudge_snapshot.is_some() {
-            self.nudges_without_progress = 0;
-            self.nudge_snapshot = None;
+        let n = self.nudged();
+        if n.without_progress != 0 || n.snapshot.is_some() {
+            let last = n.last;
+            self.set_nudged(Box::new(NudgeCount { without_progress: 0, snapshot: None, last }));
             self.touch();
         }
     }
@@ -270,7 +294,7 @@ impl FollowUp {
     fn decide_nudge(&mut self, now: Instant, f: &Facts, cfg: &NudgeConfig) -> Option<Decision> {
         let open = TodoCounts::of(f.todos).open;
         let decline = |reason: String| {
-            Some(Decision::Decline { kind: PromptKind::Nudge, reason, round: self.nudges_without_progress })
+            Some(Decision::Decline { kind: PromptKind::Nudge, reason, round: self.nudged().without_progress })
         };
         if open == 0 {
             return None; // all done meanwhile: the review's business
@@ -295,7 +319,7 @@ impl FollowUp {
         if f.last_reply.asks_the_person() {
             return decline("the last reply asks the person a question".into());
         }
-        if let Some(last) = self.last_nudge {
+        if let Some(last) = self.nudged().last {
             if now.duration_since(last) < cfg.cooldown {
                 return decline("within nudge.cooldown of the previous nudge".into());
             }
@@ -306,24 +330,20 @@ impl FollowUp {
             }
         }
         let snap = snapshot(f.todos);
-        let unchanged = self.nudge_snapshot.as_ref() == Some(&snap);
-        if unchanged && self.nudges_without_progress >= cfg.max_without_progress {
+        let unchanged = self.nudged().snapshot.as_ref() == Some(&snap);
+        if unchanged && self.nudged().without_progress >= cfg.max_without_progress {
             return decline(format!(
                 "{} nudges without progress on the todos: waiting for the todos to change or the person to write",
-                self.nudges_without_progress
+                self.nudged().without_progress
             ));
         }
-        self.before_nudge = Some(Box::new(NudgeCount {
-            without_progress: self.nudges_without_progress,
-            snapshot: self.nudge_snapshot.clone(),
-            last: self.last_nudge,
-        }));
-        self.nudges_without_progress = if unchanged { self.nudges_without_progress + 1 } else { 1 };
-        self.nudge_snapshot = Some(snap);
-        self.last_nudge = Some(now);
+        let before = self.nudged.take().unwrap_or_default();
+        let without_progress = if unchanged { before.without_progress + 1 } else { 1 };
+        self.nudged = Some(Box::new(NudgeCount { without_progress, snapshot: Some(snap), last: Some(now) }));
+        self.before_nudge = Some(before);
         self.touch();
         self.in_flight = Some(PromptKind::Nudge);
-        Some(Decision::Send { kind: PromptKind::Nudge, round: self.nudges_without_progress })
+        Some(Decision::Send { kind: PromptKind::Nudge, round: without_progress })
     }
 
     fn decide_review(&mut self, now: Instant, f: &Facts, cfg: &ReviewConfig) -> Option<Decision> {
@@ -369,9 +389,7 @@ impl FollowUp {
         if kind == PromptKind::Nudge {
             let before = self.before_nudge.take();
             if let (false, Some(before)) = (sent, before) {
-                self.nudges_without_progress = before.without_progress;
-                self.nudge_snapshot = before.snapshot;
-                self.last_nudge = before.last;
+                self.set_nudged(before);
                 self.touch();
             }
         }
@@ -397,9 +415,7 @@ impl FollowUp {
             self.in_flight = None;
         }
         if let Some(before) = self.before_nudge.take() {
-            self.nudges_without_progress = before.without_progress;
-            self.nudge_snapshot = before.snapshot;
-            self.last_nudge = before.last;
+            self.set_nudged(before);
             self.touch();
         }
         self.nudge_due = Some(retry_at);

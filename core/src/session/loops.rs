@@ -38,7 +38,8 @@ impl Escalation {
 /// Continues sent to one session since its last real progress.
 #[derive(Debug, Default)]
 pub struct ContinueHistory {
-    sent: VecDeque<Instant>,
+    /// A `Vec` (24 bytes, a `VecDeque` is 32): only pushed at the back and filtered.
+    sent: Vec<Instant>,
     /// An escalation was already made in this progress period.
     escalated: bool,
 }
@@ -46,7 +47,7 @@ pub struct ContinueHistory {
 impl ContinueHistory {
     /// A continue reached the session.
     pub fn on_continue(&mut self, at: Instant) {
-        self.sent.push_back(at);
+        self.sent.push(at);
     }
 
     /// Real progress: the continues worked.
@@ -76,8 +77,8 @@ impl ContinueHistory {
 /// The current run of identical tool calls.
 #[derive(Debug, Default)]
 pub struct ToolSpin {
-    /// `(tool, input hash)` of the run.
-    call: Option<(String, u64)>,
+    /// `(tool, input hash)` of the run (`Box<str>`: replaced whole, never grown).
+    call: Option<(Box<str>, u64)>,
     /// When each call of the run finished.
     run: VecDeque<Instant>,
     reported: bool,
@@ -97,9 +98,9 @@ pub enum SpinVerdict {
 impl ToolSpin {
     /// A tool call finished (completed or failed) with this input.
     pub fn on_call(&mut self, tool: &str, input: u64, now: Instant, count: usize, window: Duration) -> SpinVerdict {
-        let same = self.call.as_ref().is_some_and(|(t, i)| t == tool && *i == input);
+        let same = self.call.as_ref().is_some_and(|(t, i)| **t == *tool && *i == input);
         if !same {
-            self.call = Some((tool.to_string(), input));
+            self.call = Some((tool.into(), input));
             self.run.clear();
             self.reported = false;
         }

@@ -13,10 +13,10 @@ impl SessionActor {
         let breaker = &self.env.breaker;
         let changes = breaker.changes(); // before asking: no transition is missed
         let (permit, transition) = match call {
-            BreakerCall::Failed => (None, breaker.on_failure(&id, now.mono, &self.cfg.recovery)),
+            BreakerCall::Failed => (None, breaker.on_failure(&id, now.mono, &self.cfg().recovery)),
             BreakerCall::Recovered => (None, breaker.on_success(&id, now.mono)),
             BreakerCall::Ask => {
-                let (permit, transition) = breaker.permit(&id, now.mono, &self.cfg.recovery);
+                let (permit, transition) = breaker.permit(&id, now.mono, &self.cfg().recovery);
                 (Some(permit), transition)
             }
         };

@@ -15,7 +15,7 @@ impl SessionActor {
                 Effect::Record(r) => {
                     // The one door of every record: the ledger, the journal's log line and
                     // its subscribers (status, history, `/v1/status`, toasts, metrics).
-                    let r = r.redacted(&self.cfg.redactor);
+                    let r = r.redacted(&self.cfg().redactor);
                     self.last_action = Some(LastAction::from(&r));
                     self.record_unsaved = true;
                     let ledger = Arc::clone(&self.env.ledger);

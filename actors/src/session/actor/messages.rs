@@ -61,7 +61,6 @@ impl Handler<Reconfigure> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Reconfigure, ctx: &mut Context<Self>) {
-        self.cfg = Arc::clone(&msg.0);
         self.core.set_config(msg.0);
         self.rearm(ctx);
     }
@@ -185,7 +184,7 @@ impl Handler<CheckInterrupted> for SessionActor {
         }
         let engine = Arc::clone(&self.env.engine);
         let id = self.core.id().to_string();
-        let poll = (self.cfg.recovery.abort_poll_interval, self.cfg.recovery.abort_poll_max);
+        let poll = (self.cfg().recovery.abort_poll_interval, self.cfg().recovery.abort_poll_max);
         // `wait`: the idle status that follows must not be applied before this check.
         ctx.wait(async move { read_last_turn(&*engine, &id, poll).await }.into_actor(self).map(|turn, act, ctx| match turn {
             Ok(Some(turn)) if turn.interrupted() => {

@@ -61,7 +61,6 @@ use runner::Procedure;
 /// One OpenCode session.
 pub struct SessionActor {
     core: SessionCore,
-    cfg: Arc<SessionRules>,
     env: Arc<SessionEnv>,
     /// The armed timer and when it fires.
     timer: Option<(SpawnHandle, tokio::time::Instant)>,
@@ -92,10 +91,14 @@ pub struct SessionActor {
 
 impl SessionActor {
     pub fn new(id: &str, cfg: Arc<SessionRules>, env: Arc<SessionEnv>) -> Self {
-        let core = SessionCore::new(Arc::clone(&env.server), id, Arc::clone(&cfg), env.now());
+        Self::with_shared_id(id.into(), cfg, env)
+    }
+
+    /// [`SessionActor::new`] with the id the registry keys the session by (one copy).
+    pub fn with_shared_id(id: Arc<str>, cfg: Arc<SessionRules>, env: Arc<SessionEnv>) -> Self {
+        let core = SessionCore::with_shared_id(Arc::clone(&env.server), id, cfg, env.now());
         Self {
             core,
-            cfg,
             env,
             timer: None,
             stop_after_recovery: false,
@@ -109,6 +112,11 @@ impl SessionActor {
             saving_generation: None,
             save_pending: false,
         }
+    }
+
+    /// The session rules in force (the core's: one copy, replaced on a hot reload).
+    fn cfg(&self) -> &Arc<SessionRules> {
+        self.core.rules()
     }
 
     /// Looks the session's model up in the server's window table, when the model or

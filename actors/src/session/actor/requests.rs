@@ -77,7 +77,7 @@ impl Handler<DeliverCustom> for SessionActor {
                 Delivery::Failed { error } => (false, String::new(), Some(error.to_string())),
             };
             // Echoed to the caller (and whatever logs its answers): redacted like all output.
-            let redactor = &act.cfg.redactor;
+            let redactor = &act.cfg().redactor;
             Ok(CustomPromptReply {
                 success,
                 message: redactor.redact_owned(message),

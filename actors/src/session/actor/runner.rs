@@ -93,7 +93,7 @@ impl SessionActor {
             self.running.push(decision.clone());
         }
         let in_flight = procedure.awaited_at_shutdown().then(|| self.env.in_flight.enter());
-        let work = carry_out(procedure, Arc::clone(&self.env), Arc::clone(&self.cfg));
+        let work = carry_out(procedure, Arc::clone(&self.env), Arc::clone(self.cfg()));
         let work = async move {
             let report = work.await;
             drop(in_flight);

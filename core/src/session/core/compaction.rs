@@ -77,7 +77,7 @@ impl SessionCore {
         };
         self.compaction_in_flight = true;
         self.last_compaction = Some(now.mono);
-        vec![Effect::Compact(CompactOrder { session_id: self.id.clone(), model, reason: reason.to_string() })]
+        vec![Effect::Compact(CompactOrder { session_id: self.id.to_string(), model, reason: reason.to_string() })]
     }
 
     /// Shepherd's compaction ended (`Ok` when OpenCode answered `true`).

@@ -12,7 +12,7 @@ impl SessionCore {
             auto_submits: self.auto_submits,
             paused: self.pause.map(|p| p.as_str().to_string()),
             paused_until_ms: self.hold_until.as_ref().map(|u| u.wall_ms),
-            todos: self.todos.clone(),
+            todos: self.todos.to_vec(),
             nudges_without_progress: f.nudges_without_progress,
             nudge_snapshot: f
                 .nudge_snapshot
@@ -20,7 +20,7 @@ impl SessionCore {
             last_nudge_ms: f.since_last_nudge.map(|d| now.wall_ms - ms(d) as i64),
             review_armed: f.review_armed,
             review_rounds: f.review_rounds,
-            interrupted_continued: self.interrupted_continued.clone(),
+            interrupted_continued: self.rare().and_then(|r| r.interrupted_continued.clone()),
             last_action: None,
             last_action_ms: None,
             handoff: self.rollover.export(),
@@ -41,8 +41,10 @@ impl SessionCore {
             (Some(Pause::Person), Some(wall_ms)) => Some(Box::new(hold::HoldUntil::at(wall_ms, now))),
             _ => None,
         };
-        self.todos.clone_from(&d.todos);
-        self.interrupted_continued.clone_from(&d.interrupted_continued);
+        self.todos = d.todos.as_slice().into();
+        if d.interrupted_continued.is_some() || self.rare.is_some() {
+            self.rare_mut().interrupted_continued.clone_from(&d.interrupted_continued);
+        }
         self.rollover.restore(&d.handoff, d.handoff_from.as_deref());
         self.outage =
             (d.outage != OutageMemory::default()).then(|| Box::new(Outage::restore(&d.outage, now.mono, now.wall_ms)));

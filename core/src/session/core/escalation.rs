@@ -11,7 +11,7 @@ impl SessionCore {
     /// escalation is declined (recorded) and the stall is handled as usual at the next
     /// deadline, which is already due.
     pub(super) fn escalate(&mut self, continues: u32, base: Numbers, now: Now) -> Vec<Effect> {
-        self.continues.mark_escalated();
+        self.rare_mut().continues.mark_escalated();
         let window = self.cfg.recovery.repeated_continue_window;
         let numbers = Numbers { round: Some(continues), window_ms: Some(ms(window)), ..base.clone() };
         // A fresh session is the stronger remedy: hand off when hand-off is enabled (the
@@ -54,8 +54,8 @@ impl SessionCore {
         self.auto_submits += 1;
         self.touch();
         self.backoff_until = None;
-        self.recovering =
-            Some(Recovering { aborted_message: self.last_assistant.clone(), escalation: Some(escalation) });
+        let aborted_message = self.last_assistant.as_deref().map(str::to_string);
+        self.recovering = Some(Box::new(Recovering { aborted_message, escalation: Some(escalation) }));
         let reason = format!(
             "{continues} continues within recovery.repeated_continue_window without progress: another will \
              not help; escalating ({}: abort, compact, then continue)",

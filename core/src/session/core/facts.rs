@@ -32,14 +32,14 @@ impl SessionCore {
                 }
                 let idle = self.busy == RunState::Idle;
                 self.followup.on_todos(&self.todos, todos, now.mono, idle, &self.cfg.review);
-                if self.todos != *todos {
-                    self.todos.clone_from(todos);
+                if *self.todos != **todos {
+                    self.todos = todos.as_slice().into();
                     self.touch();
                 }
             }
             Event::PermissionAsked { id, .. } | Event::QuestionAsked { id, .. } => {
                 if self.waiting_on_person.len() < MAX_OPEN_PER_SESSION {
-                    self.waiting_on_person.insert(id.clone());
+                    self.waiting_on_person.insert(id.clone(), ());
                 }
                 self.activity(now);
             }
@@ -59,8 +59,8 @@ impl SessionCore {
                 // The message's own error may arrive after the idle edge; this one does
                 // not. If OpenCode then compacts by itself, its next reply replaces it.
                 self.learn_from_overflow(error);
-                self.last_reply.error = Some(error.name.clone());
-                self.last_reply.error_text = error.data.as_ref().and_then(|d| d.message.clone());
+                self.last_reply.error = Some(error.name.as_str().into());
+                self.last_reply.error_text = error.data.as_ref().and_then(|d| d.message.as_deref()).map(Into::into);
             }
             Event::SessionError { error, .. } if classify(error) == ErrorClass::Provider => {
                 self.note_provider_error(None, error, now, &mut out);
@@ -94,8 +94,8 @@ impl SessionCore {
                 self.busy = RunState::Idle;
                 // Emptied by replacing, not `clear()`: an idle session keeps no
                 // capacity (it is most of the fleet, most of the time).
-                self.running_tools = HashMap::new();
-                self.waiting_on_person = HashSet::new();
+                self.running_tools = Open::default();
+                self.waiting_on_person = Open::default();
                 self.backoff_until = None;
             }
         }
@@ -116,13 +116,16 @@ impl SessionCore {
                 }
             }
             Role::Assistant => {
-                if self.last_reply.message_id.as_deref() != Some(&m.id) {
-                    self.last_reply = LastReply { message_id: Some(m.id.clone()), ..LastReply::default() };
+                if self.last_reply.message_id.as_deref() != Some(m.id.as_str()) {
+                    self.last_reply = LastReply { message_id: Some(m.id.as_str().into()), ..LastReply::default() };
                 }
-                self.last_reply.finish.clone_from(&m.finish);
-                self.last_reply.error = m.error.as_ref().map(|e| e.name.clone());
+                // Replaced only when it changed: a reply's updates repeat its finish.
+                if self.last_reply.finish.as_deref() != m.finish.as_deref() {
+                    self.last_reply.finish = m.finish.as_deref().map(Into::into);
+                }
+                self.last_reply.error = m.error.as_ref().map(|e| e.name.as_str().into());
                 self.last_reply.error_text =
-                    m.error.as_ref().and_then(|e| e.data.as_ref()).and_then(|d| d.message.clone());
+                    m.error.as_ref().and_then(|e| e.data.as_ref()).and_then(|d| d.message.as_deref()).map(Into::into);
                 if m.model.is_some() && !m.summary && self.model != m.model {
                     self.model.clone_from(&m.model);
                     self.model_generation = self.model_generation.wrapping_add(1);
@@ -154,7 +157,9 @@ impl SessionCore {
                         }
                     }
                 }
-                self.last_assistant = Some(m.id.clone());
+                if self.last_assistant.as_deref() != Some(m.id.as_str()) {
+                    self.last_assistant = Some(m.id.as_str().into());
+                }
                 if let Some(err) = &m.error {
                     if err.is_abort() {
                         self.on_abort_seen(Some(&m.id), now, out);
@@ -208,7 +213,7 @@ impl SessionCore {
             PartKind::Text { text, .. } => {
                 self.activity(now);
                 self.planning.on_text(text);
-                if self.last_reply.message_id.as_deref() == Some(&p.message_id) && !text.is_empty() {
+                if self.last_reply.message_id.as_deref() == Some(p.message_id.as_str()) && !text.is_empty() {
                     // The verdict, not the text: a session keeps no reply text.
                     self.last_reply.text_asks = crate::session::question::asks_the_person(text);
                 }
@@ -231,7 +236,7 @@ impl SessionCore {
                 if let Some(child) = child_session {
                     self.family().adopt(child);
                 }
-                if tool == "question" && self.last_reply.message_id.as_deref() == Some(&p.message_id) {
+                if tool == "question" && self.last_reply.message_id.as_deref() == Some(p.message_id.as_str()) {
                     self.last_reply.used_question_tool = true;
                 }
                 match status {
@@ -281,7 +286,7 @@ impl SessionCore {
         if self.rollover.interrupted().is_some_and(|(_, abort_first)| abort_first) {
             return; // the hand-off under way aborted the turn itself
         }
-        if let Some((ended, aborted)) = &self.recovery_ended {
+        if let Some((ended, aborted)) = self.recovery_ended.as_deref() {
             let trailing = now.mono.duration_since(*ended) <= self.cfg.recovery.abort_poll_max;
             let same_message = message_id.is_some() && message_id == aborted.as_deref();
             if trailing || same_message {
@@ -318,8 +323,10 @@ impl SessionCore {
         }
         self.attempts = 0;
         self.auto_submits = 0;
-        self.runaways = 0;
-        self.continues.on_progress();
+        if let Some(rare) = self.rare.as_deref_mut() {
+            rare.runaways = 0;
+            rare.continues.on_progress();
+        }
     }
 
     pub(super) fn remember_role(&mut self, message_id: &str, role: Role) {
@@ -332,14 +339,14 @@ impl SessionCore {
         if followup::snapshot(&todos) == followup::snapshot(&self.todos) {
             return Vec::new();
         }
-        let session_id = self.id.clone();
+        let session_id = self.id.to_string();
         self.observe(&Event::TodoUpdated { session_id, todos }, now)
     }
 
     /// Learns the session's directory and creation time from its description.
     pub fn hydrate(&mut self, info: &SessionInfo) {
-        if info.directory.is_some() {
-            self.directory.clone_from(&info.directory);
+        if let Some(dir) = info.directory.as_deref().filter(|d| self.directory.as_deref() != Some(*d)) {
+            self.directory = Some(dir.into());
         }
         if info.time.created.is_some() {
             self.created_ms = info.time.created;

@@ -31,15 +31,17 @@ impl SessionCore {
         }
         let mut out = Vec::new();
         for intent in intents {
-            let resuming = self.resuming.iter().any(|d| crate::session::effect::same_action(d, &intent.decision));
-            if intent.session != self.id || resuming {
+            let resuming = self
+                .rare()
+                .is_some_and(|r| r.resuming.iter().any(|d| crate::session::effect::same_action(d, &intent.decision)));
+            if *intent.session != *self.id || resuming {
                 continue;
             }
             let prompt = self.resume_prompt(&intent, now);
             if intent.kind == IntentKind::Recover && self.recovering.is_none() {
-                self.recovering = Some(Recovering { aborted_message: None, escalation: None });
+                self.recovering = Some(Box::new(Recovering { aborted_message: None, escalation: None }));
             }
-            self.resuming.push(intent.decision.clone());
+            self.rare_mut().resuming.push(intent.decision.clone());
             out.push(Effect::Finish(FinishOrder { intent, prompt, messages: self.cfg.recovery.verify_messages }));
         }
         out
@@ -53,7 +55,8 @@ impl SessionCore {
             IntentKind::Recover => {
                 let recovery =
                     RecoveryOrder { attempt: intent.attempt, ..self.recovery_order(intent.attempt, None, now) };
-                crate::session::effect::continue_order(&self.cfg.recovery, &recovery, self.directory.clone())
+                let directory = self.directory.as_deref().map(str::to_string);
+                crate::session::effect::continue_order(&self.cfg.recovery, &recovery, directory)
             }
             IntentKind::Continue => self.continue_when_idle("resume", now),
             IntentKind::Nudge | IntentKind::Review => {
@@ -74,11 +77,13 @@ impl SessionCore {
     /// was done about it.
     pub fn on_unfinished_done(&mut self, order: &FinishOrder, report: &FinishReport, now: Now) -> Vec<Effect> {
         let intent = &order.intent;
-        self.resuming.retain(|d| *d != intent.decision);
+        if let Some(rare) = self.rare.as_deref_mut() {
+            rare.resuming.retain(|d| *d != intent.decision);
+        }
         if intent.kind == IntentKind::Recover {
             self.recovering = None;
             // The abort's trailing events are still ours.
-            self.recovery_ended = Some((now.mono, None));
+            self.recovery_ended = Some(Box::new((now.mono, None)));
             self.activity(now);
         }
         let action = match intent.kind {
@@ -97,7 +102,7 @@ impl SessionCore {
             FinishReport::Sent(delivery) => {
                 let sent = matches!(delivery, Delivery::Sent { .. });
                 match intent.kind {
-                    IntentKind::Recover | IntentKind::Continue if sent => self.continues.on_continue(now.mono),
+                    IntentKind::Recover | IntentKind::Continue if sent => self.rare_mut().continues.on_continue(now.mono),
                     IntentKind::Nudge | IntentKind::Review => {
                         let kind = if intent.kind == IntentKind::Nudge { PromptKind::Nudge } else { PromptKind::Review };
                         let delivered = if sent { Delivered::Sent } else { Delivered::NotSent };

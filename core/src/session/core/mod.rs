@@ -41,6 +41,8 @@
 //!   person's and the fleet's pause), `person.rs` (the journal's edges of waiting on
 //!   the person);
 //! - `intents.rs` (actions a crash left open), `durable.rs` (export/restore);
+//! - `open.rs` (the running tools and open questions), `rare.rs` (loop and crash memory
+//!   most sessions never fill, boxed);
 //! - here: the state itself, its accessors, and the journal record every behaviour
 //!   writes. The orders and reports are `session::effect`'s; `testkit.rs` is the
 //!   benches the tests beside each behaviour share.
@@ -48,7 +50,6 @@
 //! The behaviour files import this module's names (`use super::*`): these imports
 //! are the core's prelude.
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -129,9 +130,11 @@ impl Verify {
 pub struct SessionCore {
     /// Shared by every session of the server.
     server: Arc<str>,
-    id: String,
+    /// Shared with the registry's key for the session (one copy of the id per session).
+    id: Arc<str>,
     cfg: Arc<SessionRules>,
-    directory: Option<String>,
+    /// `Box<str>`: replaced whole, only when it changes.
+    directory: Option<Box<str>>,
     /// The session's title as the server last described it (shown by `shepherd top`).
     /// Boxed: one pointer and length inline, nothing when there is none.
     title: Option<Box<str>>,
@@ -149,25 +152,31 @@ pub struct SessionCore {
     /// is counted from here at the earliest.
     sighted_at: Option<Instant>,
     /// Running tool parts: part id → tool name.
-    running_tools: HashMap<String, String>,
-    waiting_on_person: HashSet<String>,
-    todos: Vec<Todo>,
+    running_tools: Open<String>,
+    /// Questions and permissions waiting on the person.
+    waiting_on_person: Open<()>,
+    /// A boxed slice, made exactly to size when the list changes (a `Vec` kept a grown
+    /// capacity, and is 8 bytes more inline): memory per session is a scale target.
+    todos: Box<[Todo]>,
     /// Role and ownership of the last [`ROLE_MEMORY`] messages seen.
     messages: MessageMemory,
     turn: Option<TurnSettings>,
-    last_assistant: Option<String>,
+    /// The latest assistant message (`Box<str>`: replaced whole, only when it changes).
+    last_assistant: Option<Box<str>>,
     attempts: u32,
     auto_submits: u32,
     pause: Option<Pause>,
     /// When a timed [`Pause::Person`] ends (see `core/hold.rs`).
     hold_until: Option<Box<hold::HoldUntil>>,
-    recovering: Option<Recovering>,
-    recovery_ended: Option<(Instant, Option<String>)>,
+    /// The recovery under way. Boxed: most sessions are not recovering (and this is
+    /// inline in every session: memory per session is a scale target).
+    recovering: Option<Box<Recovering>>,
+    /// When the last recovery ended, and the message it aborted (a trailing abort of
+    /// its own is not a person's). Boxed: only sessions that were recovered have one.
+    recovery_ended: Option<Box<(Instant, Option<String>)>>,
     backoff_until: Option<Instant>,
     last_reply: LastReply,
     followup: FollowUp,
-    /// The interrupted assistant message already continued after a server restart.
-    interrupted_continued: Option<String>,
     /// The subagents this session started (boxed: most sessions have none).
     family: Option<Box<Family>>,
     /// Prompt size of the latest finished model call (what fills the window).
@@ -186,14 +195,8 @@ pub struct SessionCore {
     /// A follow-up prompt waiting behind the hard gate's compaction.
     /// Boxed: rare, and a `PromptOrder` is large to carry inline in every session.
     held_prompt: Option<Box<PromptOrder>>,
-    /// Recent assistant messages that ended with `finish: "unknown"` and no output.
-    empty_finishes: VecDeque<(String, Instant)>,
-    /// Runaway loops already broken for this session since the last real progress.
-    runaways: u32,
     /// The hand-off to a fresh session.
     rollover: Rollover,
-    /// Continues since the last real progress (repeated continues → escalation).
-    continues: ContinueHistory,
     /// The current run of identical tool calls.
     spin: ToolSpin,
     planning: Planning,
@@ -205,11 +208,11 @@ pub struct SessionCore {
     model_generation: u64,
     /// Advice before an abort or a nudge (`advisor.enabled`): see `advice.rs`.
     advice: AdviceGate,
-    /// Decisions of open intents being resumed (after a restart or reconnect).
-    resuming: Vec<String>,
     /// A request failed in a way that may still have reached OpenCode (its intent stays
     /// open): the session is looked at once the request had time to land.
     verify: Verify,
+    /// Loop and crash memory most sessions never fill (see `core/rare.rs`).
+    rare: Option<Box<rare::Rare>>,
     /// Provider errors and the resume back-off (boxed: most sessions never have one);
     /// see `core/resume.rs`.
     outage: Option<Box<Outage>>,
@@ -218,10 +221,15 @@ pub struct SessionCore {
 }
 
 impl SessionCore {
-    pub fn new(server: impl Into<Arc<str>>, id: impl Into<String>, cfg: Arc<SessionRules>, now: Now) -> Self {
+    pub fn new(server: impl Into<Arc<str>>, id: impl AsRef<str>, cfg: Arc<SessionRules>, now: Now) -> Self {
+        Self::with_shared_id(server, id.as_ref().into(), cfg, now)
+    }
+
+    /// [`SessionCore::new`] with an id already shared (the registry keys the session by it).
+    pub fn with_shared_id(server: impl Into<Arc<str>>, id: Arc<str>, cfg: Arc<SessionRules>, now: Now) -> Self {
         Self {
             server: server.into(),
-            id: id.into(),
+            id,
             cfg,
             directory: None,
             title: None,
@@ -231,9 +239,9 @@ impl SessionCore {
             progress_at: now.mono,
             blind: false,
             sighted_at: None,
-            running_tools: HashMap::new(),
-            waiting_on_person: HashSet::new(),
-            todos: Vec::new(),
+            running_tools: Open::default(),
+            waiting_on_person: Open::default(),
+            todos: Box::default(),
             messages: MessageMemory::default(),
             turn: None,
             last_assistant: None,
@@ -246,7 +254,6 @@ impl SessionCore {
             backoff_until: None,
             last_reply: LastReply::default(),
             followup: FollowUp::default(),
-            interrupted_continued: None,
             family: None,
             context_tokens: None,
             window: None,
@@ -255,18 +262,15 @@ impl SessionCore {
             compaction_in_flight: false,
             last_compaction: None,
             held_prompt: None,
-            empty_finishes: VecDeque::new(),
-            runaways: 0,
             rollover: Rollover::default(),
-            continues: ContinueHistory::default(),
             spin: ToolSpin::default(),
             planning: Planning::default(),
             last_part: None,
             generation: 0,
             model_generation: 0,
             advice: AdviceGate::default(),
-            resuming: Vec::new(),
             verify: Verify::Nothing,
+            rare: None,
             outage: None,
             subagent: false,
         }
@@ -339,6 +343,11 @@ impl SessionCore {
         self.title.as_deref()
     }
 
+    /// The session rules in force.
+    pub fn rules(&self) -> &Arc<SessionRules> {
+        &self.cfg
+    }
+
     /// Replaces the recovery settings (hot reload); applies to decisions from now on.
     pub fn set_config(&mut self, cfg: Arc<SessionRules>) {
         self.cfg = cfg;
@@ -360,7 +369,7 @@ impl SessionCore {
     fn record(&self, action: Action, outcome: Outcome, reason: &str, numbers: Numbers, now: Now) -> Effect {
         Effect::Record(ActionRecord {
             server: self.server.to_string(),
-            session: self.id.clone(),
+            session: self.id.to_string(),
             action,
             outcome,
             reason: reason.to_string(),
@@ -396,14 +405,17 @@ mod handoff;
 mod hold;
 mod intents;
 mod nudge;
+mod open;
 mod orphan;
 mod person;
+mod rare;
 mod resume;
 mod runaway;
 mod spin;
 mod stall;
 
 use facts::MessageMemory;
+use open::Open;
 pub use hold::HoldScope;
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ impl SessionCore {
                 self.compaction_in_flight = true;
                 self.last_compaction = Some(now.mono);
                 let reason = format!("{why}: compacting before the {}", order.kind.as_str());
-                vec![Effect::Compact(CompactOrder { session_id: self.id.clone(), model, reason })]
+                vec![Effect::Compact(CompactOrder { session_id: self.id.to_string(), model, reason })]
             }
             _ => effects,
         };
@@ -54,8 +54,8 @@ impl SessionCore {
                     _ => self.cfg.nudge.message.clone(),
                 };
                 vec![Effect::Prompt(PromptOrder {
-                    session_id: self.id.clone(),
-                    directory: self.directory.clone(),
+                    session_id: self.id.to_string(),
+                    directory: self.directory.as_deref().map(str::to_string),
                     kind,
                     template,
                     template_without_open_todos: None,
@@ -64,7 +64,7 @@ impl SessionCore {
                         max_attempts: self.max_rounds(kind),
                         context_summary: String::new(),
                     },
-                    known_todos: self.todos.clone(),
+                    known_todos: self.todos.to_vec(),
                     known_turn: self.turn.clone(),
                     require_idle: true,
                     require_open_todos: kind == PromptKind::Nudge,
@@ -106,7 +106,7 @@ impl SessionCore {
         self.followup.on_delivered(order.kind, delivered);
         let resume = self.on_resume_delivered(order, delivery, now);
         if sent && order.kind == PromptKind::Continue && !resume {
-            self.continues.on_continue(now.mono);
+            self.rare_mut().continues.on_continue(now.mono);
         }
         let (outcome, reason) = match delivery {
             Delivery::Sent { tool_call_as_text: Some(found), .. } => (
@@ -147,8 +147,8 @@ impl SessionCore {
     /// A person's or tool's prompt through the control API: the order to deliver.
     pub fn custom_order(&self, template: String, now: Now) -> PromptOrder {
         PromptOrder {
-            session_id: self.id.clone(),
-            directory: self.directory.clone(),
+            session_id: self.id.to_string(),
+            directory: self.directory.as_deref().map(str::to_string),
             kind: PromptKind::Custom,
             template,
             template_without_open_todos: None,
@@ -157,7 +157,7 @@ impl SessionCore {
                 max_attempts: self.cfg.recovery.max_auto_submits,
                 context_summary: self.context_summary(now),
             },
-            known_todos: self.todos.clone(),
+            known_todos: self.todos.to_vec(),
             known_turn: self.turn.clone(),
             require_idle: false,
             require_open_todos: false,

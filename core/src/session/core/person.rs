@@ -9,10 +9,10 @@ impl SessionCore {
     /// What the session waits on the person for, if it does: the open request's id (the
     /// smallest, so the same set names the same one), else the reply that asks.
     pub(super) fn waits_on(&self) -> Option<String> {
-        if let Some(id) = self.waiting_on_person.iter().min() {
+        if let Some(id) = self.waiting_on_person.ids().min() {
             return Some(id.clone());
         }
-        self.waits_on_person().then(|| self.last_reply.message_id.clone().unwrap_or_else(|| "reply".to_string()))
+        self.waits_on_person().then(|| self.last_reply.message_id.as_deref().unwrap_or("reply").to_string())
     }
 
     /// After an event: a record if waiting on the person began or ended with it.

@@ -31,7 +31,7 @@ impl SessionCore {
         if !self.cfg.recovery.resume_after_provider_error {
             return;
         }
-        let message = message.or_else(|| self.last_reply.message_id.clone());
+        let message = message.or_else(|| self.last_reply.message_id.as_deref().map(str::to_string));
         self.outage.get_or_insert_with(Box::default).note(message, describe(e));
         if self.busy == RunState::Idle && self.recovering.is_none() {
             // The message's error trailing the idle edge (or the only sign of it).

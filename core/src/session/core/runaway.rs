@@ -10,20 +10,22 @@ impl SessionCore {
     /// abort and stop (paused, reported).
     pub(super) fn on_empty_finish(&mut self, message_id: &str, now: Now) -> Vec<Effect> {
         let window = self.cfg.loops.runaway_window;
-        self.empty_finishes.retain(|(_, at)| now.mono.duration_since(*at) <= window);
-        if self.empty_finishes.iter().any(|(id, _)| id == message_id) {
+        let rare = self.rare.get_or_insert_with(Box::default);
+        rare.empty_finishes.retain(|(_, at)| now.mono.duration_since(*at) <= window);
+        if rare.empty_finishes.iter().any(|(id, _)| id == message_id) {
             return Vec::new(); // the same message, re-emitted
         }
-        self.empty_finishes.push_back((message_id.to_string(), now.mono));
-        if self.empty_finishes.len() < self.cfg.loops.runaway_count || self.recovering.is_some() || self.pause.is_some()
+        rare.empty_finishes.push((message_id.to_string(), now.mono));
+        if rare.empty_finishes.len() < self.cfg.loops.runaway_count || self.recovering.is_some() || self.pause.is_some()
         {
             return Vec::new();
         }
-        self.empty_finishes.clear();
-        self.runaways += 1;
-        let again = self.runaways > 1;
+        rare.empty_finishes.clear();
+        rare.runaways += 1;
+        let runaways = rare.runaways;
+        let again = runaways > 1;
         let numbers = Numbers {
-            attempt: Some(self.runaways),
+            attempt: Some(runaways),
             round: Some(self.cfg.loops.runaway_count as u32),
             ..Numbers::default()
         };
@@ -36,7 +38,8 @@ impl SessionCore {
             self.pause = Some(Pause::GaveUp);
             self.touch();
         }
-        self.recovering = Some(Recovering { aborted_message: Some(message_id.to_string()), escalation: None });
+        let aborted_message = Some(message_id.to_string());
+        self.recovering = Some(Box::new(Recovering { aborted_message, escalation: None }));
         vec![
             self.record(Action::StallDetected, Outcome::Done, reason, numbers, now),
             Effect::Recover(RecoveryOrder {

@@ -101,7 +101,7 @@ impl SessionCore {
         if self.advice.pending() == Some(About::Abort) {
             return None; // the advisor is being asked
         }
-        if !self.resuming.is_empty() {
+        if self.rare().is_some_and(|r| !r.resuming.is_empty()) {
             return None; // an action left open is being finished: its outcome comes first
         }
         let stall_at = match self.compacting {
@@ -145,7 +145,7 @@ impl SessionCore {
         };
 
         let (count, window) = (cfg.recovery.repeated_continue_count, cfg.recovery.repeated_continue_window);
-        if let Some(continues) = self.continues.escalation_due(now.mono, count, window) {
+        if let Some(continues) = self.rare_mut().continues.escalation_due(now.mono, count, window) {
             // The escalation aborts too: it is asked about like any recovery's abort.
             if let Some(ask) = self.advice_before_abort(now) {
                 return vec![ask];
@@ -204,7 +204,8 @@ impl SessionCore {
         self.auto_submits += 1;
         self.touch();
         self.backoff_until = None;
-        self.recovering = Some(Recovering { aborted_message: self.last_assistant.clone(), escalation: None });
+        let aborted_message = self.last_assistant.as_deref().map(str::to_string);
+        self.recovering = Some(Box::new(Recovering { aborted_message, escalation: None }));
         let reason = if self.compacting.is_some() {
             "OpenCode's compaction ran past compaction.max_wait (counted from when it was first seen): treating it as a stall"
         } else if self.waits_on_idle_children() {
@@ -237,10 +238,10 @@ impl SessionCore {
             None => format!("{}-{}", self.id, now.wall_ms),
         };
         RecoveryOrder {
-            session_id: self.id.clone(),
-            directory: self.directory.clone(),
+            session_id: self.id.to_string(),
+            directory: self.directory.as_deref().map(str::to_string),
             attempt,
-            known_todos: self.todos.clone(),
+            known_todos: self.todos.to_vec(),
             known_turn: self.turn.clone(),
             decision,
             decided_ms: now.wall_ms,
@@ -285,8 +286,8 @@ impl SessionCore {
                         // (as at an idle event), or a stale request would hold the stall
                         // clock off through the next turn.
                         self.busy = RunState::Idle;
-                        self.running_tools = HashMap::new();
-                        self.waiting_on_person = HashSet::new();
+                        self.running_tools = Open::default();
+                        self.waiting_on_person = Open::default();
                         (Outcome::Declined, "the status endpoint says the session is no longer busy".to_string())
                     }
                     RecoveryReport::StatusUnavailable(e) => {
@@ -298,7 +299,7 @@ impl SessionCore {
                     }
                     RecoveryReport::NotOurs(holder) => {
                         // Its abort is about to arrive: not the person's.
-                        self.recovery_ended = Some((now.mono, aborted.clone()));
+                        self.recovery_ended = Some(Box::new((now.mono, aborted.clone())));
                         (Outcome::Declined, format!("another Shepherd instance ({holder}) acts for this session"))
                     }
                     _ => (Outcome::Declined, "shutting down: nothing was sent".to_string()),
@@ -306,8 +307,8 @@ impl SessionCore {
                 out.push(self.record(Action::Recover, outcome, &reason, numbers, now));
             }
             RecoveryReport::Continued { idle_after_ms, open_todos, compacted, tool_call_as_text, waited_ms } => {
-                self.recovery_ended = Some((now.mono, aborted));
-                self.continues.on_continue(now.mono);
+                self.recovery_ended = Some(Box::new((now.mono, aborted)));
+                self.rare_mut().continues.on_continue(now.mono);
                 self.activity(now);
                 let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
                 let abort_reason = match idle_after_ms {
@@ -353,7 +354,7 @@ impl SessionCore {
                 out.push(self.record(Action::Continue, Outcome::Done, &reason, numbers, now));
             }
             RecoveryReport::AbortedOnly { idle_after_ms } => {
-                self.recovery_ended = Some((now.mono, aborted));
+                self.recovery_ended = Some(Box::new((now.mono, aborted)));
                 let numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers };
                 out.push(self.record(
                     Action::Abort,
@@ -364,7 +365,7 @@ impl SessionCore {
                 ));
             }
             RecoveryReport::ContinueDeclined { idle_after_ms, reason } => {
-                self.recovery_ended = Some((now.mono, aborted));
+                self.recovery_ended = Some(Box::new((now.mono, aborted)));
                 self.activity(now);
                 let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
                 out.push(self.record(Action::Abort, Outcome::Done, "stalled session aborted", abort_numbers, now));
@@ -372,7 +373,7 @@ impl SessionCore {
             }
             RecoveryReport::ContinueFailed { idle_after_ms, error } => {
                 self.verify_later(error, now);
-                self.recovery_ended = Some((now.mono, aborted));
+                self.recovery_ended = Some(Box::new((now.mono, aborted)));
                 self.activity(now);
                 let abort_numbers = Numbers { abort_to_idle_ms: *idle_after_ms, ..numbers.clone() };
                 out.push(self.record(Action::Abort, Outcome::Done, "stalled session aborted", abort_numbers, now));
@@ -387,14 +388,14 @@ impl SessionCore {
     /// and its last assistant message was cut off mid-flight — OpenCode restarted under
     /// it. Continue it, once per interrupted message.
     pub fn on_interrupted(&mut self, message_id: &str, now: Now) -> Vec<Effect> {
-        if self.interrupted_continued.as_deref() == Some(message_id) {
+        if self.rare().and_then(|r| r.interrupted_continued.as_deref()) == Some(message_id) {
             return Vec::new();
         }
         if let Some(p) = self.pause {
             let reason = format!("interrupted by a server restart, but automation is paused ({})", p.as_str());
             return vec![self.record(Action::Recover, Outcome::Declined, &reason, Numbers::default(), now)];
         }
-        self.interrupted_continued = Some(message_id.to_string());
+        self.rare_mut().interrupted_continued = Some(message_id.to_string());
         self.touch();
         let order = self.continue_when_idle("interrupted", now);
         vec![
@@ -415,8 +416,8 @@ impl SessionCore {
         let planning = self.planning.active();
         let r = &self.cfg.recovery;
         PromptOrder {
-            session_id: self.id.clone(),
-            directory: self.directory.clone(),
+            session_id: self.id.to_string(),
+            directory: self.directory.as_deref().map(str::to_string),
             kind: PromptKind::Continue,
             template: if planning {
                 r.continue_with_plan_message.clone()
@@ -429,7 +430,7 @@ impl SessionCore {
                 max_attempts: self.cfg.recovery.max_auto_submits,
                 context_summary: String::new(),
             },
-            known_todos: self.todos.clone(),
+            known_todos: self.todos.to_vec(),
             known_turn: self.turn.clone(),
             require_idle: true,
             require_open_todos: false,
