@@ -282,6 +282,13 @@ impl SessionCore {
         h.finish()
     }
 
+    /// Counts the changes of the core's own durable fields, the todo list among them
+    /// (one load, unlike [`SessionCore::durable_generation`]): the session's published
+    /// view compares it after every event to see whether its todos changed.
+    pub fn facts_generation(&self) -> u64 {
+        self.generation
+    }
+
     /// Marks a change of a durable field.
     fn touch(&mut self) {
         self.generation = self.generation.wrapping_add(1);
