@@ -12,12 +12,14 @@
 //!   against the session's own messages).
 //! - [`handover`]: the hand-off's steps.
 //! - [`actor`]: the actix shell that feeds the core and runs its effects.
+//! - [`view`]: a session's detail as the actor publishes it for readers.
 
 pub mod actor;
 pub mod delivery;
 pub mod handover;
 pub mod recovery;
 pub mod unfinished;
+pub mod view;
 
 pub use shepherd_core::session::{
     breaker, continuation, core, effect, family, followup, handoff, loops, outage, pause, planning, prompt, question,

@@ -286,6 +286,7 @@ impl Supervisor {
             }
         }
         let actor = SessionActor::new(id, Arc::clone(&self.cfg), Arc::clone(&srv.env));
+        let view = actor.view();
         let addr = match srv.registry.thread.get() {
             Some(thread) => SessionActor::start_in_arbiter(thread, move |_| actor),
             None => actor.start(),
@@ -324,7 +325,7 @@ impl Supervisor {
         let directory = info.and_then(|i| i.directory.clone()).or(directory.map(str::to_string));
         let last_seen = self.clock.now();
         let child = self.parents.contains_key(key(&(server, id)));
-        let slot = SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None, last_event: 0, child };
+        let slot = SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None, last_event: 0, child, view };
         srv.registry.slots.insert(id.to_string(), slot);
         Some(addr)
     }

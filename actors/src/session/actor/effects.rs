@@ -42,7 +42,7 @@ impl SessionActor {
             }
         }
         self.persist(ctx);
-        self.rearm(ctx);
+        self.settle(ctx);
     }
 
     /// Writes the durable state when it changed since the last write: the core counts

@@ -46,7 +46,7 @@ impl Handler<Hydrate> for SessionActor {
 
     fn handle(&mut self, msg: Hydrate, ctx: &mut Context<Self>) {
         self.core.hydrate(&msg.0);
-        self.rearm(ctx);
+        self.settle(ctx);
     }
 }
 
@@ -63,7 +63,7 @@ impl Handler<Reconfigure> for SessionActor {
     fn handle(&mut self, msg: Reconfigure, ctx: &mut Context<Self>) {
         self.cfg = Arc::clone(&msg.0);
         self.core.set_config(msg.0);
-        self.rearm(ctx);
+        self.settle(ctx);
     }
 }
 
@@ -249,7 +249,7 @@ impl Handler<Blind> for SessionActor {
 
     fn handle(&mut self, _: Blind, ctx: &mut Context<Self>) {
         self.core.on_blind();
-        self.rearm(ctx);
+        self.settle(ctx);
     }
 }
 
@@ -264,7 +264,7 @@ impl Handler<Sighted> for SessionActor {
 
     fn handle(&mut self, _: Sighted, ctx: &mut Context<Self>) {
         self.core.on_sight(self.env.now());
-        self.rearm(ctx);
+        self.settle(ctx);
     }
 }
 

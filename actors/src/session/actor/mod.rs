@@ -11,7 +11,8 @@
 //! effect orders — recovery, delivery, hand-off step, compaction, consultation,
 //! finishing an open intent — and feeding the outcome back), [`messages`] (what the
 //! supervisor tells a session) and [`requests`] (what the control API asks of one).
-//! This file keeps the actor's state, its start (resuming from the ledger) and its stop.
+//! This file keeps the actor's state, its start (resuming from the ledger), its stop,
+//! and the detail it publishes for readers ([`crate::session::view`]).
 
 mod effects;
 mod env;
@@ -51,6 +52,7 @@ use crate::session::delivery::{deliver, Delivery, Outbound, PromptKind, PromptOr
 use crate::session::handover::{run_step, HandoffOrder, Tools};
 use crate::session::recovery::{end_intent, may_have_arrived, recover, write_intent, InFlight};
 use crate::session::unfinished::{finish, same_action, FinishOrder};
+use crate::session::view::{DetailCell, PublishedDetail};
 
 /// One OpenCode session.
 pub struct SessionActor {
@@ -82,6 +84,10 @@ pub struct SessionActor {
     saving_generation: Option<u64>,
     /// The state changed while a write was under way: written once that one is done.
     save_pending: bool,
+    /// What readers see of this session without asking it (shared with its registry
+    /// slot), and the detail last published there.
+    view: Arc<DetailCell>,
+    shown: Option<Arc<PublishedDetail>>,
 }
 
 impl SessionActor {
@@ -102,7 +108,26 @@ impl SessionActor {
             save_retry: None,
             saving_generation: None,
             save_pending: false,
+            view: Arc::default(),
+            shown: None,
         }
+    }
+
+    /// The cell this actor publishes its detail in, for the registry's slot.
+    pub fn view(&self) -> Arc<DetailCell> {
+        Arc::clone(&self.view)
+    }
+
+    /// Publishes the session's detail ([`crate::session::view`]): where its silence is
+    /// counted from on every call (an atomic store), the rest only when it changed.
+    fn publish(&mut self) {
+        self.view.set_silent_since(self.core.silent_since());
+        if self.shown.as_deref().is_some_and(|shown| shown.shows(&self.core, self.last_action)) {
+            return;
+        }
+        let detail = Arc::new(PublishedDetail::of(&self.core, self.last_action));
+        self.view.publish(Arc::clone(&detail));
+        self.shown = Some(detail);
     }
 
     /// Looks the session's model up in the server's window table, when the model or
