@@ -54,6 +54,8 @@ struct FakeEngine {
     slow_prompt: Mutex<Option<Duration>>,
     /// The next status reads are slow, one entry each.
     slow_statuses: Mutex<std::collections::VecDeque<SlowRead>>,
+    /// The title a session's description gives (`None`: none).
+    title: Mutex<Option<String>>,
 }
 
 /// A slow `GET /session/status`.
@@ -102,7 +104,7 @@ impl Reads for FakeEngine {
             id: id.into(),
             parent_id: None,
             directory: Some("/p".into()),
-            title: None,
+            title: self.title.lock().unwrap().clone(),
             time: Default::default(),
             metadata: None,
         })
@@ -1266,6 +1268,7 @@ async fn the_detail_status_readers_get_without_asking_the_actor_follows_every_ch
         };
     }
 
+    *w.engine.title.lock().unwrap() = Some("From REST".into()); // comes after the first event
     w.busy(id);
     step!("busy");
     event("todo.updated", &format!(r#"{{"sessionID":"{id}","todos":[{{"content":"write parser","status":"in_progress"}}]}}"#));
@@ -1274,8 +1277,10 @@ async fn the_detail_status_readers_get_without_asking_the_actor_follows_every_ch
     step!("a todo done");
     event("session.updated", &format!(r#"{{"info":{{"id":"{id}","directory":"/p","title":"Parser work","time":{{"created":1}}}}}}"#));
     step!("title");
+    event("session.updated", &format!(r#"{{"info":{{"id":"{id}","directory":"/q","title":"Parser work","time":{{"created":1}}}}}}"#));
+    step!("directory");
     event("session.updated", &format!(r#"{{"info":{{"id":"{id}","directory":"/q","title":"Parser work","time":{{"created":1}},"metadata":{{"shepherd":{{"handoff_from":"ses_old"}}}}}}}}"#));
-    step!("directory and hand-off origin");
+    step!("hand-off origin");
     event("message.updated", &format!(r#"{{"sessionID":"{id}","info":{{"id":"msg_1","sessionID":"{id}","role":"assistant","providerID":"fake","modelID":"fake-model","finish":"stop","time":{{"created":1,"completed":2}},"tokens":{{"input":50000,"output":10,"cache":{{"read":0,"write":0}}}}}}}}"#));
     step!("tokens");
     event("message.updated", &format!(r#"{{"sessionID":"{id}","info":{{"id":"msg_2","sessionID":"{id}","role":"assistant","providerID":"fake","modelID":"fake-model","finish":"stop","time":{{"created":2,"completed":3}},"tokens":{{"input":70000,"output":10,"cache":{{"read":0,"write":0}}}}}}}}"#));
@@ -1301,8 +1306,24 @@ async fn the_detail_status_readers_get_without_asking_the_actor_follows_every_ch
     event("session.compacted", &format!(r#"{{"sessionID":"{id}"}}"#));
     step!("compacted");
     let pause = |pause: bool| SetPause { target: PauseTarget::Session(id.into()), pause, until_ms: None, by: "test".into() };
+    w.engine.busy.lock().unwrap().insert(id.into(), Status::Busy); // aborted: busy again
+    w.supervisor.do_send(StreamDown { server: "srv".into() });
+    step!("the stream down");
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    step!("the stream back");
     w.supervisor.send(pause(true)).await.unwrap().expect("paused");
     step!("a pause");
+    // While paused the stall clock is off: these change one field each.
+    w.engine.busy.lock().unwrap().remove(id);
+    event("session.status", &format!(r#"{{"sessionID":"{id}","status":{{"type":"idle"}}}}"#));
+    step!("idle while paused");
+    event("message.updated", &format!(r#"{{"sessionID":"{id}","info":{{"id":"msg_5","sessionID":"{id}","role":"assistant","summary":true,"providerID":"fake","modelID":"fake-model","time":{{"created":5}}}}}}"#));
+    step!("a compaction while paused");
+    event("message.updated", &format!(r#"{{"sessionID":"{id}","info":{{"id":"msg_5","sessionID":"{id}","role":"assistant","summary":true,"providerID":"fake","modelID":"fake-model","time":{{"created":5,"completed":6}}}}}}"#));
+    step!("its end while paused");
+    w.engine.busy.lock().unwrap().insert(id.into(), Status::Busy);
+    event("session.status", &format!(r#"{{"sessionID":"{id}","status":{{"type":"busy"}}}}"#));
+    step!("busy while paused");
     w.supervisor.send(pause(false)).await.unwrap().expect("resumed");
     step!("its release");
     let _ = w.supervisor.send(StartHandoff(id.into())).await.unwrap();
@@ -1322,8 +1343,13 @@ async fn the_detail_status_readers_get_without_asking_the_actor_follows_every_ch
     }
     let last = |name: &str| &seen.iter().find(|(n, _)| *n == name).expect(name).1;
     assert!(last("busy").busy && !last("idle").busy);
+    assert_eq!(last("busy").title.as_deref(), Some("From REST"));
     assert_eq!(last("title").title.as_deref(), Some("Parser work"));
-    assert_eq!(last("directory and hand-off origin").handoff.from.as_deref(), Some("ses_old"));
+    assert_eq!(last("directory").directory.as_deref(), Some("/q"));
+    assert_eq!(last("hand-off origin").handoff.from.as_deref(), Some("ses_old"));
+    assert_eq!(last("the stream down").stall_timeout_ms, None);
+    assert!(!last("idle while paused").busy && last("busy while paused").busy);
+    assert!(last("a compaction while paused").compacting && !last("its end while paused").compacting);
     assert_eq!(last("more tokens").context_tokens, Some(70_000));
     assert_eq!(last("more tokens").context_window, Some(200_000));
     assert!(last("a question").waiting_on_person && !last("the answer").waiting_on_person);
