@@ -19,7 +19,8 @@
 //!    allocator keeps from the burst), with glibc's heap in use (`mallinfo2`) beside;
 //! 3. *events/s ingested*: a burst of realistic turns from every session; the clock
 //!    stops when Shepherd's pump has counted every frame *and* the supervisor and every
-//!    session actor have handled them (a fleet inspection queued behind them returns);
+//!    session actor have handled them (a question to every actor, queued behind them,
+//!    is answered: `Daemon::ask_sessions`);
 //! 4. *abort latency*: every 10th session stalls (busy, a few events, silence) at
 //!    times spread over 2 s while the others keep streaming; the simulator records
 //!    `abort request arrival − (instant its last event left + stall_timeout)`;
@@ -487,8 +488,9 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     r.burst_pump_secs = t.elapsed().as_secs_f64();
-    // Queued behind every Ingest and every Observe: returns once all are handled.
-    let _ = daemon.fleet().await;
+    // Queued behind every Ingest and every Observe: returns once all are handled. (The
+    // fleet view reads what the actors published, without waiting for them.)
+    let _ = daemon.ask_sessions().await;
     r.burst_done_secs = t.elapsed().as_secs_f64();
     r.burst_cpu_pct = (cpu_time() - cpu0).as_secs_f64() * 100.0 / r.burst_done_secs;
     r.burst_sim_cpu_pct = (child_cpu_time(sim_pid) - sim0).as_secs_f64() * 100.0 / r.burst_done_secs;

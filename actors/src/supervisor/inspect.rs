@@ -20,23 +20,44 @@ impl Supervisor {
         for srv in self.servers.values() {
             srv.registry.details(&srv.env.server, srv.env.now(), &mut out, &mut unpublished);
         }
-        async move {
-            for slice in unpublished.chunks(INSPECT_SLICE) {
-                let asks: Vec<_> = slice.iter().map(|addr| addr.send(Inspect)).collect();
-                for ask in asks {
-                    if let Ok(detail) = ask.await {
-                        out.push(detail);
-                    }
-                }
-            }
-            out.sort_by(|a, b| (&a.server, &a.id).cmp(&(&b.server, &b.id)));
-            out
-        }
+        ask(unpublished, out)
     }
 
     /// The actor of the tracked session with this id, on whichever server.
     pub(super) fn find(&self, id: &str) -> Option<Addr<SessionActor>> {
         self.servers.values().find_map(|s| s.registry.slots.get(id).map(|slot| slot.addr.clone()))
+    }
+}
+
+/// Asks each of `actors` for its detail, [`INSPECT_SLICE`] at a time, into `out`; then
+/// sorts `out` by server and session.
+async fn ask(actors: Vec<Addr<SessionActor>>, mut out: Vec<SessionDetail>) -> Vec<SessionDetail> {
+    for slice in actors.chunks(INSPECT_SLICE) {
+        let asks: Vec<_> = slice.iter().map(|addr| addr.send(Inspect)).collect();
+        for ask in asks {
+            if let Ok(detail) = ask.await {
+                out.push(detail);
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.server, &a.id).cmp(&(&b.server, &b.id)));
+    out
+}
+
+/// Every tracked session's detail asked of its actor, a message each (what the status
+/// reads cost before they read the published details): it returns once every session
+/// actor has handled what was sent to it before, so the fleet bench waits on it for a
+/// burst to be handled. The answers equal what [`ListSessions`] reads.
+#[derive(Message)]
+#[rtype(result = "Vec<SessionDetail>")]
+pub struct AskSessions;
+
+impl Handler<AskSessions> for Supervisor {
+    type Result = ResponseFuture<Vec<SessionDetail>>;
+
+    fn handle(&mut self, _: AskSessions, _: &mut Context<Self>) -> Self::Result {
+        let actors = self.actors();
+        Box::pin(ask(actors, Vec::new()))
     }
 }
 

@@ -26,7 +26,7 @@ mod registry;
 mod stream;
 
 pub use commands::Shutdown;
-pub use inspect::{FleetView, InspectFleet, InspectServers, ServerView};
+pub use inspect::{AskSessions, FleetView, InspectFleet, InspectServers, ServerView};
 pub use lifecycle::{AttachServer, DetachServer, ReconfigureAll};
 use registry::SessionSlot;
 pub use registry::{LongWay, Registry, RouteState};
