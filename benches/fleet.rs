@@ -458,6 +458,9 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     settle(&h, &stats).await?;
     // Not kept: a fleet view held here would be counted in Shepherd's RSS below.
     r.tracked = daemon.fleet().await.sessions.len();
+    for _ in 0..3 {
+        time_fleet_read(&daemon).await;
+    }
     let rep1 = h.report().await?;
     r.requests_tracking = requests_between(&rep0, &rep1);
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -790,6 +793,16 @@ async fn sim_capacity(h: &Harness, burst: &RunSpec) -> anyhow::Result<f64> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(rate)
+}
+
+/// One read of every session's detail (what the status file, `/v1/status` and the
+/// metrics do at each refresh): printed with its wall time and the busiest thread's CPU.
+async fn time_fleet_read(daemon: &Daemon) {
+    let (t, threads0) = (Instant::now(), thread_cpu());
+    let read = daemon.fleet().await.sessions.len();
+    let wall_ms = t.elapsed().as_secs_f64() * 1e3;
+    let (name, busy) = busiest_thread(&threads0, &thread_cpu()).unwrap_or_default();
+    eprintln!("   fleet read: {read} sessions in {wall_ms:.1} ms; busiest thread {name} {:.0} ms CPU", busy.as_secs_f64() * 1e3);
 }
 
 /// Waits until the simulator has nothing busy and Shepherd has read and handled every
