@@ -102,7 +102,8 @@ pub struct PublishedDetail {
     facts_generation: u64,
     title: Option<String>,
     directory: Option<String>,
-    todos: Vec<Todo>,
+    /// The core's own list, shared.
+    todos: Arc<[Todo]>,
     last_action: Option<LastAction>,
     stall_timeout: Option<Duration>,
     context_tokens: Option<u64>,
@@ -158,7 +159,7 @@ impl PublishedDetail {
             facts_generation: core.facts_generation(),
             title: core.title().map(str::to_string),
             directory: core.directory().map(str::to_string),
-            todos: core.todos().to_vec(),
+            todos: core.shared_todos(),
             last_action,
             stall_timeout: core.stall_clock(),
             context_tokens,
@@ -210,7 +211,7 @@ impl PublishedDetail {
             recovering: self.recovering,
             paused: self.paused.map(|p| p.as_str().to_string()),
             attempts: self.attempts,
-            todos: self.todos.clone(),
+            todos: self.todos.to_vec(),
             context_tokens: self.context_tokens,
             context_window: self.context_window,
             context_percent: self.context_percent,
@@ -230,6 +231,38 @@ impl PublishedDetail {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::RecoveryConfig;
+    use crate::session::core::HoldScope;
+
+    /// With no record beside it (the actor's test sees such a change with its journal
+    /// record): a person waited on makes the published detail stale by itself, and
+    /// activity does not (it is the atomic's). A pause also moves the durable count.
+    #[test]
+    fn a_change_with_no_record_beside_it_is_seen() {
+        let start = Now { mono: Instant::now(), wall_ms: 1_000_000 };
+        let mut core = SessionCore::new("srv", "ses_A", Arc::new(RecoveryConfig::default().into()), start);
+        let event = |kind: &str, props: &str| {
+            let json = format!(r#"{{"directory":"/p","payload":{{"type":"{kind}","properties":{props}}}}}"#);
+            crate::event::decode(&json).expect("decodes").event
+        };
+        let mut shown = PublishedDetail::of(&core, None);
+        let mut step = |core: &SessionCore, what: &str, changes: bool| {
+            let now = PublishedDetail::of(core, None);
+            assert_eq!(now != shown, changes, "{what}");
+            assert_eq!(shown.shows(core, None), !changes, "{what}");
+            shown = now;
+        };
+        core.observe(&event("question.asked", r#"{"id":"que_1","sessionID":"ses_A"}"#), start);
+        step(&core, "a question", true);
+        core.observe(&event("message.part.delta", r#"{"sessionID":"ses_A","messageID":"msg_1","partID":"prt_1"}"#), start);
+        step(&core, "activity", false);
+        core.observe(&event("question.replied", r#"{"requestID":"que_1","sessionID":"ses_A"}"#), start);
+        step(&core, "its answer", true);
+        core.on_hold(HoldScope::Session, None, "test", start);
+        step(&core, "a pause", true);
+        core.on_release(HoldScope::Session, "test", start);
+        step(&core, "its release", true);
+    }
 
     /// An instant survives the atomic's round trip exactly, before and after the base.
     #[test]

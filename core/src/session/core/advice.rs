@@ -20,7 +20,7 @@ impl SessionCore {
             about,
             session_age: self.created_ms.map(|c| Duration::from_millis(now.wall_ms.saturating_sub(c).max(0) as u64)),
             since_activity: now.mono.duration_since(self.last_activity),
-            todos: self.todos.clone(),
+            todos: self.todos.to_vec(),
             context_tokens: self.context_tokens,
             context_window: self.window,
             attempts: self.attempts,

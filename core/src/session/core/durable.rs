@@ -12,7 +12,7 @@ impl SessionCore {
             auto_submits: self.auto_submits,
             paused: self.pause.map(|p| p.as_str().to_string()),
             paused_until_ms: self.hold_until.as_ref().map(|u| u.wall_ms),
-            todos: self.todos.clone(),
+            todos: self.todos.to_vec(),
             nudges_without_progress: f.nudges_without_progress,
             nudge_snapshot: f
                 .nudge_snapshot
@@ -41,7 +41,7 @@ impl SessionCore {
             (Some(Pause::Person), Some(wall_ms)) => Some(Box::new(hold::HoldUntil::at(wall_ms, now))),
             _ => None,
         };
-        self.todos.clone_from(&d.todos);
+        self.todos = Arc::from(d.todos.as_slice());
         self.interrupted_continued.clone_from(&d.interrupted_continued);
         self.rollover.restore(&d.handoff, d.handoff_from.as_deref());
         self.outage =

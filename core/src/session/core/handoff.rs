@@ -96,7 +96,7 @@ impl SessionCore {
             mode: self.rollover.mode().unwrap_or(self.cfg.handoff.mode),
             step,
             abort_first: step == Phase::Persisting && self.rollover.interrupted().is_some_and(|(_, a)| a),
-            known_todos: self.todos.clone(),
+            known_todos: self.todos.to_vec(),
             known_turn: self.turn.clone(),
             children: self.family.as_ref().map(|f| f.children().cloned().collect()).unwrap_or_default(),
             context: (self.context_tokens, self.window),

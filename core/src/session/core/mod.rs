@@ -151,7 +151,8 @@ pub struct SessionCore {
     /// Running tool parts: part id → tool name.
     running_tools: HashMap<String, String>,
     waiting_on_person: HashSet<String>,
-    todos: Vec<Todo>,
+    /// Shared with the session's published detail (one copy per list, not two).
+    todos: Arc<[Todo]>,
     /// Role and ownership of the last [`ROLE_MEMORY`] messages seen.
     messages: MessageMemory,
     turn: Option<TurnSettings>,
@@ -233,7 +234,7 @@ impl SessionCore {
             sighted_at: None,
             running_tools: HashMap::new(),
             waiting_on_person: HashSet::new(),
-            todos: Vec::new(),
+            todos: Arc::default(),
             messages: MessageMemory::default(),
             turn: None,
             last_assistant: None,
@@ -316,6 +317,11 @@ impl SessionCore {
 
     pub fn todos(&self) -> &[Todo] {
         &self.todos
+    }
+
+    /// The todo list, shared (the session's published detail holds it without a copy).
+    pub fn shared_todos(&self) -> Arc<[Todo]> {
+        Arc::clone(&self.todos)
     }
 
     pub fn is_recovering(&self) -> bool {
