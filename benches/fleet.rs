@@ -19,7 +19,8 @@
 //!    allocator keeps from the burst), with glibc's heap in use (`mallinfo2`) beside;
 //! 3. *events/s ingested*: a burst of realistic turns from every session; the clock
 //!    stops when Shepherd's pump has counted every frame *and* the supervisor and every
-//!    session actor have handled them (a fleet inspection queued behind them returns);
+//!    session actor have handled them (a question to every actor, queued behind them,
+//!    is answered: `Daemon::ask_sessions`);
 //! 4. *abort latency*: every 10th session stalls (busy, a few events, silence) at
 //!    times spread over 2 s while the others keep streaming; the simulator records
 //!    `abort request arrival − (instant its last event left + stall_timeout)`;
@@ -457,6 +458,9 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     settle(&h, &stats).await?;
     // Not kept: a fleet view held here would be counted in Shepherd's RSS below.
     r.tracked = daemon.fleet().await.sessions.len();
+    for _ in 0..3 {
+        time_fleet_read(&daemon).await;
+    }
     let rep1 = h.report().await?;
     r.requests_tracking = requests_between(&rep0, &rep1);
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -487,8 +491,9 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     r.burst_pump_secs = t.elapsed().as_secs_f64();
-    // Queued behind every Ingest and every Observe: returns once all are handled.
-    let _ = daemon.fleet().await;
+    // Queued behind every Ingest and every Observe: returns once all are handled. (The
+    // fleet view reads what the actors published, without waiting for them.)
+    let _ = daemon.ask_sessions().await;
     r.burst_done_secs = t.elapsed().as_secs_f64();
     r.burst_cpu_pct = (cpu_time() - cpu0).as_secs_f64() * 100.0 / r.burst_done_secs;
     r.burst_sim_cpu_pct = (child_cpu_time(sim_pid) - sim0).as_secs_f64() * 100.0 / r.burst_done_secs;
@@ -788,6 +793,16 @@ async fn sim_capacity(h: &Harness, burst: &RunSpec) -> anyhow::Result<f64> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(rate)
+}
+
+/// One read of every session's detail (what the status file, `/v1/status` and the
+/// metrics do at each refresh): printed with its wall time and the busiest thread's CPU.
+async fn time_fleet_read(daemon: &Daemon) {
+    let (t, threads0) = (Instant::now(), thread_cpu());
+    let read = daemon.fleet().await.sessions.len();
+    let wall_ms = t.elapsed().as_secs_f64() * 1e3;
+    let (name, busy) = busiest_thread(&threads0, &thread_cpu()).unwrap_or_default();
+    eprintln!("   fleet read: {read} sessions in {wall_ms:.1} ms; busiest thread {name} {:.0} ms CPU", busy.as_secs_f64() * 1e3);
 }
 
 /// Waits until the simulator has nothing busy and Shepherd has read and handled every

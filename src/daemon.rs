@@ -249,6 +249,13 @@ impl Daemon {
         self.supervisor.send(InspectFleet).await.unwrap_or_default()
     }
 
+    /// Every tracked session's detail asked of its actor (a message each): returns once
+    /// every session actor has handled what was sent to it before (the fleet bench's
+    /// barrier; [`Daemon::fleet`] reads what the actors published, without waiting).
+    pub async fn ask_sessions(&self) -> Vec<shepherd_actors::control::SessionDetail> {
+        self.supervisor.send(shepherd_actors::supervisor::AskSessions).await.unwrap_or_default()
+    }
+
     /// Restores a stored hand-off snapshot into a fresh session (what
     /// `POST /v1/handoffs/{id}/resume` does; also for tests and the demo).
     pub async fn resume_handoff(&self, snapshot: &str) -> anyhow::Result<shepherd_actors::control::HandoffView> {

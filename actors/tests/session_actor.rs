@@ -8,6 +8,8 @@ use std::time::Duration;
 use actix::prelude::*;
 use async_trait::async_trait;
 use shepherd_actors::config::{RecoveryConfig, SupervisorConfig};
+use shepherd_actors::control::{GetSession, ListSessions, PauseTarget, SessionDetail, SetPause, StartHandoff};
+use shepherd_actors::session::actor::Inspect;
 use shepherd_actors::event::{decode, ModelRef, Role, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
 use shepherd_actors::ledger::{
@@ -52,6 +54,8 @@ struct FakeEngine {
     slow_prompt: Mutex<Option<Duration>>,
     /// The next status reads are slow, one entry each.
     slow_statuses: Mutex<std::collections::VecDeque<SlowRead>>,
+    /// The title a session's description gives (`None`: none).
+    title: Mutex<Option<String>>,
 }
 
 /// A slow `GET /session/status`.
@@ -100,7 +104,7 @@ impl Reads for FakeEngine {
             id: id.into(),
             parent_id: None,
             directory: Some("/p".into()),
-            title: None,
+            title: self.title.lock().unwrap().clone(),
             time: Default::default(),
             metadata: None,
         })
@@ -798,11 +802,19 @@ struct FlakyLedger {
     gate: tokio::sync::RwLock<()>,
     /// State writes begun.
     saves: std::sync::atomic::AtomicUsize,
+    /// Held (written) by a test: state loads wait until it is released.
+    load_gate: tokio::sync::RwLock<()>,
 }
 
 impl FlakyLedger {
     fn new(failing: usize) -> Self {
-        Self { inner: MemoryLedger::default(), failing: failing.into(), gate: Default::default(), saves: 0.into() }
+        Self {
+            inner: MemoryLedger::default(),
+            failing: failing.into(),
+            gate: Default::default(),
+            saves: 0.into(),
+            load_gate: Default::default(),
+        }
     }
 }
 
@@ -848,6 +860,7 @@ impl FleetSettings for FlakyLedger {
 #[async_trait]
 impl Ledger for FlakyLedger {
     async fn load(&self, server: &str, session: &str) -> Result<Option<DurableState>, LedgerError> {
+        let _open = self.load_gate.read().await;
         self.inner.load(server, session).await
     }
     async fn save(&self, server: &str, session: &str, state: &DurableState) -> Result<(), LedgerError> {
@@ -1218,4 +1231,159 @@ async fn a_continue_that_timed_out_and_never_arrived_is_sent_again_once_under_a_
     tokio::time::sleep(Duration::from_secs(200)).await;
     settle().await;
     assert_eq!(w.engine.prompts.lock().unwrap().len(), 1, "nothing more");
+}
+
+/// The session's detail as the status readers get it — `GetSession` and `ListSessions`,
+/// from what its actor published, without asking it — equals the actor's own answer.
+async fn assert_published_detail_is_the_actors(w: &World, id: &str, step: &str) -> SessionDetail {
+    settle().await;
+    assert!(w.registry.is_published(id), "{step}: published");
+    let asked = w.registry.actor(id).expect("tracked").send(Inspect).await.unwrap();
+    let got = w.supervisor.send(GetSession(id.into())).await.unwrap().expect("known");
+    assert_eq!(got, asked, "{step}: GetSession");
+    let listed = w.supervisor.send(ListSessions).await.unwrap();
+    assert_eq!(listed.iter().find(|d| d.id == id), Some(&asked), "{step}: ListSessions");
+    let fleet = w.supervisor.send(InspectFleet).await.unwrap();
+    assert_eq!(fleet.sessions.iter().find(|d| d.id == id), Some(&asked), "{step}: InspectFleet");
+    asked
+}
+
+/// Every kind of change a session's detail shows reaches the detail the status readers
+/// get (published by the actor, not asked of it), and the same moment: busy and idle,
+/// todos, title, context tokens and window, a question, a recovery and its attempt and
+/// record, a pause and its release, a new stall timeout, a hand-off's origin and phase.
+#[actix::test]
+async fn the_detail_status_readers_get_without_asking_the_actor_follows_every_change() {
+    tokio::time::pause();
+    let w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() }); // reads the models' windows
+    let id = "ses_V";
+    let event = |kind: &str, props: &str| {
+        w.send(&format!(r#"{{"directory":"/p","payload":{{"type":"{kind}","properties":{props}}}}}"#));
+    };
+    let mut seen: Vec<(&str, SessionDetail)> = Vec::new();
+    macro_rules! step {
+        ($name:expr) => {
+            seen.push(($name, assert_published_detail_is_the_actors(&w, id, $name).await))
+        };
+    }
+
+    *w.engine.title.lock().unwrap() = Some("From REST".into()); // comes after the first event
+    w.busy(id);
+    step!("busy");
+    event("todo.updated", &format!(r#"{{"sessionID":"{id}","todos":[{{"content":"write parser","status":"in_progress"}}]}}"#));
+    step!("todos");
+    event("todo.updated", &format!(r#"{{"sessionID":"{id}","todos":[{{"content":"write parser","status":"completed"}}]}}"#));
+    step!("a todo done");
+    event("session.updated", &format!(r#"{{"info":{{"id":"{id}","directory":"/p","title":"Parser work","time":{{"created":1}}}}}}"#));
+    step!("title");
+    event("session.updated", &format!(r#"{{"info":{{"id":"{id}","directory":"/q","title":"Parser work","time":{{"created":1}}}}}}"#));
+    step!("directory");
+    event("session.updated", &format!(r#"{{"info":{{"id":"{id}","directory":"/q","title":"Parser work","time":{{"created":1}},"metadata":{{"shepherd":{{"handoff_from":"ses_old"}}}}}}}}"#));
+    step!("hand-off origin");
+    event("message.updated", &format!(r#"{{"sessionID":"{id}","info":{{"id":"msg_1","sessionID":"{id}","role":"assistant","providerID":"fake","modelID":"fake-model","finish":"stop","time":{{"created":1,"completed":2}},"tokens":{{"input":50000,"output":10,"cache":{{"read":0,"write":0}}}}}}}}"#));
+    step!("tokens");
+    event("message.updated", &format!(r#"{{"sessionID":"{id}","info":{{"id":"msg_2","sessionID":"{id}","role":"assistant","providerID":"fake","modelID":"fake-model","finish":"stop","time":{{"created":2,"completed":3}},"tokens":{{"input":70000,"output":10,"cache":{{"read":0,"write":0}}}}}}}}"#));
+    step!("more tokens");
+    event("question.asked", &format!(r#"{{"id":"que_1","sessionID":"{id}"}}"#));
+    step!("a question");
+    event("question.replied", &format!(r#"{{"requestID":"que_1","sessionID":"{id}"}}"#));
+    step!("the answer");
+    let short = RecoveryConfig { stall_timeout: Duration::from_secs(60), ..cfg() };
+    w.supervisor.send(ReconfigureAll { rules: Arc::new(short.into()), fleet: SupervisorConfig::default() }).await.unwrap();
+    step!("a shorter stall timeout");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    step!("silence");
+    event("message.part.delta", &format!(r#"{{"sessionID":"{id}","messageID":"msg_3","partID":"prt_1","field":"text","delta":"x"}}"#));
+    step!("activity");
+    *w.engine.slow_prompt.lock().unwrap() = Some(Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_secs(61)).await; // past the stall timeout: a recovery
+    step!("a recovery under way");
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    step!("a recovery");
+    event("message.updated", &format!(r#"{{"sessionID":"{id}","info":{{"id":"msg_4","sessionID":"{id}","role":"assistant","summary":true,"providerID":"fake","modelID":"fake-model","time":{{"created":4}}}}}}"#));
+    step!("a compaction");
+    event("session.compacted", &format!(r#"{{"sessionID":"{id}"}}"#));
+    step!("compacted");
+    let pause = |pause: bool| SetPause { target: PauseTarget::Session(id.into()), pause, until_ms: None, by: "test".into() };
+    w.engine.busy.lock().unwrap().insert(id.into(), Status::Busy); // aborted: busy again
+    w.supervisor.do_send(StreamDown { server: "srv".into() });
+    step!("the stream down");
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    step!("the stream back");
+    w.supervisor.send(pause(true)).await.unwrap().expect("paused");
+    step!("a pause");
+    // While paused the stall clock is off: these change one field each.
+    w.engine.busy.lock().unwrap().remove(id);
+    event("session.status", &format!(r#"{{"sessionID":"{id}","status":{{"type":"idle"}}}}"#));
+    step!("idle while paused");
+    event("message.updated", &format!(r#"{{"sessionID":"{id}","info":{{"id":"msg_5","sessionID":"{id}","role":"assistant","summary":true,"providerID":"fake","modelID":"fake-model","time":{{"created":5}}}}}}"#));
+    step!("a compaction while paused");
+    event("message.updated", &format!(r#"{{"sessionID":"{id}","info":{{"id":"msg_5","sessionID":"{id}","role":"assistant","summary":true,"providerID":"fake","modelID":"fake-model","time":{{"created":5,"completed":6}}}}}}"#));
+    step!("its end while paused");
+    w.engine.busy.lock().unwrap().insert(id.into(), Status::Busy);
+    event("session.status", &format!(r#"{{"sessionID":"{id}","status":{{"type":"busy"}}}}"#));
+    step!("busy while paused");
+    w.supervisor.send(pause(false)).await.unwrap().expect("resumed");
+    step!("its release");
+    let _ = w.supervisor.send(StartHandoff(id.into())).await.unwrap();
+    step!("a hand-off");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    step!("the hand-off's next steps");
+    w.engine.busy.lock().unwrap().remove(id);
+    event("session.status", &format!(r#"{{"sessionID":"{id}","status":{{"type":"idle"}}}}"#));
+    step!("idle");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    step!("long after");
+
+    // Each change was one the detail shows (else its step would prove nothing).
+    let unchanged = ["silence", "the hand-off's next steps", "long after"];
+    for pair in seen.windows(2).filter(|pair| !unchanged.contains(&pair[1].0)) {
+        assert_ne!(pair[0].1, pair[1].1, "{} changed nothing the detail shows", pair[1].0);
+    }
+    let last = |name: &str| &seen.iter().find(|(n, _)| *n == name).expect(name).1;
+    assert!(last("busy").busy && !last("idle").busy);
+    assert_eq!(last("busy").title.as_deref(), Some("From REST"));
+    assert_eq!(last("title").title.as_deref(), Some("Parser work"));
+    assert_eq!(last("directory").directory.as_deref(), Some("/q"));
+    assert_eq!(last("hand-off origin").handoff.from.as_deref(), Some("ses_old"));
+    assert_eq!(last("the stream down").stall_timeout_ms, None);
+    assert!(!last("idle while paused").busy && last("busy while paused").busy);
+    assert!(last("a compaction while paused").compacting && !last("its end while paused").compacting);
+    assert_eq!(last("more tokens").context_tokens, Some(70_000));
+    assert_eq!(last("more tokens").context_window, Some(200_000));
+    assert!(last("a question").waiting_on_person && !last("the answer").waiting_on_person);
+    assert_eq!(last("a shorter stall timeout").stall_timeout_ms, Some(60_000));
+    assert!(last("activity").last_activity_ms > last("silence").last_activity_ms);
+    assert!(last("a recovery under way").recovering && !last("a recovery").recovering);
+    assert!(last("a compaction").compacting && !last("compacted").compacting);
+    assert_eq!(last("a recovery").attempts, 1);
+    assert!(last("a recovery").last_action.is_some());
+    assert_eq!(last("a pause").paused.as_deref(), Some("person"));
+    assert_eq!(last("its release").paused, None);
+}
+
+/// A session whose actor is still loading its state from the ledger has published
+/// nothing: the status readers ask its actor, which answers once loaded, as before.
+#[actix::test]
+async fn a_session_still_loading_its_state_is_listed_once_its_actor_answers() {
+    tokio::time::pause();
+    let ledger = Arc::new(FlakyLedger::new(0));
+    let w = world_with_ledger(cfg(), ledger.clone());
+    let loading = ledger.load_gate.write().await;
+    w.busy("ses_L");
+    settle().await;
+    assert!(w.registry.actor("ses_L").is_some(), "tracked");
+    assert!(!w.registry.is_published("ses_L"), "nothing published while loading");
+    let listed = tokio::spawn(w.supervisor.send(ListSessions));
+    let got = tokio::spawn(w.supervisor.send(GetSession("ses_L".into())));
+    settle().await;
+    assert!(!listed.is_finished(), "waits for the actor, as before");
+    drop(loading);
+    let listed = listed.await.unwrap().unwrap();
+    let got = got.await.unwrap().unwrap().expect("known");
+    assert!(listed.iter().any(|d| d.id == "ses_L" && d.busy), "{listed:?}");
+    assert!(got.busy);
+    assert!(w.registry.is_published("ses_L"));
+    assert_published_detail_is_the_actors(&w, "ses_L", "loaded").await;
 }

@@ -10,9 +10,11 @@
 //!   compact, hand over, finish an open action, abort and wait).
 //! - [`actor`]: the actix shell that feeds the core, and its runner, which starts each
 //!   procedure an effect orders and hands the report back to the core.
+//! - [`view`]: a session's detail as the actor publishes it for readers.
 
 pub mod actor;
 pub mod procedures;
+pub mod view;
 
 pub use shepherd_core::session::{
     breaker, continuation, core, effect, family, followup, handoff, loops, outage, pause, planning, prompt, question,

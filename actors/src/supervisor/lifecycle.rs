@@ -79,13 +79,13 @@ pub struct ReconfigureAll {
 }
 
 impl Handler<ReconfigureAll> for Supervisor {
-    type Result = ();
+    type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, msg: ReconfigureAll, ctx: &mut Context<Self>) {
+    /// Answered once every session actor has taken the new rules in: a status read after
+    /// the reload shows them (reads take what the actors published).
+    fn handle(&mut self, msg: ReconfigureAll, ctx: &mut Context<Self>) -> Self::Result {
         self.cfg = Arc::clone(&msg.rules);
-        for addr in self.actors() {
-            addr.do_send(Reconfigure(Arc::clone(&msg.rules)));
-        }
+        let told: Vec<_> = self.actors().iter().map(|addr| addr.send(Reconfigure(Arc::clone(&msg.rules)))).collect();
         for srv in self.servers.values() {
             srv.registry.set_kind_cap(msg.fleet.max_event_types);
         }
@@ -95,6 +95,11 @@ impl Handler<ReconfigureAll> for Supervisor {
         if rearm {
             self.arm_intervals(ctx);
         }
+        Box::pin(async move {
+            for reconfigured in told {
+                let _ = reconfigured.await;
+            }
+        })
     }
 }
 

@@ -26,7 +26,7 @@ mod registry;
 mod stream;
 
 pub use commands::Shutdown;
-pub use inspect::{FleetView, InspectFleet, InspectServers, ServerView};
+pub use inspect::{AskSessions, FleetView, InspectFleet, InspectServers, ServerView};
 pub use lifecycle::{AttachServer, DetachServer, ReconfigureAll};
 use registry::SessionSlot;
 pub use registry::{LongWay, Registry, RouteState};
@@ -287,6 +287,7 @@ impl Supervisor {
         }
         let shared_id: Arc<str> = id.into();
         let actor = SessionActor::with_shared_id(Arc::clone(&shared_id), Arc::clone(&self.cfg), Arc::clone(&srv.env));
+        let view = actor.view();
         let addr = match srv.registry.thread.get() {
             Some(thread) => SessionActor::start_in_arbiter(thread, move |_| actor),
             None => actor.start(),
@@ -325,7 +326,7 @@ impl Supervisor {
         let directory = info.and_then(|i| i.directory.clone()).or(directory.map(str::to_string));
         let last_seen = self.clock.now();
         let child = self.parents.contains_key(key(&(server, id)));
-        let slot = SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None, last_event: 0, child };
+        let slot = SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None, last_event: 0, child, view };
         srv.registry.slots.insert(shared_id, slot);
         Some(addr)
     }

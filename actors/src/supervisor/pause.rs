@@ -53,7 +53,8 @@ impl Supervisor {
     }
 
     /// Pauses or resumes the fleet: ledgered first (a restart keeps what was asked), then
-    /// every session actor told.
+    /// every session actor told; answered once every one has taken it in, so a status
+    /// read after it shows it (reads take what the actors published).
     fn set_fleet_pause(
         &mut self,
         pause: bool,
@@ -63,18 +64,25 @@ impl Supervisor {
         let wanted = pause.then(|| FleetPause { by: by.clone(), since_ms: self.clock.wall_ms(), until_ms });
         let ledger = Arc::clone(&self.ledger);
         let stored = wanted.clone();
-        async move { ledger.set_fleet_pause(stored.as_ref()).await }.into_actor(self).map(move |written, act, ctx| {
-            written.map_err(|e| ControlError::Unavailable(format!("ledger: {e}")))?;
-            act.fleet_pause = wanted;
-            act.arm_fleet_pause_end(ctx);
-            let actors = act.actors();
-            let told = actors.len();
-            for addr in actors {
-                addr.do_send(SetHold { scope: HoldScope::Fleet, hold: pause, until_ms: None, by: by.clone() });
+        async move { ledger.set_fleet_pause(stored.as_ref()).await }.into_actor(self).then(move |written, act, ctx| {
+            let holds = written.map_err(|e| ControlError::Unavailable(format!("ledger: {e}"))).map(|()| {
+                act.fleet_pause = wanted;
+                act.arm_fleet_pause_end(ctx);
+                let actors = act.actors();
+                let what = if pause { "the fleet is paused" } else { "the fleet is resumed" };
+                tracing::info!(target: "shepherd::action", action = if pause { "pause" } else { "resume" }, by = %by, until_ms, sessions = actors.len(), "{what}");
+                let hold = |addr: &Addr<SessionActor>| {
+                    addr.send(SetHold { scope: HoldScope::Fleet, hold: pause, until_ms: None, by: by.clone() })
+                };
+                actors.iter().map(hold).collect::<Vec<_>>()
+            });
+            async move {
+                for held in holds? {
+                    let _ = held.await;
+                }
+                Ok(PauseView { session: None, paused: pause.then(|| "fleet".to_string()), until_ms })
             }
-            let what = if pause { "the fleet is paused" } else { "the fleet is resumed" };
-            tracing::info!(target: "shepherd::action", action = if pause { "pause" } else { "resume" }, by = %by, until_ms, sessions = told, "{what}");
-            Ok(PauseView { session: None, paused: pause.then(|| "fleet".to_string()), until_ms })
+            .into_actor(act)
         })
     }
 }

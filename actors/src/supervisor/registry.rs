@@ -35,6 +35,9 @@ use tokio::time::Instant;
 
 use crate::event::{Envelope, Event, PartKind};
 use crate::session::actor::ObserveRead;
+use crate::control::SessionDetail;
+use crate::session::view::DetailCell;
+use crate::session::Now;
 use crate::session::SessionActor;
 use crate::stream_clock::ReadToken;
 
@@ -55,6 +58,9 @@ pub(crate) struct SessionSlot {
     /// A subagent whose parent is known: its events go through the supervisor, which
     /// tells the parent too.
     pub(crate) child: bool,
+    /// The session's detail as its actor publishes it: status reads take it from here
+    /// instead of asking the actor ([`crate::session::view`]).
+    pub(crate) view: Arc<DetailCell>,
 }
 
 impl SessionSlot {
@@ -294,6 +300,58 @@ impl Registry {
     /// The stream's event types and their counts.
     pub(crate) fn kind_counts(&self) -> BTreeMap<String, u64> {
         self.kinds.lock().unwrap_or_else(std::sync::PoisonError::into_inner).counts.clone()
+    }
+
+    /// The actor of the tracked session `id`.
+    pub fn actor(&self, id: &str) -> Option<Addr<SessionActor>> {
+        self.slots.get(id).map(|slot| slot.addr.clone())
+    }
+
+    /// Whether the tracked session `id` has published its detail (its actor has loaded
+    /// its state): readers take it from the registry then, without asking the actor.
+    pub fn is_published(&self, id: &str) -> bool {
+        self.slots.get(id).is_some_and(|slot| slot.view.is_published())
+    }
+
+    /// Every tracked session's detail as its actor published it, into `out` (`server` is
+    /// this registry's, `now` its clock's time); the actors of the sessions that have
+    /// published nothing yet (still loading their state) into `unpublished`, to be
+    /// asked. A session whose actor has stopped is left out: it would not answer.
+    pub(crate) fn details(
+        &self,
+        server: &str,
+        now: Now,
+        out: &mut Vec<SessionDetail>,
+        unpublished: &mut Vec<Addr<SessionActor>>,
+    ) {
+        // The shards are locked only to copy the cells out (the pump waits on them);
+        // the details are built after.
+        let cells: Vec<_> = self
+            .slots
+            .iter()
+            .filter(|slot| slot.addr.connected())
+            .map(|slot| {
+                let ask = (!slot.view.is_published()).then(|| slot.addr.clone());
+                (slot.key().clone(), Arc::clone(&slot.view), ask)
+            })
+            .collect();
+        for (id, cell, ask) in cells {
+            match (cell.detail(server, id.to_string(), now), ask) {
+                (Some(detail), _) => out.push(detail),
+                (None, Some(addr)) => unpublished.push(addr),
+                (None, None) => {} // never: a detail once published stays
+            }
+        }
+    }
+
+    /// The detail of the tracked session `id` as its actor published it, or its actor
+    /// when it has published nothing yet; `None` when it is not tracked or has stopped.
+    pub(crate) fn detail(&self, server: &str, id: &str, now: Now) -> Option<Result<SessionDetail, Addr<SessionActor>>> {
+        let (cell, addr) = {
+            let slot = self.slots.get(id).filter(|slot| slot.addr.connected())?;
+            (Arc::clone(&slot.view), slot.addr.clone())
+        };
+        Some(cell.detail(server, id.to_string(), now).ok_or(addr))
     }
 
     /// How many sessions are tracked.

@@ -10,6 +10,17 @@ const SAVE_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl SessionActor {
     pub(super) fn apply(&mut self, effects: Vec<Effect>, ctx: &mut Context<Self>) {
+        // The detail is published before the records go out, with the last of them: who
+        // hears of a record and then reads the session's detail finds the session as the
+        // record left it (asking the actor, it would have waited for this handler).
+        let last_record = effects.iter().rev().find_map(|e| match e {
+            Effect::Record(r) => Some(LastAction::from(r)),
+            _ => None,
+        });
+        if let Some(last) = last_record {
+            self.last_action = Some(last);
+            self.publish();
+        }
         for effect in effects {
             match effect {
                 Effect::Record(r) => {
@@ -45,7 +56,7 @@ impl SessionActor {
             }
         }
         self.persist(ctx);
-        self.rearm(ctx);
+        self.settle(ctx);
     }
 
     /// Writes the durable state when it changed since the last write: the core counts

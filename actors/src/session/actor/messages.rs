@@ -46,7 +46,7 @@ impl Handler<Hydrate> for SessionActor {
 
     fn handle(&mut self, msg: Hydrate, ctx: &mut Context<Self>) {
         self.core.hydrate(&msg.0);
-        self.rearm(ctx);
+        self.settle(ctx);
     }
 }
 
@@ -62,7 +62,7 @@ impl Handler<Reconfigure> for SessionActor {
 
     fn handle(&mut self, msg: Reconfigure, ctx: &mut Context<Self>) {
         self.core.set_config(msg.0);
-        self.rearm(ctx);
+        self.settle(ctx);
     }
 }
 
@@ -248,7 +248,7 @@ impl Handler<Blind> for SessionActor {
 
     fn handle(&mut self, _: Blind, ctx: &mut Context<Self>) {
         self.core.on_blind();
-        self.rearm(ctx);
+        self.settle(ctx);
     }
 }
 
@@ -263,7 +263,7 @@ impl Handler<Sighted> for SessionActor {
 
     fn handle(&mut self, _: Sighted, ctx: &mut Context<Self>) {
         self.core.on_sight(self.env.now());
-        self.rearm(ctx);
+        self.settle(ctx);
     }
 }
 

@@ -13,7 +13,8 @@
 //! [`breaker`] (the provider breaker, asked and told), [`open_intents`] (what a crash
 //! left open, found), [`messages`] (what the
 //! supervisor tells a session) and [`requests`] (what the control API asks of one).
-//! This file keeps the actor's state, its start (resuming from the ledger) and its stop.
+//! This file keeps the actor's state, its start (resuming from the ledger), its stop,
+//! and the detail it publishes for readers ([`crate::session::view`]).
 
 mod breaker;
 mod effects;
@@ -56,6 +57,7 @@ use crate::session::procedures::finish::{finish, same_action, FinishOrder, Finis
 use crate::session::procedures::hand_over::{run_step, HandoffOrder, StepReport, Tools};
 use crate::session::procedures::in_flight::InFlight;
 use crate::session::procedures::recover::recover;
+use crate::session::view::{DetailCell, PublishedDetail};
 use runner::Procedure;
 
 /// One OpenCode session.
@@ -87,6 +89,10 @@ pub struct SessionActor {
     saving_generation: Option<u64>,
     /// The state changed while a write was under way: written once that one is done.
     save_pending: bool,
+    /// What readers see of this session without asking it (shared with its registry
+    /// slot), and the detail last published there.
+    view: Arc<DetailCell>,
+    shown: Option<Arc<PublishedDetail>>,
 }
 
 impl SessionActor {
@@ -111,12 +117,31 @@ impl SessionActor {
             save_retry: None,
             saving_generation: None,
             save_pending: false,
+            view: Arc::default(),
+            shown: None,
         }
     }
 
     /// The session rules in force (the core's: one copy, replaced on a hot reload).
     fn cfg(&self) -> &Arc<SessionRules> {
         self.core.rules()
+    }
+
+    /// The cell this actor publishes its detail in, for the registry's slot.
+    pub fn view(&self) -> Arc<DetailCell> {
+        Arc::clone(&self.view)
+    }
+
+    /// Publishes the session's detail ([`crate::session::view`]): where its silence is
+    /// counted from on every call (an atomic store), the rest only when it changed.
+    fn publish(&mut self) {
+        self.view.set_silent_since(self.core.silent_since());
+        if self.shown.as_deref().is_some_and(|shown| shown.shows(&self.core, self.last_action)) {
+            return;
+        }
+        let detail = Arc::new(PublishedDetail::of(&self.core, self.last_action));
+        self.view.publish(Arc::clone(&detail));
+        self.shown = Some(detail);
     }
 
     /// Looks the session's model up in the server's window table, when the model or

@@ -30,7 +30,7 @@ impl SessionActor {
             Err(e) => {
                 tracing::warn!(server = %self.env.server, session = %self.core.id(), error = %e, "ledger: could not read this session's open intents");
                 self.core.on_intents_unreadable(self.env.now());
-                self.rearm(ctx);
+                self.settle(ctx);
             }
         }
     }

@@ -13,32 +13,12 @@ pub struct Inspect;
 impl Handler<Inspect> for SessionActor {
     type Result = MessageResult<Inspect>;
 
+    /// Built by the same code as the published detail ([`crate::session::view`]):
+    /// raw, redacted where it leaves, on the reader's thread (`SessionDetail::redacted`).
     fn handle(&mut self, _: Inspect, _: &mut Context<Self>) -> Self::Result {
-        let now = self.env.now();
-        let quiet_ms = i64::try_from(self.core.quiet_for(now).as_millis()).unwrap_or(i64::MAX);
-        MessageResult(SessionDetail {
-            server: self.env.server.to_string(),
-            id: self.core.id().to_string(),
-            // Raw: redacted where it leaves, on the reader's thread (`SessionDetail::redacted`):
-            // the status writer reads every session at each refresh, and redacting here
-            // would cost the actors' thread that much per refresh.
-            title: self.core.title().map(str::to_string),
-            directory: self.core.directory().map(str::to_string),
-            busy: self.core.is_busy(),
-            waiting_on_person: self.core.waits_on_person(),
-            last_activity_ms: now.wall_ms.saturating_sub(quiet_ms),
-            stall_timeout_ms: self.core.stall_clock().map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-            recovering: self.core.is_recovering(),
-            paused: self.core.pause().map(|p| p.as_str().to_string()),
-            attempts: self.core.attempts(),
-            todos: self.core.todos().to_vec(),
-            context_tokens: self.core.context().0,
-            context_window: self.core.context().1,
-            context_percent: self.core.context_share().map(|s| (s * 1000.0).round() / 10.0),
-            compacting: self.core.is_compacting(),
-            last_action: self.last_action,
-            handoff: HandoffView::of(self.core.handoff()),
-        })
+        let last_activity_ms = crate::session::view::last_activity_ms(self.env.now(), self.core.silent_since());
+        let detail = PublishedDetail::of(&self.core, self.last_action);
+        MessageResult(detail.to_detail(&self.env.server, self.core.id().to_string(), last_activity_ms))
     }
 }
 

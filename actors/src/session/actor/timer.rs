@@ -12,6 +12,14 @@
 use super::*;
 
 impl SessionActor {
+    /// After anything that may have changed the core: the session's detail is published
+    /// for readers ([`crate::session::view`]) and the timer re-armed. Every handler that
+    /// changes the core ends here (directly or through `apply`).
+    pub(super) fn settle(&mut self, ctx: &mut Context<Self>) {
+        self.publish();
+        self.rearm(ctx);
+    }
+
     /// Keeps at most one timer, never later than the core's next deadline. Activity
     /// only pushes a busy session's deadline back, so the timer is left where it is
     /// and, when it fires early, re-armed at the deadline then: one timer per stall

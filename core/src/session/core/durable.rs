@@ -41,7 +41,7 @@ impl SessionCore {
             (Some(Pause::Person), Some(wall_ms)) => Some(Box::new(hold::HoldUntil::at(wall_ms, now))),
             _ => None,
         };
-        self.todos = d.todos.as_slice().into();
+        self.todos = Arc::from(d.todos.as_slice());
         if d.interrupted_continued.is_some() || self.rare.is_some() {
             self.rare_mut().interrupted_continued.clone_from(&d.interrupted_continued);
         }

@@ -32,8 +32,8 @@ impl SessionCore {
                 }
                 let idle = self.busy == RunState::Idle;
                 self.followup.on_todos(&self.todos, todos, now.mono, idle, &self.cfg.review);
-                if *self.todos != **todos {
-                    self.todos = todos.as_slice().into();
+                if self.todos[..] != todos[..] {
+                    self.todos = Arc::from(todos.as_slice());
                     self.touch();
                 }
             }

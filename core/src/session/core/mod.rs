@@ -155,9 +155,10 @@ pub struct SessionCore {
     running_tools: Open<String>,
     /// Questions and permissions waiting on the person.
     waiting_on_person: Open<()>,
-    /// A boxed slice, made exactly to size when the list changes (a `Vec` kept a grown
-    /// capacity, and is 8 bytes more inline): memory per session is a scale target.
-    todos: Box<[Todo]>,
+    /// Made exactly to size when the list changes (a `Vec` kept a grown capacity, and
+    /// is 8 bytes more inline), and shared with the session's published detail (one
+    /// copy per list, not two): memory per session is a scale target.
+    todos: Arc<[Todo]>,
     /// Role and ownership of the last [`ROLE_MEMORY`] messages seen.
     messages: MessageMemory,
     turn: Option<TurnSettings>,
@@ -241,7 +242,7 @@ impl SessionCore {
             sighted_at: None,
             running_tools: Open::default(),
             waiting_on_person: Open::default(),
-            todos: Box::default(),
+            todos: Arc::default(),
             messages: MessageMemory::default(),
             turn: None,
             last_assistant: None,
@@ -286,6 +287,13 @@ impl SessionCore {
         h.finish()
     }
 
+    /// Counts the changes of the core's own durable fields, the todo list among them
+    /// (one load, unlike [`SessionCore::durable_generation`]): the session's published
+    /// view compares it after every event to see whether its todos changed.
+    pub fn facts_generation(&self) -> u64 {
+        self.generation
+    }
+
     /// Marks a change of a durable field.
     fn touch(&mut self) {
         self.generation = self.generation.wrapping_add(1);
@@ -313,6 +321,11 @@ impl SessionCore {
 
     pub fn todos(&self) -> &[Todo] {
         &self.todos
+    }
+
+    /// The todo list, shared (the session's published detail holds it without a copy).
+    pub fn shared_todos(&self) -> Arc<[Todo]> {
+        Arc::clone(&self.todos)
     }
 
     pub fn is_recovering(&self) -> bool {

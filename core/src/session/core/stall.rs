@@ -18,7 +18,7 @@ impl SessionCore {
     /// Where the stall timer counts silence from: the last activity, or the moment the
     /// event stream came back if that is later (a session Shepherd could not see was not
     /// silent, only unseen).
-    pub(super) fn silent_since(&self) -> Instant {
+    pub fn silent_since(&self) -> Instant {
         self.watched_since(self.last_activity)
     }
 

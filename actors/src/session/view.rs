@@ -1,0 +1,275 @@
+//! A session's detail as readers see it without asking its actor: the status file,
+//! `/v1/status`, `/v1/sessions` and the metrics read every session at each refresh, and
+//! a message to each of 100,000 actors cost their thread over a second of work and held
+//! back their stall timers.
+//!
+//! Each session actor shares a [`DetailCell`] with its slot in the registry. The one
+//! field that changes on nearly every event, where the session's silence is counted
+//! from, is an atomic the actor stores after each change; the rest is a
+//! [`PublishedDetail`], rebuilt and swapped in only when it differs from the one
+//! published before (a comparison of a few words and two short strings per event; the
+//! todo list is compared by the core's count of its changes). The actor publishes after
+//! everything that changes its core (see `SessionActor::settle`), so a reader sees what
+//! the actor's own answer ([`super::actor::Inspect`]) would be, built by the same code.
+//! Until the actor has loaded its state from the ledger nothing is published: readers
+//! ask the actor then, as before.
+//!
+//! Details leave raw; whoever sends one out redacts it.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::control::{HandoffView, SessionDetail};
+use crate::event::Todo;
+use crate::journal::LastAction;
+use crate::session::core::{Now, SessionCore};
+use crate::session::handoff::Phase;
+use crate::session::pause::Pause;
+
+/// What a session's actor and its registry slot share (small: one per session).
+#[derive(Debug, Default)]
+pub struct DetailCell {
+    /// [`SessionCore::silent_since`], as nanoseconds from [`base`].
+    silent_since: AtomicI64,
+    /// The rest of the detail; `None` until the actor has loaded its state.
+    published: Mutex<Option<Arc<PublishedDetail>>>,
+}
+
+impl DetailCell {
+    /// The session's detail as its actor would answer it at `now` (`server` and `id` are
+    /// the slot's); `None` while nothing is published yet.
+    pub fn detail(&self, server: &str, id: String, now: Now) -> Option<SessionDetail> {
+        let published = Arc::clone(self.published.lock().unwrap_or_else(PoisonError::into_inner).as_ref()?);
+        let silent_since = from_nanos(self.silent_since.load(Ordering::Acquire));
+        Some(published.to_detail(server, id, last_activity_ms(now, silent_since)))
+    }
+
+    /// Whether the actor has published its detail.
+    pub fn is_published(&self) -> bool {
+        self.published.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+    }
+
+    /// The session's silence is counted from `t` now.
+    pub(crate) fn set_silent_since(&self, t: Instant) {
+        self.silent_since.store(to_nanos(t), Ordering::Release);
+    }
+
+    /// `detail` replaces the published one.
+    pub(crate) fn publish(&self, detail: Arc<PublishedDetail>) {
+        *self.published.lock().unwrap_or_else(PoisonError::into_inner) = Some(detail);
+    }
+}
+
+/// Epoch ms of the session's last activity as of `now`: the wall clock less how long
+/// the session has been silent (what the detail calls `last_activity_ms`).
+pub fn last_activity_ms(now: Now, silent_since: Instant) -> i64 {
+    let quiet_ms = i64::try_from(now.mono.saturating_duration_since(silent_since).as_millis()).unwrap_or(i64::MAX);
+    now.wall_ms.saturating_sub(quiet_ms)
+}
+
+/// Instants are stored as signed nanoseconds from one moment of the process (the first
+/// asked): an `i64` fits in an atomic and spans ±292 years.
+fn base() -> std::time::Instant {
+    static BASE: OnceLock<std::time::Instant> = OnceLock::new();
+    *BASE.get_or_init(std::time::Instant::now)
+}
+
+fn to_nanos(t: Instant) -> i64 {
+    let (t, base) = (t.into_std(), base());
+    match t.checked_duration_since(base) {
+        Some(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+        None => i64::try_from(base.duration_since(t).as_nanos()).map_or(i64::MIN, |n| -n),
+    }
+}
+
+fn from_nanos(n: i64) -> Instant {
+    let base = base();
+    let t = if n >= 0 {
+        base.checked_add(Duration::from_nanos(n.unsigned_abs()))
+    } else {
+        base.checked_sub(Duration::from_nanos(n.unsigned_abs()))
+    };
+    Instant::from_std(t.unwrap_or(base))
+}
+
+/// Everything a session's detail shows but its name and its last activity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublishedDetail {
+    /// [`SessionCore::facts_generation`] when built (the todos changed if it moved).
+    facts_generation: u64,
+    title: Option<String>,
+    directory: Option<String>,
+    /// The core's own list, shared.
+    todos: Arc<[Todo]>,
+    last_action: Option<LastAction>,
+    stall_timeout: Option<Duration>,
+    context_tokens: Option<u64>,
+    context_window: Option<u64>,
+    context_percent: Option<f64>,
+    attempts: u32,
+    paused: Option<Pause>,
+    phase: Phase,
+    busy: bool,
+    waiting_on_person: bool,
+    recovering: bool,
+    compacting: bool,
+    /// The hand-off's names, when it has any. Boxed: most sessions never have one.
+    handoff: Option<Box<HandoffNames>>,
+}
+
+/// A hand-off's (or its origin's) names and reason.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct HandoffNames {
+    id: Option<String>,
+    new_session: Option<String>,
+    from: Option<String>,
+    reason: Option<String>,
+}
+
+impl HandoffNames {
+    fn of(r: &crate::session::handoff::Rollover) -> Option<Box<HandoffNames>> {
+        let names = (r.id(), r.new_session(), r.from(), r.reason());
+        (names != (None, None, None, None)).then(|| {
+            Box::new(HandoffNames {
+                id: names.0.map(str::to_string),
+                new_session: names.1.map(str::to_string),
+                from: names.2.map(str::to_string),
+                reason: names.3.map(str::to_string),
+            })
+        })
+    }
+
+    /// Whether these are the rollover's names (`None`: it has none).
+    fn match_rollover(names: Option<&HandoffNames>, r: &crate::session::handoff::Rollover) -> bool {
+        let mine = names.map_or((None, None, None, None), |n| {
+            (n.id.as_deref(), n.new_session.as_deref(), n.from.as_deref(), n.reason.as_deref())
+        });
+        mine == (r.id(), r.new_session(), r.from(), r.reason())
+    }
+}
+
+impl PublishedDetail {
+    /// The detail of the session `core` describes, whose latest record is `last_action`.
+    pub fn of(core: &SessionCore, last_action: Option<LastAction>) -> PublishedDetail {
+        let (context_tokens, context_window) = core.context();
+        PublishedDetail {
+            facts_generation: core.facts_generation(),
+            title: core.title().map(str::to_string),
+            directory: core.directory().map(str::to_string),
+            todos: core.shared_todos(),
+            last_action,
+            stall_timeout: core.stall_clock(),
+            context_tokens,
+            context_window,
+            context_percent: core.context_share().map(|s| (s * 1000.0).round() / 10.0),
+            attempts: core.attempts(),
+            paused: core.pause(),
+            phase: core.handoff().phase(),
+            busy: core.is_busy(),
+            waiting_on_person: core.waits_on_person(),
+            recovering: core.is_recovering(),
+            compacting: core.is_compacting(),
+            handoff: HandoffNames::of(core.handoff()),
+        }
+    }
+
+    /// Whether this is still the detail of `core` (and `last_action`): what
+    /// [`PublishedDetail::of`] would build, found without building it. Runs after every
+    /// event, so it allocates nothing; the context share follows from the two numbers.
+    pub fn shows(&self, core: &SessionCore, last_action: Option<LastAction>) -> bool {
+        self.facts_generation == core.facts_generation()
+            && self.busy == core.is_busy()
+            && self.waiting_on_person == core.waits_on_person()
+            && self.recovering == core.is_recovering()
+            && self.compacting == core.is_compacting()
+            && self.paused == core.pause()
+            && self.attempts == core.attempts()
+            && (self.context_tokens, self.context_window) == core.context()
+            && self.stall_timeout == core.stall_clock()
+            && self.last_action == last_action
+            && self.phase == core.handoff().phase()
+            && HandoffNames::match_rollover(self.handoff.as_deref(), core.handoff())
+            && self.title.as_deref() == core.title()
+            && self.directory.as_deref() == core.directory()
+    }
+
+    /// The whole detail, with the session's name and last activity.
+    pub fn to_detail(&self, server: &str, id: String, last_activity_ms: i64) -> SessionDetail {
+        let names = self.handoff.as_deref().cloned().unwrap_or_default();
+        SessionDetail {
+            server: server.to_string(),
+            id,
+            title: self.title.clone(),
+            directory: self.directory.clone(),
+            busy: self.busy,
+            waiting_on_person: self.waiting_on_person,
+            last_activity_ms,
+            stall_timeout_ms: self.stall_timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            recovering: self.recovering,
+            paused: self.paused.map(|p| p.as_str().to_string()),
+            attempts: self.attempts,
+            todos: self.todos.to_vec(),
+            context_tokens: self.context_tokens,
+            context_window: self.context_window,
+            context_percent: self.context_percent,
+            compacting: self.compacting,
+            last_action: self.last_action,
+            handoff: HandoffView {
+                phase: self.phase.as_str().to_string(),
+                id: names.id,
+                new_session: names.new_session,
+                from: names.from,
+                reason: names.reason,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RecoveryConfig;
+    use crate::session::core::HoldScope;
+
+    /// With no record beside it (the actor's test sees such a change with its journal
+    /// record): a person waited on makes the published detail stale by itself, and
+    /// activity does not (it is the atomic's). A pause also moves the durable count.
+    #[test]
+    fn a_change_with_no_record_beside_it_is_seen() {
+        let start = Now { mono: Instant::now(), wall_ms: 1_000_000 };
+        let mut core = SessionCore::new("srv", "ses_A", Arc::new(RecoveryConfig::default().into()), start);
+        let event = |kind: &str, props: &str| {
+            let json = format!(r#"{{"directory":"/p","payload":{{"type":"{kind}","properties":{props}}}}}"#);
+            crate::event::decode(&json).expect("decodes").event
+        };
+        let mut shown = PublishedDetail::of(&core, None);
+        let mut step = |core: &SessionCore, what: &str, changes: bool| {
+            let now = PublishedDetail::of(core, None);
+            assert_eq!(now != shown, changes, "{what}");
+            assert_eq!(shown.shows(core, None), !changes, "{what}");
+            shown = now;
+        };
+        core.observe(&event("question.asked", r#"{"id":"que_1","sessionID":"ses_A"}"#), start);
+        step(&core, "a question", true);
+        core.observe(&event("message.part.delta", r#"{"sessionID":"ses_A","messageID":"msg_1","partID":"prt_1"}"#), start);
+        step(&core, "activity", false);
+        core.observe(&event("question.replied", r#"{"requestID":"que_1","sessionID":"ses_A"}"#), start);
+        step(&core, "its answer", true);
+        core.on_hold(HoldScope::Session, None, "test", start);
+        step(&core, "a pause", true);
+        core.on_release(HoldScope::Session, "test", start);
+        step(&core, "its release", true);
+    }
+
+    /// An instant survives the atomic's round trip exactly, before and after the base.
+    #[test]
+    fn instants_round_trip_through_nanoseconds() {
+        let now = Instant::now();
+        for t in [now, now + Duration::from_secs(3600), now.checked_sub(Duration::from_secs(7)).unwrap_or(now)] {
+            assert_eq!(from_nanos(to_nanos(t)), t);
+        }
+    }
+}
