@@ -100,15 +100,15 @@ fn from_nanos(n: i64) -> Instant {
 pub struct PublishedDetail {
     /// [`SessionCore::facts_generation`] when built (the todos changed if it moved).
     facts_generation: u64,
-    title: Option<String>,
-    directory: Option<String>,
-    /// The core's own list, shared.
+    /// The core's own strings and list, shared (not copied: memory per session is a
+    /// scale target).
+    title: Option<Arc<str>>,
+    directory: Option<Arc<str>>,
     todos: Arc<[Todo]>,
     last_action: Option<LastAction>,
     stall_timeout: Option<Duration>,
     context_tokens: Option<u64>,
     context_window: Option<u64>,
-    context_percent: Option<f64>,
     attempts: u32,
     paused: Option<Pause>,
     phase: Phase,
@@ -118,6 +118,15 @@ pub struct PublishedDetail {
     compacting: bool,
     /// The hand-off's names, when it has any. Boxed: most sessions never have one.
     handoff: Option<Box<HandoffNames>>,
+}
+
+/// The share of the window the latest model call's prompt took, in % to one decimal
+/// (the core's `context_share`, from the same two numbers: not stored twice).
+fn context_percent(tokens: Option<u64>, window: Option<u64>) -> Option<f64> {
+    match (tokens, window) {
+        (Some(t), Some(w)) if w > 0 => Some((t as f64 / w as f64 * 1000.0).round() / 10.0),
+        _ => None,
+    }
 }
 
 /// A hand-off's (or its origin's) names and reason.
@@ -155,16 +164,16 @@ impl PublishedDetail {
     /// The detail of the session `core` describes, whose latest record is `last_action`.
     pub fn of(core: &SessionCore, last_action: Option<LastAction>) -> PublishedDetail {
         let (context_tokens, context_window) = core.context();
+        let (title, directory) = core.shared_names();
         PublishedDetail {
             facts_generation: core.facts_generation(),
-            title: core.title().map(str::to_string),
-            directory: core.directory().map(str::to_string),
+            title,
+            directory,
             todos: core.shared_todos(),
             last_action,
             stall_timeout: core.stall_clock(),
             context_tokens,
             context_window,
-            context_percent: core.context_share().map(|s| (s * 1000.0).round() / 10.0),
             attempts: core.attempts(),
             paused: core.pause(),
             phase: core.handoff().phase(),
@@ -202,8 +211,8 @@ impl PublishedDetail {
         SessionDetail {
             server: server.to_string(),
             id,
-            title: self.title.clone(),
-            directory: self.directory.clone(),
+            title: self.title.as_deref().map(str::to_string),
+            directory: self.directory.as_deref().map(str::to_string),
             busy: self.busy,
             waiting_on_person: self.waiting_on_person,
             last_activity_ms,
@@ -214,7 +223,7 @@ impl PublishedDetail {
             todos: self.todos.to_vec(),
             context_tokens: self.context_tokens,
             context_window: self.context_window,
-            context_percent: self.context_percent,
+            context_percent: context_percent(self.context_tokens, self.context_window),
             compacting: self.compacting,
             last_action: self.last_action,
             handoff: HandoffView {

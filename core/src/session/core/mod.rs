@@ -133,11 +133,12 @@ pub struct SessionCore {
     /// Shared with the registry's key for the session (one copy of the id per session).
     id: Arc<str>,
     cfg: Arc<SessionRules>,
-    /// `Box<str>`: replaced whole, only when it changes.
-    directory: Option<Box<str>>,
-    /// The session's title as the server last described it (shown by `shepherd top`).
-    /// Boxed: one pointer and length inline, nothing when there is none.
-    title: Option<Box<str>>,
+    /// Replaced whole, only when it changes; an `Arc` shared with the session's
+    /// published detail (one copy per session, not two).
+    directory: Option<Arc<str>>,
+    /// The session's title as the server last described it (shown by `shepherd top`);
+    /// shared like the directory.
+    title: Option<Arc<str>>,
     created_ms: Option<i64>,
     busy: RunState,
     last_activity: Instant,
@@ -326,6 +327,11 @@ impl SessionCore {
     /// The todo list, shared (the session's published detail holds it without a copy).
     pub fn shared_todos(&self) -> Arc<[Todo]> {
         Arc::clone(&self.todos)
+    }
+
+    /// The title and the directory, shared like the todos.
+    pub fn shared_names(&self) -> (Option<Arc<str>>, Option<Arc<str>>) {
+        (self.title.clone(), self.directory.clone())
     }
 
     pub fn is_recovering(&self) -> bool {
