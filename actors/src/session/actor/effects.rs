@@ -1,6 +1,6 @@
 //! Carrying out the core's effects: each record goes to the ledger and the journal,
-//! each order to the runner; then the durable state is written if it changed and
-//! the timer re-armed.
+//! each order to the runner; then the durable state is written if it changed, the
+//! session's detail published and the timer re-armed (`settle`).
 
 use super::*;
 
