@@ -5,7 +5,10 @@
 //! procedures in `session::procedures` (each given only the ports it needs) beside the
 //! actor's mailbox, so events keep flowing in meanwhile (our own abort's among them);
 //! [`Report`] is how it ended, and [`Report::into_core`] hands it to the core, which
-//! decides what follows. Nothing else starts a procedure.
+//! decides what follows. One other place starts one: a person's custom prompt
+//! (`requests.rs`), whose caller waits for the outcome; it delivers through the same
+//! `deliver_with_intent` and hands the outcome to the same `on_prompt_finished`, but is
+//! not listed in `running` nor counted in `in_flight` (as before the runner).
 //!
 //! Two kinds of bookkeeping are the runner's, not the procedures': a procedure that holds
 //! an intent open in the ledger is listed in `running` while it runs (so a reconnect
