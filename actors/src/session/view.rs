@@ -6,9 +6,12 @@
 //! Each session actor shares a [`DetailCell`] with its slot in the registry. The one
 //! field that changes on nearly every event, where the session's silence is counted
 //! from, is an atomic the actor stores after each change; the rest is a
-//! [`PublishedDetail`], rebuilt and swapped in only when it differs from the one
-//! published before (a comparison of a few words and two short strings per event; the
-//! todo list is compared by the core's count of its changes). The actor publishes after
+//! [`PublishedDetail`], rebuilt and swapped in only when its [`fingerprint`] differs from
+//! the one published before. The fingerprint is a hash of a few words the core holds
+//! anyway, kept inline in the actor: at 100,000 sessions the fleet no longer fits in the
+//! cache, and comparing with the published copy itself read two or three more lines of
+//! memory per event (measured: the server thread's CPU per event 10–15 % higher). The
+//! actor publishes after
 //! everything that changes its core (see `SessionActor::settle`), so a reader sees what
 //! the actor's own answer ([`super::actor::Inspect`]) would be, built by the same code.
 //! Until the actor has loaded its state from the ledger nothing is published: readers
@@ -16,6 +19,8 @@
 //!
 //! Details leave raw; whoever sends one out redacts it.
 
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -98,8 +103,6 @@ fn from_nanos(n: i64) -> Instant {
 /// Everything a session's detail shows but its name and its last activity.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PublishedDetail {
-    /// [`SessionCore::facts_generation`] when built (the todos changed if it moved).
-    facts_generation: u64,
     /// The core's own strings and list, shared (not copied: memory per session is a
     /// scale target).
     title: Option<Arc<str>>,
@@ -150,14 +153,6 @@ impl HandoffNames {
             })
         })
     }
-
-    /// Whether these are the rollover's names (`None`: it has none).
-    fn match_rollover(names: Option<&HandoffNames>, r: &crate::session::handoff::Rollover) -> bool {
-        let mine = names.map_or((None, None, None, None), |n| {
-            (n.id.as_deref(), n.new_session.as_deref(), n.from.as_deref(), n.reason.as_deref())
-        });
-        mine == (r.id(), r.new_session(), r.from(), r.reason())
-    }
 }
 
 impl PublishedDetail {
@@ -166,7 +161,6 @@ impl PublishedDetail {
         let (context_tokens, context_window) = core.context();
         let (title, directory) = core.shared_names();
         PublishedDetail {
-            facts_generation: core.facts_generation(),
             title,
             directory,
             todos: core.shared_todos(),
@@ -183,26 +177,6 @@ impl PublishedDetail {
             compacting: core.is_compacting(),
             handoff: HandoffNames::of(core.handoff()),
         }
-    }
-
-    /// Whether this is still the detail of `core` (and `last_action`): what
-    /// [`PublishedDetail::of`] would build, found without building it. Runs after every
-    /// event, so it allocates nothing; the context share follows from the two numbers.
-    pub fn shows(&self, core: &SessionCore, last_action: Option<LastAction>) -> bool {
-        self.facts_generation == core.facts_generation()
-            && self.busy == core.is_busy()
-            && self.waiting_on_person == core.waits_on_person()
-            && self.recovering == core.is_recovering()
-            && self.compacting == core.is_compacting()
-            && self.paused == core.pause()
-            && self.attempts == core.attempts()
-            && (self.context_tokens, self.context_window) == core.context()
-            && self.stall_timeout == core.stall_clock()
-            && self.last_action == last_action
-            && self.phase == core.handoff().phase()
-            && HandoffNames::match_rollover(self.handoff.as_deref(), core.handoff())
-            && self.title.as_deref() == core.title()
-            && self.directory.as_deref() == core.directory()
     }
 
     /// The whole detail, with the session's name and last activity.
@@ -237,6 +211,31 @@ impl PublishedDetail {
     }
 }
 
+/// A fingerprint of everything [`PublishedDetail::of`] reads from `core` (and
+/// `last_action`), found without building it or reading the published copy: it runs
+/// after every event, so it allocates nothing and follows no pointer but the hand-off's
+/// names (only while there is one). The todo list is hashed by the core's count of its
+/// changes, the title and directory by where their text lives — each replaced whole when
+/// it changes, and the published copy keeps the old text alive, so an unchanged address
+/// is unchanged text. Like the durable state's generation (`durable_generation`) it is a
+/// 64-bit hash: two different details share one with a chance of 2⁻⁶⁴ per change, and
+/// then readers see the earlier detail until the next change.
+pub fn fingerprint(core: &SessionCore, last_action: Option<LastAction>) -> NonZeroU64 {
+    /// Fixed, not random per process: nothing here comes from outside as a key.
+    const SEED: u64 = 0x5e55_1011_de7a_1100;
+    let mut h = foldhash::fast::FixedState::with_seed(SEED).build_hasher();
+    let place = |text: Option<&str>| text.map(|t| (t.as_ptr() as usize, t.len()));
+    core.facts_generation().hash(&mut h);
+    (place(core.title()), place(core.directory())).hash(&mut h);
+    (core.is_busy(), core.waits_on_person(), core.is_recovering(), core.is_compacting()).hash(&mut h);
+    (core.pause().map(Pause::as_str), core.attempts(), core.handoff().phase().as_str()).hash(&mut h);
+    (core.context(), core.stall_clock()).hash(&mut h);
+    last_action.map(|a| (a.at_ms, a.action.as_str(), a.outcome.as_str())).hash(&mut h);
+    let r = core.handoff();
+    (r.id(), r.new_session(), r.from(), r.reason()).hash(&mut h);
+    NonZeroU64::new(h.finish()).unwrap_or(NonZeroU64::MIN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,11 +253,11 @@ mod tests {
             let json = format!(r#"{{"directory":"/p","payload":{{"type":"{kind}","properties":{props}}}}}"#);
             crate::event::decode(&json).expect("decodes").event
         };
-        let mut shown = PublishedDetail::of(&core, None);
+        let mut shown = (PublishedDetail::of(&core, None), fingerprint(&core, None));
         let mut step = |core: &SessionCore, what: &str, changes: bool| {
-            let now = PublishedDetail::of(core, None);
-            assert_eq!(now != shown, changes, "{what}");
-            assert_eq!(shown.shows(core, None), !changes, "{what}");
+            let now = (PublishedDetail::of(core, None), fingerprint(core, None));
+            assert_eq!(now.0 != shown.0, changes, "{what}");
+            assert_eq!(now.1 != shown.1, changes, "{what}");
             shown = now;
         };
         core.observe(&event("question.asked", r#"{"id":"que_1","sessionID":"ses_A"}"#), start);

@@ -33,6 +33,7 @@ pub use messages::{
 };
 pub use requests::{DeliverCustom, Inspect, RequestHandoff, ResumeSnapshot, SetHold};
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -57,7 +58,7 @@ use crate::session::procedures::finish::{finish, same_action, FinishOrder, Finis
 use crate::session::procedures::hand_over::{run_step, HandoffOrder, StepReport, Tools};
 use crate::session::procedures::in_flight::InFlight;
 use crate::session::procedures::recover::recover;
-use crate::session::view::{DetailCell, PublishedDetail};
+use crate::session::view::{self, DetailCell, PublishedDetail};
 use runner::Procedure;
 
 /// One OpenCode session.
@@ -90,9 +91,9 @@ pub struct SessionActor {
     /// The state changed while a write was under way: written once that one is done.
     save_pending: bool,
     /// What readers see of this session without asking it (shared with its registry
-    /// slot), and the detail last published there.
+    /// slot), and the fingerprint of the detail last published there.
     view: Arc<DetailCell>,
-    shown: Option<Arc<PublishedDetail>>,
+    shown: Option<NonZeroU64>,
 }
 
 impl SessionActor {
@@ -133,15 +134,16 @@ impl SessionActor {
     }
 
     /// Publishes the session's detail ([`crate::session::view`]): where its silence is
-    /// counted from on every call (an atomic store), the rest only when it changed.
+    /// counted from on every call (an atomic store), the rest only when its fingerprint
+    /// moved.
     fn publish(&mut self) {
         self.view.set_silent_since(self.core.silent_since());
-        if self.shown.as_deref().is_some_and(|shown| shown.shows(&self.core, self.last_action)) {
+        let fingerprint = view::fingerprint(&self.core, self.last_action);
+        if self.shown == Some(fingerprint) {
             return;
         }
-        let detail = Arc::new(PublishedDetail::of(&self.core, self.last_action));
-        self.view.publish(Arc::clone(&detail));
-        self.shown = Some(detail);
+        self.view.publish(Arc::new(PublishedDetail::of(&self.core, self.last_action)));
+        self.shown = Some(fingerprint);
     }
 
     /// Looks the session's model up in the server's window table, when the model or
