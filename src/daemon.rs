@@ -58,7 +58,24 @@ fn server_threads(configured: usize) -> Vec<Arbiter> {
         n => n,
     };
     tracing::info!(threads = n, "servers (their event pumps and sessions) run on {n} thread(s)");
-    (0..n).map(|_| Arbiter::new()).collect()
+    (0..n)
+        .map(|i| {
+            let arbiter = Arbiter::new();
+            arbiter.spawn_fn(move || name_this_thread(&format!("shepherd-srv-{i}")));
+            arbiter
+        })
+        .collect()
+}
+
+/// Names the calling thread as `top -H`, `ps -L` and `/proc/…/task/*/comm` show it
+/// (Linux keeps 15 bytes). actix names its threads `actix-rt|system:0|arbiter:N`, cut
+/// to `actix-rt|system` for all of them: the servers' threads and the main one could
+/// not be told apart. Best effort: elsewhere, or where `/proc` is not mounted, the
+/// name stays actix's.
+fn name_this_thread(name: &str) {
+    if let Err(e) = std::fs::write("/proc/thread-self/comm", name) {
+        tracing::debug!(error = %e, name, "could not name the thread");
+    }
 }
 
 impl Daemon {
@@ -289,6 +306,44 @@ impl Daemon {
         self.trimmer.abort();
         for arbiter in &self.server_threads {
             arbiter.stop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `top -H` tells the servers' threads apart: each is named `shepherd-srv-N`
+    /// (actix's own names are all cut to `actix-rt|system`).
+    #[actix::test]
+    async fn the_servers_threads_are_named_for_what_they_run() {
+        let threads = server_threads(2);
+        let names = || -> Vec<String> {
+            std::fs::read_dir("/proc/self/task")
+                .map(|tasks| {
+                    tasks
+                        .flatten()
+                        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+                        .map(|n| n.trim_end().to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let want = ["shepherd-srv-0", "shepherd-srv-1"];
+        let mut seen = names();
+        for _ in 0..200 {
+            if want.iter().all(|w| seen.iter().any(|n| n == w)) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            seen = names();
+        }
+        for arbiter in &threads {
+            arbiter.stop();
+        }
+        for w in want {
+            assert!(seen.iter().any(|n| n == w), "no thread named {w} among {seen:?}");
         }
     }
 }
