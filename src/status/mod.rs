@@ -181,13 +181,24 @@ impl StatusBoard {
             // Redacted here, on the status thread, not by each session actor.
             sessions: {
                 let r = crate::logging::redactor();
+                // One copy of each server's name for all its sessions.
+                let mut servers: Vec<Arc<str>> = Vec::new();
                 fleet
                     .sessions
                     .iter()
                     .map(|d| {
-                        let mut live = LiveSession::from(d);
+                        let server = match servers.iter().find(|s| ***s == *d.server) {
+                            Some(s) => Arc::clone(s),
+                            None => {
+                                servers.push(d.server.as_str().into());
+                                Arc::clone(&servers[servers.len() - 1])
+                            }
+                        };
+                        let mut live = LiveSession::of(d, server);
                         if let Some(title) = live.title.as_mut() {
-                            r.redact_in_place(title);
+                            if let std::borrow::Cow::Owned(clean) = r.redact(title) {
+                                *title = clean.into();
+                            }
                         }
                         live
                     })

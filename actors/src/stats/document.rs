@@ -3,6 +3,7 @@
 //! each session is in ([`SessionState::of`]). Pure, like the rest of `stats`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -11,33 +12,42 @@ use crate::control::SessionDetail;
 
 /// What the status document needs of a live session: its [`SessionDetail`] without the
 /// todo list, directory, last record and hand-off particulars. A fraction of its size,
-/// so the status writer can keep the whole fleet's between refreshes.
+/// so the status writer can keep the whole fleet's between refreshes; its texts are
+/// boxed to size and the server's name shared ([`LiveSession::of`]), since memory per
+/// session is a scale target.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LiveSession {
-    pub id: String,
-    pub server: String,
-    pub title: Option<String>,
+    pub id: Box<str>,
+    pub server: Arc<str>,
+    pub title: Option<Box<str>>,
     /// `user_abort` or `gave_up` when automation is off.
-    pub paused: Option<String>,
+    pub paused: Option<Box<str>>,
     pub activity: Activity,
     pub todos: TodoCounts,
     pub context_tokens: Option<u64>,
     pub context_window: Option<u64>,
 }
 
-impl From<&SessionDetail> for LiveSession {
-    fn from(d: &SessionDetail) -> Self {
+impl LiveSession {
+    /// `d`, with `server` its server's name as every session of that server shares it.
+    pub fn of(d: &SessionDetail, server: Arc<str>) -> Self {
         let c = crate::session::prompt::TodoCounts::of(&d.todos);
         LiveSession {
-            id: d.id.clone(),
-            server: d.server.clone(),
-            title: d.title.clone(),
-            paused: d.paused.clone(),
+            id: d.id.as_str().into(),
+            server,
+            title: d.title.as_deref().map(Into::into),
+            paused: d.paused.as_deref().map(Into::into),
             activity: Activity::of(d),
             todos: TodoCounts { open: c.open, completed: c.completed, total: c.total },
             context_tokens: d.context_tokens,
             context_window: d.context_window,
         }
+    }
+}
+
+impl From<&SessionDetail> for LiveSession {
+    fn from(d: &SessionDetail) -> Self {
+        LiveSession::of(d, d.server.as_str().into())
     }
 }
 
@@ -317,7 +327,7 @@ impl SessionStatus {
         let todos = live.map_or_else(TodoCounts::default, |d| d.todos);
         SessionStatus {
             server: server.to_string(),
-            title: live.and_then(|d| d.title.clone()),
+            title: live.and_then(|d| d.title.as_deref().map(str::to_string)),
             elapsed: if s.first_seen_ms > 0 { (now_ms - s.first_seen_ms).max(0) } else { 0 },
             status,
             state: live.map_or(SessionState::Untracked, |d| SessionState::of_activity(&d.activity, now_ms)),

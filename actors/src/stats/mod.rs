@@ -256,7 +256,7 @@ impl StatsBook {
 
     /// Forgets sessions that are not `live` and had no record for `forget_after_ms`.
     pub fn forget_quiet(&mut self, live: &[LiveSession], now_ms: i64, forget_after_ms: i64) {
-        let live: std::collections::HashSet<&str> = live.iter().map(|d| d.id.as_str()).collect();
+        let live: std::collections::HashSet<&str> = live.iter().map(|d| &*d.id).collect();
         self.sessions.retain(|id, s| live.contains(id.as_str()) || now_ms - s.last_record_ms < forget_after_ms);
         self.reasons.retain(|reason| Arc::strong_count(reason) > 1);
     }
@@ -273,8 +273,8 @@ impl StatsBook {
         let empty = SessionStats::default();
         let mut sessions = BTreeMap::new();
         for d in live {
-            let stats = self.sessions.get(&d.id).map_or(&empty, |s| &**s);
-            sessions.insert(d.id.clone(), SessionStatus::of(stats, Some(d), &d.server, now_ms));
+            let stats = self.sessions.get(&*d.id).map_or(&empty, |s| &**s);
+            sessions.insert(d.id.to_string(), SessionStatus::of(stats, Some(d), &d.server, now_ms));
         }
         for (id, stats) in &self.sessions {
             if !sessions.contains_key(id) {
