@@ -8,7 +8,9 @@ use std::time::Duration;
 use actix::prelude::*;
 use async_trait::async_trait;
 use shepherd_actors::config::{RecoveryConfig, SupervisorConfig};
-use shepherd_actors::control::{GetSession, ListSessions, PauseTarget, SessionDetail, SetPause, StartHandoff};
+use shepherd_actors::control::{
+    ControlError, CustomPromptRequest, GetSession, ListSessions, PauseTarget, SendCustomPrompt, SessionDetail, SetPause, StartHandoff,
+};
 use shepherd_actors::session::actor::Inspect;
 use shepherd_actors::event::{decode, ModelRef, Role, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
@@ -1386,4 +1388,39 @@ async fn a_session_still_loading_its_state_is_listed_once_its_actor_answers() {
     assert!(got.busy);
     assert!(w.registry.is_published("ses_L"));
     assert_published_detail_is_the_actors(&w, "ses_L", "loaded").await;
+}
+
+/// A person's prompt on its way when Shepherd shuts down is waited for, like a continue
+/// (it is not cut off half-sent, its intent left open); one asked for while shutdown
+/// waits is refused, and the person is told why.
+#[actix::test]
+async fn shutdown_waits_for_a_custom_prompt_on_its_way_and_refuses_one_after_it_began() {
+    tokio::time::pause();
+    let w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.busy("ses_A");
+    w.engine.busy.lock().unwrap().remove("ses_A");
+    w.send(r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}}"#);
+    settle().await;
+    let prompt = |text: &str| SendCustomPrompt {
+        session: "ses_A".into(),
+        request: CustomPromptRequest { message: Some(text.into()), ..CustomPromptRequest::default() },
+    };
+    *w.engine.slow_prompt.lock().unwrap() = Some(Duration::from_secs(10));
+    let first = actix::spawn(w.supervisor.send(prompt("first")));
+    settle().await;
+    assert!(w.engine.prompts.lock().unwrap().is_empty(), "on its way, not arrived");
+
+    let shutdown = actix::spawn(w.supervisor.send(Shutdown { grace: Duration::from_secs(30) }));
+    settle().await;
+    let second = w.supervisor.send(prompt("second")).await.expect("answered");
+    assert!(matches!(second, Err(ControlError::ShuttingDown)), "{second:?}");
+
+    let left = shutdown.await.expect("joined").expect("answered");
+    assert_eq!(left, 0, "nothing cut off");
+    let sent: Vec<String> = w.engine.prompts.lock().unwrap().iter().map(|(_, p)| p.text.clone()).collect();
+    assert_eq!(sent.len(), 1, "the first arrived before shutdown answered, the second never: {sent:?}");
+    assert!(sent[0].contains("first"));
+    let first = first.await.expect("joined").expect("answered").expect("a reply");
+    assert!(first.success);
 }

@@ -1,9 +1,9 @@
 //! What the control API asks of one session: its detail, a custom prompt, the off
 //! switch, a hand-off now, a snapshot resumed.
 
-use crate::session::procedures::deliver::deliver_with_intent;
-use crate::session::prompt::custom_template;
+use super::runner::{Procedure, Report};
 use super::*;
+use crate::session::prompt::custom_template;
 
 /// What Shepherd knows about this session (status, control API, tests).
 #[derive(Message)]
@@ -41,15 +41,15 @@ impl Handler<DeliverCustom> for SessionActor {
         let now = self.env.now();
         let order = self.core.custom_order(template, now);
         let summary = order.facts.context_summary.clone();
-        let env = self.env.clone();
-        let work = async move {
-            let delivery = deliver_with_intent(env.outbound(), env.ledger.as_ref(), &order, env.clock.wall_ms()).await;
-            (order, delivery)
-        };
-        Box::pin(work.into_actor(self).map(move |(order, delivery), act, ctx| {
-            let effects = act.core.on_prompt_finished(&order, &delivery, act.env.now());
-            act.apply(effects, ctx);
+        // Through the runner, like every prompt: its intent listed as running, shutdown
+        // waiting for it, none sent once shutdown began.
+        Box::pin(self.start(Procedure::Deliver(order)).map(move |report, act, ctx| {
+            let Report::Delivered(order, delivery) = &report else {
+                unreachable!("a delivery reports a delivery")
+            };
             let todos = delivery.todos().map_or_else(|| order.known_todos.clone(), <[_]>::to_vec);
+            let delivery = delivery.clone();
+            act.take_report(report, ctx);
             let (success, message, reason) = match delivery {
                 Delivery::Sent { text, .. } => (true, text, None),
                 Delivery::Skipped { reason, .. } => (false, String::new(), Some(reason.to_string())),

@@ -5,15 +5,17 @@
 //! procedures in `session::procedures` (each given only the ports it needs) beside the
 //! actor's mailbox, so events keep flowing in meanwhile (our own abort's among them);
 //! [`Report`] is how it ended, and [`Report::into_core`] hands it to the core, which
-//! decides what follows. One other place starts one: a person's custom prompt
-//! (`requests.rs`), whose caller waits for the outcome; it delivers through the same
-//! `deliver_with_intent` and hands the outcome to the same `on_prompt_finished`, but is
-//! not listed in `running` nor counted in `in_flight` (as before the runner).
+//! decides what follows. A person's custom prompt (`requests.rs`), whose caller waits
+//! for the outcome, goes through the same door ([`SessionActor::start`]) and reads the
+//! report before handing it to the core the same way ([`SessionActor::take_report`]).
 //!
 //! Two kinds of bookkeeping are the runner's, not the procedures': a procedure that holds
 //! an intent open in the ledger is listed in `running` while it runs (so a reconnect
 //! does not take its intent for one a crash left behind), and one that must not be cut
-//! off is counted in `in_flight` (shutdown waits for it).
+//! off is counted in `in_flight` (shutdown waits for it). While Shepherd shuts down no
+//! new prompt goes out.
+
+use std::pin::Pin;
 
 use super::*;
 use crate::session::procedures::compact::summarize_within;
@@ -73,17 +75,26 @@ impl Report {
     }
 }
 
+/// A procedure under way, as the actor awaits it: its report, once the runner's
+/// bookkeeping is undone.
+pub(super) type Running = Pin<Box<dyn ActorFuture<SessionActor, Output = Report>>>;
+
 impl SessionActor {
     /// Starts what the core ordered; its report goes back into the core when it ends.
     pub(super) fn run(&mut self, procedure: Procedure, ctx: &mut Context<Self>) {
+        let work = self.start(procedure);
+        ctx.spawn(work.map(|report, act, ctx| act.take_report(report, ctx)));
+    }
+
+    /// Starts `procedure` with the runner's bookkeeping (module doc); resolves to its
+    /// report, which the caller hands to [`SessionActor::take_report`].
+    pub(super) fn start(&mut self, procedure: Procedure) -> Running {
         let stopping = self.env.in_flight.stopping().load(std::sync::atomic::Ordering::SeqCst);
         let procedure = match procedure {
             // Shutting down: no new prompt goes out; the core records why.
             Procedure::Deliver(order) if stopping => {
                 let skipped = Delivery::Skipped { reason: "shutting down", todos: order.known_todos.clone() };
-                let effects = Report::Delivered(order, skipped).into_core(&mut self.core, self.env.now());
-                self.apply(effects, ctx);
-                return;
+                return Box::pin(actix::fut::ready(Report::Delivered(order, skipped)));
             }
             other => other,
         };
@@ -102,17 +113,22 @@ impl SessionActor {
             drop(in_flight);
             report
         };
-        ctx.spawn(work.into_actor(self).map(move |report, act, ctx| {
+        Box::pin(work.into_actor(self).map(move |report, act, _| {
             if let Some(decision) = holds {
                 act.running.retain(|d| *d != decision);
             }
-            let recovered = matches!(report, Report::Recovered(_));
-            let effects = report.into_core(&mut act.core, act.env.now());
-            act.apply(effects, ctx);
-            if recovered && act.stop_after_recovery {
-                ctx.stop();
-            }
-        }));
+            report
+        }))
+    }
+
+    /// Hands a finished procedure's report to the core and carries out what follows.
+    pub(super) fn take_report(&mut self, report: Report, ctx: &mut Context<Self>) {
+        let recovered = matches!(report, Report::Recovered(_));
+        let effects = report.into_core(&mut self.core, self.env.now());
+        self.apply(effects, ctx);
+        if recovered && self.stop_after_recovery {
+            ctx.stop();
+        }
     }
 }
 
