@@ -15,8 +15,9 @@
 //!    events/s below can be told apart from what the simulator can produce;
 //! 2. *RSS per session*: VmRSS once Shepherd is connected and tracks nothing, then
 //!    after every session has had one turn (each is tracked: one session actor), both
-//!    as the kernel reports it and after `malloc_trim(0)` (what is live, not what the
-//!    allocator keeps from the burst), with glibc's heap in use (`mallinfo2`) beside;
+//!    as the kernel reports it and after the allocator returned its unused pages
+//!    (`shepherd::memory::trim`: what is live, not what the allocator keeps from the
+//!    burst), with the heap in use (jemalloc's `stats.allocated`) beside;
 //! 3. *events/s ingested*: a burst of realistic turns from every session; the clock
 //!    stops when Shepherd's pump has counted every frame *and* the supervisor and every
 //!    session actor have handled them (a question to every actor, queued behind them,
@@ -283,7 +284,7 @@ fn print_table(results: &[ScaleResult]) {
         );
         let heap = |k: u64| (k as f64 - r.heap_connected_kib as f64) / r.sessions.max(1) as f64;
         println!(
-            "  - heap in use (mallinfo2) per session: {:.2} KiB after one turn, {:.2} KiB after the burst, {:.2} KiB at the end; \
+            "  - heap in use (jemalloc's stats.allocated) per session: {:.2} KiB after one turn, {:.2} KiB after the burst, {:.2} KiB at the end; \
              the burst's {:.0} bytes per message",
             heap(r.heap_tracked_kib),
             heap(r.heap_burst_kib),
@@ -866,21 +867,18 @@ fn proc_status_kib(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Bytes the allocator has handed out and not got back (all arenas, mmapped blocks
-/// included), in KiB: live heap data, without fragmentation or cached free pages.
+/// Bytes the allocator has handed out and not got back, in KiB (jemalloc's
+/// `stats.allocated`, the daemon's allocator: `shepherd::memory`): live heap data,
+/// without fragmentation or cached free pages.
 fn heap_in_use_kib() -> u64 {
-    // SAFETY: mallinfo2 only reads the allocator's counters.
-    let m = unsafe { libc::mallinfo2() };
-    ((m.uordblks + m.hblkhd) / 1024) as u64
+    (shepherd::memory::allocated().unwrap_or(0) / 1024) as u64
 }
 
-/// VmRSS as the kernel reports it, then after returning the allocator's free pages.
+/// VmRSS as the kernel reports it, then after the allocator returned its unused pages
+/// (what the daemon does every `supervisor.cleanup_interval`).
 fn rss_raw_and_live() -> (u64, u64) {
     let raw = proc_status_kib("VmRSS:");
-    // SAFETY: glibc's malloc_trim only releases free heap pages; no pointer is touched.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    shepherd::memory::trim();
     (raw, proc_status_kib("VmRSS:"))
 }
 

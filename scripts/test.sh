@@ -15,6 +15,9 @@ command -v git >/dev/null || need_apt+=(git)
 command -v npm >/dev/null || need_apt+=(nodejs npm)
 # Instances sharing state (the guard's Redis backend) are tested on a real Redis.
 command -v redis-server >/dev/null || need_apt+=(redis-server)
+# The allocator (jemalloc, built from source by tikv-jemalloc-sys) needs a C compiler and make.
+command -v cc >/dev/null || need_apt+=(gcc)
+command -v make >/dev/null || need_apt+=(make)
 if ((${#need_apt[@]})); then
   echo "test.sh: installing ${need_apt[*]} from Debian" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >&2

@@ -94,7 +94,6 @@ impl Daemon {
     }
 
     fn start_with_loader(cfg: &Config, loader: Option<ConfigLoader>) -> anyhow::Result<Self> {
-        crate::memory::limit_arenas();
         let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         let journal = Journal::new();
         // This daemon's own recorder (never a global one: tests run several daemons).

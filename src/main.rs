@@ -323,8 +323,6 @@ impl ConfigArgs {
 /// Errors end the process with one readable line (the cause chain), not a backtrace:
 /// they are the user's to fix (a config key, an unreachable daemon), not a crash.
 fn main() -> std::process::ExitCode {
-    // Before any thread starts (the daemon does it again; it is idempotent).
-    shepherd::memory::limit_arenas();
     match run_cli(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -1,47 +1,33 @@
-//! Giving freed heap back to the operating system.
+//! The allocator, and giving freed memory back to the operating system.
 //!
-//! glibc's allocator keeps the pages of freed memory for reuse. After a burst of events
-//! (hundreds of thousands of short-lived buffers between the long-lived state of every
-//! session) most of those pages are free but pinned by a few live objects, and the
-//! daemon's resident memory stays at the burst's peak for as long as it runs: on the
-//! fleet bench, about 3 KiB per session more than the live data. `malloc_trim` returns
-//! every whole free page. It is cheap (a walk over the free lists, no object moves), so
-//! the daemon does it every `supervisor.cleanup_interval` — the same rhythm in which
-//! idle sessions leave memory — when there is enough free memory to be worth a system
-//! call, and the status writer after each refresh (its copy of the fleet is the largest
-//! short-lived allocation).
+//! Shepherd's memory is mostly many small, long-lived objects — every session's actor,
+//! core and published detail — with hundreds of thousands of short-lived buffers between
+//! them during a burst of events. glibc's malloc left about a fifth of the resident
+//! memory in fragments pinned between live objects even after `malloc_trim`; jemalloc
+//! (size classes in slabs per size) keeps them closer together: on the fleet bench at
+//! 10,000 sessions, after all phases, 4.1–4.3 KiB of resident memory per session against
+//! 4.9–5.2 with glibc (README, "Measured scale"). Every program linking this library —
+//! the daemon, its tests and the fleet bench — allocates with it.
 //!
-//! glibc also gives every thread that allocates its own arena (up to eight per core),
-//! each with its own free pages and fragments. Shepherd's actors run on one thread and
-//! its other threads (event streams, ledger, status) allocate little, so two arenas
-//! serve them all: on the 1k fleet bench about 2 KiB per session less resident memory
-//! after the burst, with no change in events per second. (One arena saved a little
-//! more, but in the one 10k run measured with it the abort latency's p99 was 14 ms,
-//! against 5–6 ms with two.)
+//! jemalloc returns freed pages to the system as they age (`dirty_decay_ms`), but only
+//! while the program allocates; a fleet gone quiet would keep the burst's pages. So the
+//! daemon purges every `supervisor.cleanup_interval` — the same rhythm in which idle
+//! sessions leave memory — when enough is unused to be worth it, and the status writer
+//! after each refresh (its copy of the fleet is the largest short-lived allocation).
 //!
-//! Other allocators and platforms: nothing to do.
+//! Where jemalloc is not used (MSVC targets), nothing is purged.
 
 use std::time::Duration;
 
-/// Below this much free heap, trimming is not worth its system calls.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const WORTH_TRIMMING_BYTES: usize = 1 << 20;
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// How many arenas the allocator may have (see the module's comment).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const ARENAS: i32 = 2;
+/// Below this much resident but unused memory, purging is not worth its system calls.
+#[cfg(not(target_env = "msvc"))]
+const WORTH_PURGING_BYTES: usize = 1 << 20;
 
-/// Makes every thread started from now on share [`ARENAS`] allocator arenas. Call it
-/// before the daemon starts its threads.
-pub fn limit_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; it is thread-safe.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, ARENAS);
-    }
-}
-
-/// Trims the heap every `interval` until the task is aborted.
+/// Purges every `interval` until the task is aborted.
 pub fn spawn_trimmer(interval: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
@@ -50,34 +36,57 @@ pub fn spawn_trimmer(interval: Duration) -> tokio::task::JoinHandle<()> {
         loop {
             tick.tick().await;
             if let Some(freed) = trim() {
-                tracing::debug!(free_kib = freed / 1024, "memory: freed heap returned to the operating system");
+                tracing::debug!(unused_kib = freed / 1024, "memory: unused pages returned to the operating system");
             }
         }
     })
 }
 
-/// Returns the allocator's free pages when it holds at least `WORTH_TRIMMING_BYTES`
-/// free; the free bytes it held, when it trimmed.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn trim() -> Option<usize> {
-    // SAFETY: mallinfo2 only reads the allocator's counters; malloc_trim only releases
-    // whole free pages back to the kernel, never memory in use.
-    unsafe {
-        let free = libc::mallinfo2().fordblks;
-        if free < WORTH_TRIMMING_BYTES {
-            return None;
-        }
-        libc::malloc_trim(0);
-        Some(free)
+/// Bytes the allocator's live objects take (jemalloc's `stats.allocated`); `None`
+/// where it cannot say.
+pub fn allocated() -> Option<usize> {
+    #[cfg(not(target_env = "msvc"))]
+    {
+        tikv_jemalloc_ctl::epoch::advance().ok()?;
+        tikv_jemalloc_ctl::stats::allocated::read().ok()
     }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn trim() -> Option<usize> {
+    #[cfg(target_env = "msvc")]
     None
 }
 
-#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+/// Returns the allocator's unused pages to the system when it holds at least
+/// `WORTH_PURGING_BYTES` of them; how many bytes it held, when it purged.
+pub fn trim() -> Option<usize> {
+    #[cfg(not(target_env = "msvc"))]
+    {
+        use tikv_jemalloc_ctl::{epoch, stats};
+        epoch::advance().ok()?;
+        // Resident pages not backing a live object: dirty pages waiting to decay, and
+        // the allocator's own metadata (a small, steady part).
+        let unused = stats::resident::read().ok()?.saturating_sub(stats::allocated::read().ok()?);
+        if unused < WORTH_PURGING_BYTES {
+            return None;
+        }
+        // `arena.<MALLCTL_ARENAS_ALL>.purge`: every arena's unused dirty pages.
+        const PURGE_ALL: &[u8] = b"arena.4096.purge\0";
+        // SAFETY: a mallctl that neither reads nor writes a value (null pointers, zero
+        // length, as jemalloc requires for `purge`); it only releases unused pages.
+        let rc = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                PURGE_ALL.as_ptr().cast(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        (rc == 0).then_some(unused)
+    }
+    #[cfg(target_env = "msvc")]
+    None
+}
+
+#[cfg(all(test, target_os = "linux", not(target_env = "msvc")))]
 mod tests {
     use super::*;
 
@@ -90,8 +99,8 @@ mod tests {
 
     #[test]
     fn pages_freed_between_live_objects_go_back_to_the_system() {
-        // 64 MiB in small blocks; every 64th stays alive, so no free range reaches the
-        // top of the heap and glibc keeps every page.
+        // 64 MiB in small blocks; every 64th stays alive, so no whole slab of them is
+        // free and nothing is returned until the unused pages are purged.
         let mut blocks: Vec<Vec<u8>> = (0..64 * 1024).map(|i| vec![i as u8; 1000]).collect();
         let mut kept = Vec::new();
         for (i, b) in blocks.drain(..).enumerate() {
@@ -100,10 +109,12 @@ mod tests {
             }
         }
         let before = rss_kib();
-        let freed = trim().expect("tens of MiB are free");
+        let freed = trim().expect("tens of MiB are unused");
         let after = rss_kib();
-        assert!(freed > 32 << 20, "free heap {freed} B");
+        assert!(freed > 32 << 20, "unused {freed} B");
         assert!(before - after > 16 * 1024, "RSS {before} KiB -> {after} KiB");
         assert!(kept.iter().all(|b| b.len() == 1000));
+        let live = allocated().expect("jemalloc counts");
+        assert!(live >= kept.len() * 1000, "allocated {live} B");
     }
 }
