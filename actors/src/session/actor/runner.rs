@@ -77,7 +77,7 @@ impl Report {
 
 /// A procedure under way, as the actor awaits it: its report, once the runner's
 /// bookkeeping is undone.
-pub(super) type Running = Pin<Box<dyn ActorFuture<SessionActor, Output = Report>>>;
+pub(super) type Underway = Pin<Box<dyn ActorFuture<SessionActor, Output = Report>>>;
 
 impl SessionActor {
     /// Starts what the core ordered; its report goes back into the core when it ends.
@@ -88,7 +88,7 @@ impl SessionActor {
 
     /// Starts `procedure` with the runner's bookkeeping (module doc); resolves to its
     /// report, which the caller hands to [`SessionActor::take_report`].
-    pub(super) fn start(&mut self, procedure: Procedure) -> Running {
+    pub(super) fn start(&mut self, procedure: Procedure) -> Underway {
         let stopping = self.env.in_flight.stopping().load(std::sync::atomic::Ordering::SeqCst);
         let procedure = match procedure {
             // Shutting down: no new prompt goes out; the core records why.
