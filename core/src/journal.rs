@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 /// What Shepherd did, or considered doing, to a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     /// A busy session went quiet past its timeout.
@@ -88,7 +88,7 @@ impl Action {
 }
 
 /// Whether the action happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// Carried out.
@@ -214,7 +214,7 @@ pub struct HistoryEntry {
 
 /// A record's what and when, without its why: what a session actor keeps of its latest
 /// record (the reason is in the status book's history and the ledger's journal).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 pub struct LastAction {
     pub at_ms: i64,
     pub action: Action,

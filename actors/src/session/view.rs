@@ -228,9 +228,8 @@ pub fn fingerprint(core: &SessionCore, last_action: Option<LastAction>) -> NonZe
     core.facts_generation().hash(&mut h);
     (place(core.title()), place(core.directory())).hash(&mut h);
     (core.is_busy(), core.waits_on_person(), core.is_recovering(), core.is_compacting()).hash(&mut h);
-    (core.pause().map(Pause::as_str), core.attempts(), core.handoff().phase().as_str()).hash(&mut h);
-    (core.context(), core.stall_clock()).hash(&mut h);
-    last_action.map(|a| (a.at_ms, a.action.as_str(), a.outcome.as_str())).hash(&mut h);
+    (core.pause(), core.attempts(), core.handoff().phase()).hash(&mut h);
+    (core.context(), core.stall_clock(), last_action).hash(&mut h);
     let r = core.handoff();
     (r.id(), r.new_session(), r.from(), r.reason()).hash(&mut h);
     NonZeroU64::new(h.finish()).unwrap_or(NonZeroU64::MIN)

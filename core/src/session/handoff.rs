@@ -27,7 +27,7 @@ use crate::config::{HandoffConfig, HandoffMode};
 use crate::ledger::HandoffMemory;
 
 /// Where a session's hand-off stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {
     Monitoring,
     Preparing,

@@ -4,7 +4,7 @@
 //! the person sent).
 
 /// Why automation is off for this session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Pause {
     /// The person aborted the session.
     UserAbort,
