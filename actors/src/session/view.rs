@@ -124,12 +124,9 @@ pub struct PublishedDetail {
 }
 
 /// The share of the window the latest model call's prompt took, in % to one decimal
-/// (the core's `context_share`, from the same two numbers: not stored twice).
+/// (the core's share, from the same two numbers: not stored twice).
 fn context_percent(tokens: Option<u64>, window: Option<u64>) -> Option<f64> {
-    match (tokens, window) {
-        (Some(t), Some(w)) if w > 0 => Some((t as f64 / w as f64 * 1000.0).round() / 10.0),
-        _ => None,
-    }
+    shepherd_core::advisor::context_share(tokens, window).map(|s| (s * 1000.0).round() / 10.0)
 }
 
 /// A hand-off's (or its origin's) names and reason.

@@ -142,16 +142,23 @@ pub struct Situation {
     pub agent: Option<String>,
 }
 
+/// The share of the context window a prompt of `tokens` takes, when both numbers are
+/// known: the one formula behind the advisor's situation, the core's compaction and
+/// hand-off thresholds and the share a session's detail shows.
+pub fn context_share(tokens: Option<u64>, window: Option<u64>) -> Option<f64> {
+    match (tokens, window) {
+        (Some(t), Some(w)) if w > 0 => Some(t as f64 / w as f64),
+        _ => None,
+    }
+}
+
 impl Situation {
     pub fn open_todos(&self) -> usize {
         self.todos.iter().filter(|t| t.status.is_open()).count()
     }
 
     pub fn context_share(&self) -> Option<f64> {
-        match (self.context_tokens, self.context_window) {
-            (Some(t), Some(w)) if w > 0 => Some(t as f64 / w as f64),
-            _ => None,
-        }
+        context_share(self.context_tokens, self.context_window)
     }
 
     /// Identifies the state for the cache: what would change the advice, not the

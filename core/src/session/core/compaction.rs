@@ -119,10 +119,7 @@ impl SessionCore {
 
     /// The share of the window in use, when both numbers are known.
     pub fn context_share(&self) -> Option<f64> {
-        match (self.context_tokens, self.window) {
-            (Some(t), Some(w)) if w > 0 => Some(t as f64 / w as f64),
-            _ => None,
-        }
+        crate::advisor::context_share(self.context_tokens, self.window)
     }
 
     /// The window of the session's model, as the server lists it.
