@@ -190,15 +190,14 @@ impl StatusBoard {
                         let server = match servers.iter().find(|s| ***s == *d.server) {
                             Some(s) => Arc::clone(s),
                             None => {
-                                servers.push(d.server.as_str().into());
-                                Arc::clone(&servers[servers.len() - 1])
+                                let s: Arc<str> = d.server.as_str().into();
+                                servers.push(Arc::clone(&s));
+                                s
                             }
                         };
                         let mut live = LiveSession::of(d, server);
                         if let Some(title) = live.title.as_mut() {
-                            if let std::borrow::Cow::Owned(clean) = r.redact(title) {
-                                *title = clean.into();
-                            }
+                            r.redact_in_place(title);
                         }
                         live
                     })

@@ -125,10 +125,10 @@ impl Redactor {
         }
     }
 
-    /// [`Redactor::redact_owned`] in place.
-    pub fn redact_in_place(&self, text: &mut String) {
-        if let Cow::Owned(s) = self.redact(text) {
-            *text = s;
+    /// [`Redactor::redact_owned`] in place (a `String`, or a `Box<str>` kept to size).
+    pub fn redact_in_place<T: AsRef<str> + From<String>>(&self, text: &mut T) {
+        if let Cow::Owned(s) = self.redact(text.as_ref()) {
+            *text = T::from(s);
         }
     }
 }
