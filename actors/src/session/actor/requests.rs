@@ -48,14 +48,13 @@ impl Handler<DeliverCustom> for SessionActor {
                 unreachable!("a delivery reports a delivery")
             };
             let todos = delivery.todos().map_or_else(|| order.known_todos.clone(), <[_]>::to_vec);
-            let delivery = delivery.clone();
-            act.take_report(report, ctx);
             let (success, message, reason) = match delivery {
-                Delivery::Sent { text, .. } => (true, text, None),
+                Delivery::Sent { text, .. } => (true, text.clone(), None),
                 Delivery::Skipped { reason, .. } => (false, String::new(), Some(reason.to_string())),
-                Delivery::Guarded { reason, .. } => (false, String::new(), Some(reason)),
+                Delivery::Guarded { reason, .. } => (false, String::new(), Some(reason.clone())),
                 Delivery::Failed { error } => (false, String::new(), Some(error.to_string())),
             };
+            act.take_report(report, ctx);
             // Echoed to the caller (and whatever logs its answers): redacted like all output.
             let redactor = &act.cfg().redactor;
             Ok(CustomPromptReply {
