@@ -350,7 +350,7 @@ async fn a_recovery_holds_its_lease_through_a_long_compaction_and_continues_unde
         b.may_act("srv", "ses_R").await
     };
     let intents = shepherd_actors::ledger::MemoryLedger::default();
-    let (report, taken) = tokio::join!(recover(out, &recovery, &order, &stopping, &intents, 0), other);
+    let (report, taken) = tokio::join!(recover(out, &recovery, &order, &stopping, &intents, 0, None), other);
     assert_eq!(taken, Err("i-a".to_string()), "the recovering instance kept its lease while it compacted");
     assert!(matches!(report, RecoveryReport::Continued { .. }), "{report:?}");
     let prompts = engine.prompts.lock().unwrap().clone();

@@ -483,3 +483,53 @@ async fn an_opencode_restart_just_before_the_stall_deadline_is_no_stall_and_the_
 fn epoch_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
+
+/// What a recovery asks of OpenCode, counted at the wire (a proxy between Shepherd and
+/// the real server): the status check before the abort, the abort, the session's
+/// messages and todos for the continue, the continue — five; the wait for the abort's
+/// idle reads the session's own events, not `/session/status`. A session that sits idle
+/// meanwhile costs nothing.
+#[actix::test]
+async fn a_recovery_costs_five_rest_calls_and_an_idle_session_none() -> anyhow::Result<()> {
+    let mut proxy = None;
+    let mut rig = Rig::start_full(
+        |c| {
+            c.recovery = fast_recovery();
+            c.advisor = support::fast_advice();
+        },
+        |o| o,
+        |url| {
+            let p = support::faulty_proxy::FaultyProxy::start_clean(url)?;
+            let via = p.url.clone();
+            proxy = Some(p);
+            Ok(via)
+        },
+    )
+    .await?;
+    let faults = std::sync::Arc::clone(&proxy.as_ref().unwrap().faults);
+    let requests = || faults.requests.lock().unwrap().clone();
+
+    let quiet = rig.client.create_session(Some("idle")).await?;
+    rig.client.prompt_async(&quiet, "say hello", None, None, false).await?;
+    rig.client.wait_idle(&quiet, PATIENCE).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let since_idle = requests().len();
+
+    let id = rig.client.create_session(Some("stall")).await?;
+    rig.client.prompt_async(&id, "[[fake:todo:create]][[fake:stall]] build it", None, None, false).await?;
+    rig.wait_record(&id, Action::Continue, Outcome::Done, PATIENCE).await?;
+
+    let log = requests();
+    let abort = log.iter().position(|r| *r == format!("POST /session/{id}/abort")).expect("aborted");
+    let check = log[..abort].iter().rposition(|r| r.starts_with("GET /session/status")).expect("busy checked first");
+    let prompt = log.iter().position(|r| *r == format!("POST /session/{id}/prompt_async")).expect("continued");
+    let recovery: Vec<_> =
+        log[check..=prompt].iter().filter(|r| r.contains(id.as_str()) || r.starts_with("GET /session/status")).collect();
+    assert!(recovery.len() <= 5, "{} calls for one recovery: {recovery:#?}", recovery.len());
+    assert!(!log[abort..prompt].iter().any(|r| r.starts_with("GET /session/status")), "{recovery:#?}");
+    let about_the_idle_one: Vec<_> = log[since_idle..].iter().filter(|r| r.contains(quiet.as_str())).collect();
+    assert!(about_the_idle_one.is_empty(), "the idle session was asked about: {about_the_idle_one:?}");
+    rig.stop().await;
+    drop(proxy);
+    Ok(())
+}

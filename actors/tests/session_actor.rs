@@ -351,6 +351,33 @@ async fn stalled_busy_session_is_aborted_then_continued_with_its_todos() {
     );
 }
 
+/// The abort's idle, shown by the session's own events (OpenCode sends it ~60 ms after
+/// the abort), ends the wait: no `/session/status` read between the abort and the
+/// continue. The poll is left for a stream that does not show it (the test above).
+#[actix::test]
+async fn the_idle_the_sessions_events_show_after_its_abort_ends_the_wait_without_reading_its_status() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(cfg().stall_timeout + Duration::from_millis(10)).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"abort ses_A".to_string()));
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    abort_events(&w, "ses_A");
+    settle().await;
+    tokio::time::sleep(cfg().wait_after_abort + Duration::from_millis(10)).await;
+    settle().await;
+
+    let calls = w.engine.calls();
+    let abort = calls.iter().position(|c| c == "abort ses_A").expect("aborted");
+    let prompt = calls.iter().position(|c| c == "prompt ses_A").expect("continued once idle and the pause after it passed");
+    assert!(!calls[abort..prompt].iter().any(|c| c.starts_with("status")), "the events said idle: {calls:?}");
+    assert_eq!(calls.iter().filter(|c| c.starts_with("status")).count(), 1, "only the check before the abort: {calls:?}");
+    let records = w.drain();
+    assert!(records.ends_with(&[(Action::Abort, Outcome::Done), (Action::Continue, Outcome::Done)]), "{records:?}");
+}
+
 #[actix::test]
 async fn a_session_the_status_endpoint_calls_idle_is_not_aborted() {
     tokio::time::pause();

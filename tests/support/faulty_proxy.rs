@@ -28,6 +28,8 @@ pub struct Faults {
     pub cut_events: AtomicBool,
     /// Answer `GET /global/health` with this version instead of OpenCode's own.
     pub health_version: std::sync::Mutex<Option<String>>,
+    /// Every request but the event stream's, in arrival order: `METHOD /path?query`.
+    pub requests: std::sync::Mutex<Vec<String>>,
 }
 
 pub struct FaultyProxy {
@@ -78,6 +80,10 @@ async fn forward(
     state: web::Data<(reqwest::Client, String, Arc<Faults>)>,
 ) -> HttpResponse {
     let (client, upstream, faults) = state.get_ref();
+    if req.path() != "/global/event" {
+        let target = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        faults.requests.lock().unwrap().push(format!("{} {target}", req.method()));
+    }
     if req.path() == "/global/event" && faults.cut_events.load(Ordering::SeqCst) {
         return HttpResponse::ServiceUnavailable().body("event stream cut by the test");
     }

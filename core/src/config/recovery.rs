@@ -19,7 +19,9 @@ pub struct RecoveryConfig {
     /// Pause between the session reaching idle after our abort and our continue.
     #[serde(with = "duration_str")]
     pub wait_after_abort: Duration,
-    /// How often to poll `/session/status` while waiting for the abort to land.
+    /// How often to read `/session/status` while waiting for the abort to land, until
+    /// the session's own events show it idle (they usually do within ~100 ms, and then
+    /// no read is made).
     #[serde(with = "duration_str")]
     pub abort_poll_interval: Duration,
     /// Give up waiting for idle after an abort after this long (the continue is then

@@ -13,6 +13,9 @@ impl Handler<Observe> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Observe, ctx: &mut Context<Self>) {
+        if let Some(feed) = &self.status_feed {
+            feed.observe(&msg.0);
+        }
         let effects = self.core.observe(&msg.0, self.env.now());
         self.learn_window();
         self.apply(effects, ctx);

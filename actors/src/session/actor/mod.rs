@@ -90,6 +90,9 @@ pub struct SessionActor {
     saving_generation: Option<u64>,
     /// The state changed while a write was under way: written once that one is done.
     save_pending: bool,
+    /// The session's status as its events show it, while a procedure that aborts
+    /// waits on it (`None` otherwise).
+    status_feed: Option<crate::session::procedures::abort_and_wait::StatusFeed>,
     /// What readers see of this session without asking it (shared with its registry
     /// slot), and the fingerprint of the detail last published there.
     view: Arc<DetailCell>,
@@ -118,6 +121,7 @@ impl SessionActor {
             save_retry: None,
             saving_generation: None,
             save_pending: false,
+            status_feed: None,
             view: Arc::default(),
             shown: None,
         }

@@ -18,6 +18,7 @@
 use std::pin::Pin;
 
 use super::*;
+use crate::session::procedures::abort_and_wait::{IdleSeen, IdleWait, StatusFeed};
 use crate::session::procedures::compact::summarize_within;
 use crate::session::procedures::deliver::deliver_with_intent;
 
@@ -51,6 +52,12 @@ impl Procedure {
             Procedure::Finish(o) => Some(o.intent.decision.clone()),
             Procedure::Compact(_) | Procedure::HandOff(_) | Procedure::Consult { .. } => None,
         }
+    }
+
+    /// It aborts a turn and waits for the session's idle: the actor feeds it the
+    /// session's status events meanwhile.
+    fn aborts(&self) -> bool {
+        matches!(self, Procedure::Recover(_) | Procedure::HandOff(_))
     }
 
     /// Shutdown waits for it. A hand-off step is not waited for (every step is resumed
@@ -107,7 +114,8 @@ impl SessionActor {
             self.running.push(decision.clone());
         }
         let in_flight = procedure.awaited_at_shutdown().then(|| self.env.in_flight.enter());
-        let work = carry_out(procedure, Arc::clone(&self.env), Arc::clone(self.cfg()));
+        let seen = procedure.aborts().then(|| self.feed_status());
+        let work = carry_out(procedure, Arc::clone(&self.env), Arc::clone(self.cfg()), seen);
         let work = async move {
             let report = work.await;
             drop(in_flight);
@@ -117,8 +125,24 @@ impl SessionActor {
             if let Some(decision) = holds {
                 act.running.retain(|d| *d != decision);
             }
+            if act.status_feed.as_ref().is_some_and(|feed| !feed.is_read()) {
+                act.status_feed = None;
+            }
             report
         }))
+    }
+
+    /// A reader of the session's status as its events show it, fed while a procedure
+    /// reads it (the feed is made for the first reader, dropped after the last).
+    fn feed_status(&mut self) -> IdleSeen {
+        match &self.status_feed {
+            Some(feed) => feed.subscribe(),
+            None => {
+                let (feed, seen) = StatusFeed::new();
+                self.status_feed = Some(feed);
+                seen
+            }
+        }
     }
 
     /// Hands a finished procedure's report to the core and carries out what follows.
@@ -133,12 +157,12 @@ impl SessionActor {
 }
 
 /// Runs one procedure to its report, through the ports it needs.
-async fn carry_out(procedure: Procedure, env: Arc<SessionEnv>, cfg: Arc<SessionRules>) -> Report {
+async fn carry_out(procedure: Procedure, env: Arc<SessionEnv>, cfg: Arc<SessionRules>, seen: Option<IdleSeen>) -> Report {
     match procedure {
         Procedure::Recover(order) => {
             let (intents, wall_ms) = (env.ledger.as_ref(), env.clock.wall_ms());
             Report::Recovered(
-                recover(env.outbound(), &cfg.recovery, &order, env.in_flight.stopping(), intents, wall_ms).await,
+                recover(env.outbound(), &cfg.recovery, &order, env.in_flight.stopping(), intents, wall_ms, seen).await,
             )
         }
         Procedure::Deliver(order) => {
@@ -160,7 +184,7 @@ async fn carry_out(procedure: Procedure, env: Arc<SessionEnv>, cfg: Arc<SessionR
                 redactor: &cfg.redactor,
                 scratch: &env.scratch,
                 wall_ms: env.clock.wall_ms(),
-                poll: (cfg.recovery.abort_poll_interval, cfg.recovery.abort_poll_max),
+                idle: IdleWait::new(&cfg.recovery, seen),
             };
             let report = run_step(&order, &tools).await;
             Report::SteppedHandOff(order, report)

@@ -20,7 +20,6 @@
 //!   unless it is already there.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::config::{HandoffConfig, HandoffMode};
 use crate::event::{ShepherdSessionMark, ShepherdTag};
@@ -29,7 +28,7 @@ use crate::ports::{HistoryPart, Lifecycle, Prompt, Reads, TurnSettings, Workspac
 use crate::session::continuation::{self, ContinuationFacts};
 use crate::session::handoff::Phase;
 
-use super::abort_and_wait::abort_and_wait;
+use super::abort_and_wait::{abort_and_wait, IdleWait};
 use super::deliver::{send_admitted, Outbound, PromptKind};
 
 pub use shepherd_core::session::effect::{HandoffOrder, StepReport};
@@ -49,8 +48,9 @@ pub struct Tools<'a> {
     /// Sessions Shepherd creates for its own questions (forks): not to be supervised.
     pub scratch: &'a Scratch,
     pub wall_ms: i64,
-    /// How often to poll for idle after an abort, and for how long at most.
-    pub poll: (Duration, Duration),
+    /// How to wait for idle after an abort: the session's events, a poll meanwhile,
+    /// for how long at most.
+    pub idle: IdleWait,
 }
 
 /// Session ids Shepherd created for its own use (a fork to ask the model in): they are
@@ -110,7 +110,7 @@ async fn persist(order: &HandoffOrder, t: &Tools<'_>) -> Result<StepReport, Stri
     let reads = t.out.reads;
     if order.abort_first {
         // Not idle in time: go on anyway, the snapshot is read-only.
-        abort_and_wait(reads, t.out.control, &order.session_id, order.directory.as_deref().unwrap_or_default(), t.poll)
+        abort_and_wait(reads, t.out.control, &order.session_id, order.directory.as_deref().unwrap_or_default(), t.idle.clone())
             .await
             .map_err(|e| format!("aborting the turn: {e}"))?;
     }

@@ -5,7 +5,8 @@
 //! step, and reports how far it got:
 //! 1. confirm the session is still busy (`GET /session/status`) — never abort on a guess;
 //! 2. `POST /abort`;
-//! 3. poll the status every `abort_poll_interval` until idle, at most `abort_poll_max`;
+//! 3. wait until idle, at most `abort_poll_max`: until the session's events show it
+//!    (`seen`), reading the status every `abort_poll_interval` meanwhile;
 //! 4. wait `wait_after_abort`;
 //! 5. deliver the continue message ([`deliver`]: fresh todos, the last user turn's
 //!    agent/model, one synthetic part tagged as Shepherd's) — the planning continue for
@@ -32,7 +33,7 @@ use crate::ports::EngineError;
 use crate::session::core::{RecoveryOrder, RecoveryReport};
 use crate::session::prompt::TodoCounts;
 
-use super::abort_and_wait::{directory_of, wait_until_idle};
+use super::abort_and_wait::{directory_of, wait_until_idle, IdleSeen, IdleWait};
 use super::compact::summarize_within;
 use super::deliver::{deliver, holding_lease, Delivery, Outbound};
 use super::intents::{end_intent, write_intent};
@@ -40,7 +41,8 @@ use super::intents::{end_intent, write_intent};
 pub use shepherd_core::ports::may_have_arrived;
 pub use shepherd_core::session::effect::continue_order;
 
-/// Runs one recovery. `stopping` is checked before the abort only.
+/// Runs one recovery. `stopping` is checked before the abort only; `seen` is the
+/// session's status as its events show it, when its actor feeds it.
 pub async fn recover(
     out: Outbound<'_>,
     cfg: &RecoveryConfig,
@@ -48,6 +50,7 @@ pub async fn recover(
     stopping: &AtomicBool,
     intents: &dyn IntentLog,
     wall_ms: i64,
+    seen: Option<IdleSeen>,
 ) -> RecoveryReport {
     let directory = match directory_of(out.reads, &order.session_id, order.directory.as_deref()).await {
         Ok(d) => d,
@@ -102,7 +105,7 @@ pub async fn recover(
     write_intent(intents, &intent).await;
     killpoint::reached(step::RECOVER_AFTER_ABORT);
     let out = Outbound { lease, ..out };
-    let waits = after_abort(out, cfg, order, &directory);
+    let waits = after_abort(out, cfg, order, &directory, IdleWait::new(cfg, seen));
     let (idle_after_ms, compacted) = match holding_lease(out, &order.session_id, lease, waits).await {
         Ok(done) => done,
         Err(holder) => {
@@ -133,10 +136,10 @@ async fn after_abort(
     cfg: &RecoveryConfig,
     order: &RecoveryOrder,
     directory: &str,
+    wait: IdleWait,
 ) -> (Option<u64>, Option<Result<(), String>>) {
-    let poll = (cfg.abort_poll_interval, cfg.abort_poll_max);
     let idle_after_ms =
-        wait_until_idle(out.reads, directory, &order.session_id, poll).await.map(|waited| waited.as_millis() as u64);
+        wait_until_idle(out.reads, directory, &order.session_id, wait).await.map(|waited| waited.as_millis() as u64);
     tokio::time::sleep(cfg.wait_after_abort).await;
     if !order.continue_after {
         return (idle_after_ms, None);
