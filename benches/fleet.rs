@@ -422,6 +422,10 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     if let Some(n) = std::env::var("FLEET_SERVER_THREADS").ok().and_then(|v| v.parse().ok()) {
         cfg.supervisor.server_threads = n;
     }
+    // `FLEET_PUMP_APART=0|1` overrides `supervisor.pump_apart` (default: on).
+    if let Ok(v) = std::env::var("FLEET_PUMP_APART") {
+        cfg.supervisor.pump_apart = v != "0";
+    }
     // The daemon's default backend (SQLite on disk), in a scratch file.
     let ledger = std::env::temp_dir().join(format!("shepherd-fleet-bench-{n}.sqlite3"));
     remove_ledger(&ledger);

@@ -123,7 +123,7 @@ pub(crate) struct Running {
     metrics: Arc<Metrics>,
     stopped: bool,
     /// The threads servers run on (`supervisor.server_threads`): each new server takes
-    /// the next in turn, its pump and its sessions' actors together.
+    /// the next in turn ([`threads_of`]).
     threads: Vec<ArbiterHandle>,
     next_thread: usize,
 }
@@ -185,10 +185,14 @@ impl Running {
     fn start_server(&mut self, p: Prepared) {
         let Prepared { server, auth, client } = p;
         let pump = EventPump::new(server.clone(), auth, self.supervisor.clone());
-        let thread = (!self.threads.is_empty()).then(|| {
-            self.next_thread += 1;
-            self.threads[(self.next_thread - 1) % self.threads.len()].clone()
-        });
+        let (pump_thread, thread, apart) = match self.threads.len() {
+            0 => (None, None, false),
+            n => {
+                let (pump, sessions) = threads_of(self.next_thread, n, self.cfg.supervisor.pump_apart);
+                self.next_thread += 1;
+                (Some(self.threads[pump].clone()), Some(self.threads[sessions].clone()), pump != sessions)
+            }
+        };
         self.toasts.attach(&server.name, client.clone());
         self.clients.insert(server.name.clone(), client.clone());
         self.supervisor.do_send(AttachServer {
@@ -209,10 +213,10 @@ impl Running {
         self.metrics.add_pump(&server.name, pump.stats());
         let (ended, done) = tokio::sync::oneshot::channel();
         let run = async move {
-            pump.run(stop_rx).await;
+            pump.run(stop_rx, apart).await;
             let _ = ended.send(());
         };
-        match &thread {
+        match &pump_thread {
             Some(thread) => {
                 thread.spawn(run);
             }
@@ -369,6 +373,19 @@ pub(crate) fn serve(requests: Requests, running: Arc<tokio::sync::Mutex<Running>
 }
 
 /// The one event a reload makes.
+/// The threads (of `n`) the `k`-th server attached runs on: its pump's, its sessions'.
+/// Apart, they are neighbours and servers take pairs in turn (with two threads every
+/// server's pump shares one, its sessions the other: each core does one kind of work);
+/// otherwise both take the `k`-th in turn.
+fn threads_of(k: usize, n: usize, apart: bool) -> (usize, usize) {
+    if apart && n >= 2 {
+        let sessions = (2 * k) % n;
+        ((sessions + 1) % n, sessions)
+    } else {
+        (k % n, k % n)
+    }
+}
+
 fn log_reload(trigger: &str, diff: &ConfigDiff, released: usize) {
     let list = |changes: &[Change]| changes.iter().map(Change::to_string).collect::<Vec<_>>().join("; ");
     let names = |v: &[String]| v.join(",");
@@ -397,5 +414,27 @@ fn log_reload(trigger: &str, diff: &ConfigDiff, released: usize) {
             "configuration reloaded: {} key(s) changed; needs a restart (ignored until then): {keys}",
             diff.live.len()
         );
+    }
+}
+
+#[cfg(test)]
+mod thread_tests {
+    use super::threads_of;
+
+    /// A server's pump and sessions are on different threads whenever there are two to
+    /// choose from and `pump_apart` is on; the load spreads over every thread.
+    #[test]
+    fn a_servers_pump_and_sessions_take_different_threads_when_apart() {
+        assert_eq!(threads_of(0, 1, true), (0, 0), "one thread: shared");
+        assert_eq!(threads_of(0, 2, true), (1, 0));
+        assert_eq!(threads_of(1, 2, true), (1, 0), "two threads: pumps on one, sessions on the other");
+        assert_eq!([0, 1].map(|k| threads_of(k, 4, true)), [(1, 0), (3, 2)]);
+        for n in 2..9 {
+            for k in 0..20 {
+                let (pump, sessions) = threads_of(k, n, true);
+                assert!(pump != sessions && pump < n && sessions < n, "{k} of {n}");
+            }
+        }
+        assert_eq!([0, 1, 2].map(|k| threads_of(k, 2, false)), [(0, 0), (1, 1), (0, 0)], "together, in turn");
     }
 }

@@ -484,6 +484,35 @@ async fn once_tracked_a_sessions_events_go_straight_to_its_actor_in_order() {
     assert_eq!(w.engine.calls().iter().filter(|c| *c == "abort ses_A").count(), 1, "silent 180 s after it");
 }
 
+/// A pump apart from its sessions (`supervisor.pump_apart`) hands a read's straight
+/// events over together: none reaches its session before the read is flushed, and an
+/// event going the long way flushes those before it first, so the supervisor's sends
+/// land behind them and a session's events keep their order.
+#[actix::test]
+async fn a_pump_apart_hands_a_reads_events_over_together_and_before_anything_goes_the_long_way() {
+    tokio::time::pause();
+    let w = world(cfg());
+    w.stream.connected(None);
+    let mut route = RouteState::new(true);
+    let read: ReadToken = Arc::new(w.stream.mark(None).await);
+    assert!(!w.route(&mut route, &status_frame("ses_A", "busy"), &read), "first sight: the long way");
+    settle().await;
+    assert!(assert_published_detail_is_the_actors(&w, "ses_A", "tracked").await.busy);
+
+    assert!(w.route(&mut route, &status_frame("ses_A", "idle"), &read), "tracked: straight, with the read");
+    settle().await;
+    assert!(assert_published_detail_is_the_actors(&w, "ses_A", "routed, not flushed").await.busy, "not handed over yet");
+    assert!(!w.route(&mut route, &status_frame("ses_B", "busy"), &read), "another session's first sight");
+    settle().await;
+    assert!(!assert_published_detail_is_the_actors(&w, "ses_A", "flushed").await.busy, "handed over before the long way");
+
+    assert!(w.route(&mut route, &status_frame("ses_A", "busy"), &read));
+    w.registry.flush(&mut route);
+    settle().await;
+    assert!(assert_published_detail_is_the_actors(&w, "ses_A", "end of the read").await.busy);
+    drop(read);
+}
+
 /// A subagent's events go through the supervisor, which tells its parent too; a
 /// deletion goes there as well (the supervisor forgets the session).
 #[actix::test]

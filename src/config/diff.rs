@@ -17,7 +17,7 @@ use super::render::mask_secrets;
 /// Keys (or sections, ending in `.`) whose new value is only read at start-up: the
 /// ledger file, the control API's socket and token, the log subscriber, the status
 /// file's writer, and the guard's backend (its Redis connection and key space).
-const RESTART_ONLY: [&str; 10] = [
+const RESTART_ONLY: [&str; 11] = [
     "store.",
     "control.",
     "log.",
@@ -28,6 +28,7 @@ const RESTART_ONLY: [&str; 10] = [
     "guard.key_prefix",
     "notify", // the [[notify]] list is one leaf; the notifiers start with the daemon
     "supervisor.server_threads",
+    "supervisor.pump_apart",
 ];
 
 /// One changed key.
@@ -123,6 +124,7 @@ pub fn keep_restart_only(running: &Config, new: Config) -> Config {
     kept.guard.redis_url = running.guard.redis_url.clone();
     kept.guard.key_prefix = running.guard.key_prefix.clone();
     kept.supervisor.server_threads = running.supervisor.server_threads;
+    kept.supervisor.pump_apart = running.supervisor.pump_apart;
     kept
 }
 

@@ -103,8 +103,9 @@ impl EventPump {
         Arc::clone(&self.stats)
     }
 
-    /// Runs until `shutdown` turns true.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+    /// Runs until `shutdown` turns true. `batching`: it runs on another thread than the
+    /// server's sessions (see [`RouteState::batching`]).
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>, batching: bool) {
         let name = self.server.name.clone();
         let client = match reqwest::Client::builder().connect_timeout(self.server.request_timeout).build() {
             Ok(c) => c,
@@ -114,7 +115,7 @@ impl EventPump {
             }
         };
         let mut delay = self.server.reconnect_initial;
-        let mut route = RouteState::default();
+        let mut route = RouteState::new(batching);
         loop {
             if *shutdown.borrow() {
                 return;
@@ -212,6 +213,7 @@ impl EventPump {
                     }
                 }
             });
+            self.registry.flush(route);
             drop(read);
             if frames > 0 {
                 self.stats.frames.fetch_add(frames, Ordering::Relaxed);

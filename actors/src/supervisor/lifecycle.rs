@@ -19,8 +19,8 @@ pub struct AttachServer {
     pub stream: Arc<crate::stream_clock::StreamClock>,
     /// The server's tracked sessions, which its pump routes events through.
     pub registry: Arc<Registry>,
-    /// The thread the server's pump runs on, where its sessions' actors run too (none:
-    /// the supervisor's own).
+    /// The thread the server's sessions' actors run on (none: the supervisor's own);
+    /// its pump runs there too or on another (`supervisor.pump_apart`).
     pub thread: Option<ArbiterHandle>,
 }
 

@@ -10,11 +10,16 @@
 //! supervisor has not seen, it deletes the session, or its session is a subagent whose
 //! parent hears of it too.
 //!
-//! A server runs on a thread of its own (`supervisor.server_threads`): its pump and its
-//! sessions' actors together, so an event routed straight is a send on the same thread
-//! and the supervisor's mailbox, on the main thread, carries only the long way. What the
-//! supervisor routes it sends from the server's thread too ([`Registry::dispatch`]),
-//! behind whatever the pump sent before.
+//! A server's sessions' actors run on one of the server threads
+//! (`supervisor.server_threads`), its pump on another (`supervisor.pump_apart`, the
+//! default with two threads or more) or on the same. Apart, the pump reads, frames,
+//! decodes and routes on one core while the sessions decide on another: the events a
+//! read routes straight cross to the sessions' thread together, one crossing per read
+//! ([`Registry::flush`]), not one wake-up per event. Together, an event routed straight
+//! is a send on the same thread. Either way the supervisor's mailbox, on the main
+//! thread, carries only the long way, and what the supervisor routes it sends from the
+//! sessions' thread ([`Registry::dispatch`]), behind whatever the pump sent before (the
+//! pump flushes before anything goes the long way).
 //!
 //! Order is kept per session: once one of a session's events has gone the long way, its
 //! next ones follow it there until the supervisor's sends for it are out, so a session
@@ -100,8 +105,8 @@ pub struct Registry {
     kinds: Mutex<KindCounts>,
     /// `supervisor.max_event_types`, kept here by the supervisor for the pump's counts.
     kind_cap: AtomicUsize,
-    /// The thread the server's pump and its sessions' actors run on (set as the server
-    /// is attached; unset: the supervisor's own).
+    /// The thread the server's sessions' actors run on (set as the server is attached;
+    /// unset: the supervisor's own).
     pub(crate) thread: OnceLock<ArbiterHandle>,
 }
 
@@ -141,7 +146,7 @@ impl std::fmt::Debug for Registry {
 }
 
 /// What the pump keeps between events to route them in order.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct RouteState {
     /// Sessions with an event gone the long way: the number it went with.
     long: HashMap<String, u64>,
@@ -149,6 +154,17 @@ pub struct RouteState {
     directories: HashSet<String>,
     /// The size of `long` past which it is pruned next.
     prune_at: usize,
+    /// The pump runs on another thread than the sessions' actors: events routed
+    /// straight wait here and cross to the sessions' thread together ([`Registry::flush`]).
+    batching: bool,
+    batch: Vec<(Addr<SessionActor>, ObserveRead)>,
+}
+
+impl RouteState {
+    /// `batching`: the pump runs apart from the server's sessions.
+    pub fn new(batching: bool) -> Self {
+        Self { batching, ..Self::default() }
+    }
 }
 
 /// Directories the pump remembers having told the supervisor of; past it, events of a
@@ -180,20 +196,29 @@ impl Registry {
     /// read's mark, when nothing but the session needs it (then `None`); otherwise it
     /// comes back, numbered, for the supervisor.
     ///
-    /// The pump runs on the thread of the server's sessions, so a send here never wakes
-    /// another thread.
+    /// With [`RouteState::batching`] (the pump runs apart from the sessions) the event
+    /// waits for the read's [`Registry::flush`]; otherwise it is sent at once, on the
+    /// sessions' own thread.
     pub fn route(&self, state: &mut RouteState, envelope: Envelope, read: &ReadToken, now: Instant) -> Option<LongWay> {
         if self.direct(state, &envelope) {
             let id = envelope.event.session_id().unwrap_or_default();
             if let Some(mut slot) = self.slots.get_mut(id) {
                 if !slot.child && slot.addr.connected() {
                     if let Some(event) = slot.heard(now, self.next_routed(), envelope.event) {
-                        slot.addr.do_send(ObserveRead(event, ReadToken::clone(read)));
+                        let msg = ObserveRead(event, ReadToken::clone(read));
+                        if state.batching {
+                            state.batch.push((slot.addr.clone(), msg));
+                        } else {
+                            slot.addr.do_send(msg);
+                        }
                     }
                     return None;
                 }
             }
         }
+        // What the read routed straight goes first: the supervisor's sends for this
+        // event must land behind it.
+        self.flush(state);
         let seq = self.long_sent.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(id) = envelope.event.session_id() {
             match state.long.get_mut(id) {
@@ -209,6 +234,24 @@ impl Registry {
             }
         }
         Some(LongWay { envelope, seq })
+    }
+
+    /// Sends the events routed straight since the last flush to their sessions, in one
+    /// crossing to the sessions' thread. The pump flushes after every read; [`route`]
+    /// flushes before anything goes the long way (so a session's events keep their
+    /// order).
+    ///
+    /// [`route`]: Registry::route
+    pub fn flush(&self, state: &mut RouteState) {
+        if state.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut state.batch);
+        self.on_thread(move || {
+            for (addr, msg) in batch {
+                addr.do_send(msg);
+            }
+        });
     }
 
     /// Sends `msg` to a session's actor from the server's thread: the supervisor sends
@@ -231,7 +274,7 @@ impl Registry {
         });
     }
 
-    /// Runs `f` on the server's thread, behind what was queued there before (now, when
+    /// Runs `f` on the sessions' thread, behind what was queued there before (now, when
     /// the server has no thread of its own).
     fn on_thread(&self, f: impl FnOnce() + Send + 'static) {
         match self.thread.get() {

@@ -34,11 +34,16 @@ pub struct SupervisorConfig {
     pub max_event_types: usize,
     pub max_parents: usize,
     pub max_directories: usize,
-    /// Threads the servers run on: a server's event pump and its sessions' actors share
-    /// one, so an event never crosses threads on its way to its session; more servers
-    /// than threads share them in turn. 0 = one per CPU core. The supervisor, the guard,
-    /// the advisor and the control API keep the main thread. Read at start-up.
+    /// Threads the servers run on (their event pumps and their sessions' actors); more
+    /// servers than threads share them in turn. 0 = one per CPU core. The supervisor, the
+    /// guard, the advisor and the control API keep the main thread. Read at start-up.
     pub server_threads: usize,
+    /// A server's event pump (reading, framing, decoding, routing) runs on another of
+    /// the server threads than its sessions' actors (their decisions), so one server's
+    /// stream uses two cores; the events of one read cross to the sessions' thread
+    /// together. Off, or with one thread, they share a thread and no event crosses.
+    /// Read at start-up.
+    pub pump_apart: bool,
 }
 
 /// The most threads `supervisor.server_threads` may ask for.
@@ -56,6 +61,7 @@ impl Default for SupervisorConfig {
             max_parents: 100_000,
             max_directories: 10_000,
             server_threads: 0,
+            pump_apart: true,
         }
     }
 }
