@@ -21,6 +21,7 @@
 pub mod advisor;
 pub mod config;
 pub mod event;
+pub mod fingerprint;
 pub mod guard;
 pub mod ids;
 pub mod journal;

@@ -19,7 +19,7 @@
 //!
 //! Details leave raw; whoever sends one out redacts it.
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -218,9 +218,7 @@ impl PublishedDetail {
 /// 64-bit hash: two different details share one with a chance of 2⁻⁶⁴ per change, and
 /// then readers see the earlier detail until the next change.
 pub fn fingerprint(core: &SessionCore, last_action: Option<LastAction>) -> NonZeroU64 {
-    /// Fixed, not random per process: nothing here comes from outside as a key.
-    const SEED: u64 = 0x5e55_1011_de7a_1100;
-    let mut h = foldhash::fast::FixedState::with_seed(SEED).build_hasher();
+    let mut h = shepherd_core::fingerprint::hasher();
     let place = |text: Option<&str>| text.map(|t| (t.as_ptr() as usize, t.len()));
     core.facts_generation().hash(&mut h);
     (place(core.title()), place(core.directory())).hash(&mut h);

@@ -165,7 +165,7 @@ impl Situation {
     /// clock (time is bounded by `cache_ttl` instead).
     pub fn fingerprint(&self) -> u64 {
         use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut h = crate::fingerprint::hasher();
         self.about.hash(&mut h);
         for t in &self.todos {
             t.content.hash(&mut h);

@@ -146,7 +146,7 @@ impl TryFrom<RawPart<'_>> for Part {
 /// compare these; the part keeps the key, not the input).
 fn input_key(input: &serde_json::Value) -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = crate::fingerprint::hasher();
     input.to_string().hash(&mut h);
     h.finish()
 }

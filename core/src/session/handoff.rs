@@ -317,7 +317,7 @@ impl Rollover {
     /// is written to the ledger without every mutation here having to say so.
     pub fn durable_fingerprint(&self) -> u64 {
         use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut h = crate::fingerprint::hasher();
         self.phase.as_str().hash(&mut h);
         if let Some(run) = self.run() {
             run.id.hash(&mut h);

@@ -452,7 +452,7 @@ impl MessageMemory {
 
 pub(super) fn message_key(id: &str) -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = crate::fingerprint::hasher();
     id.hash(&mut h);
     h.finish()
 }

@@ -282,7 +282,7 @@ impl SessionCore {
     /// so the actor writes it only then instead of exporting it after every event.
     pub fn durable_generation(&self) -> u64 {
         use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut h = crate::fingerprint::hasher();
         (self.generation, self.followup.generation(), self.rollover.durable_fingerprint()).hash(&mut h);
         self.outage.as_ref().map(|o| o.memory()).hash(&mut h);
         h.finish()
