@@ -487,7 +487,8 @@ async fn once_tracked_a_sessions_events_go_straight_to_its_actor_in_order() {
 /// A pump apart from its sessions (`supervisor.pump_apart`) hands a read's straight
 /// events over together: none reaches its session before the read is flushed, and an
 /// event going the long way flushes those before it first, so the supervisor's sends
-/// land behind them and a session's events keep their order.
+/// land behind them and a session's events keep their order. While the next read is
+/// already waiting they wait for its events, eight reads at most.
 #[actix::test]
 async fn a_pump_apart_hands_a_reads_events_over_together_and_before_anything_goes_the_long_way() {
     tokio::time::pause();
@@ -506,10 +507,25 @@ async fn a_pump_apart_hands_a_reads_events_over_together_and_before_anything_goe
     settle().await;
     assert!(!assert_published_detail_is_the_actors(&w, "ses_A", "flushed").await.busy, "handed over before the long way");
 
+    // The read ends with the next one already waiting: its events wait for that one's.
     assert!(w.route(&mut route, &status_frame("ses_A", "busy"), &read));
-    w.registry.flush(&mut route);
+    w.registry.end_of_read(&mut route, true);
     settle().await;
-    assert!(assert_published_detail_is_the_actors(&w, "ses_A", "end of the read").await.busy);
+    assert!(!assert_published_detail_is_the_actors(&w, "ses_A", "more waiting").await.busy, "held for the next read");
+    // Nothing more waiting: they cross.
+    w.registry.end_of_read(&mut route, false);
+    settle().await;
+    assert!(assert_published_detail_is_the_actors(&w, "ses_A", "end of the reads").await.busy);
+
+    // While the stream stays hot, a batch still crosses after eight reads.
+    for n in 1..=8 {
+        let status = if n % 2 == 0 { "idle" } else { "busy" };
+        assert!(w.route(&mut route, &status_frame("ses_A", status), &read));
+        w.registry.end_of_read(&mut route, true);
+        settle().await;
+        let busy = assert_published_detail_is_the_actors(&w, "ses_A", "hot stream").await.busy;
+        assert_eq!(busy, n < 8, "read {n}: crossed only at the eighth");
+    }
     drop(read);
 }
 

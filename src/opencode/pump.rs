@@ -125,6 +125,8 @@ impl EventPump {
                 r = self.follow(&client, &mut route) => r,
                 _ = shutdown.changed() => return,
             };
+            // What the connection read before it ended reaches its sessions.
+            self.registry.flush(&mut route);
             self.stats.connected.store(false, Ordering::Relaxed);
             self.stats.clock.disconnected();
             self.supervisor.do_send(StreamDown { server: name.clone() });
@@ -213,7 +215,6 @@ impl EventPump {
                     }
                 }
             });
-            self.registry.flush(route);
             drop(read);
             if frames > 0 {
                 self.stats.frames.fetch_add(frames, Ordering::Relaxed);
@@ -227,6 +228,7 @@ impl EventPump {
             // Is more already waiting? Asked outside tokio's co-operative budget, whose
             // forced "not yet" would read as "nothing more".
             waiting = tokio::task::unconstrained(stream.next_chunk()).now_or_never();
+            self.registry.end_of_read(route, waiting.is_some());
         }
         Ok(())
     }

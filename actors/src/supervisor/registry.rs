@@ -158,7 +158,14 @@ pub struct RouteState {
     /// straight wait here and cross to the sessions' thread together ([`Registry::flush`]).
     batching: bool,
     batch: Vec<(Addr<SessionActor>, ObserveRead)>,
+    /// Reads whose events are in `batch`.
+    batched_reads: usize,
 }
+
+/// A batch crosses to the sessions' thread after at most this many reads even while
+/// more data waits: far below [`crate::stream_clock::MAX_UNHANDLED_READS`], so the marks
+/// a batch holds never stop the pump, and a few hundred events at most.
+const READS_PER_CROSSING: usize = 8;
 
 impl RouteState {
     /// `batching`: the pump runs apart from the server's sessions.
@@ -236,13 +243,26 @@ impl Registry {
         Some(LongWay { envelope, seq })
     }
 
+    /// The pump finished a read: its events cross now, unless the next read is already
+    /// waiting (then they go with its events, one crossing — a wake-up of the sessions'
+    /// thread — for several reads while the stream is hot; at most
+    /// [`READS_PER_CROSSING`]).
+    pub fn end_of_read(&self, state: &mut RouteState, more_waiting: bool) {
+        state.batched_reads += 1;
+        if !more_waiting || state.batched_reads >= READS_PER_CROSSING {
+            self.flush(state);
+        }
+    }
+
     /// Sends the events routed straight since the last flush to their sessions, in one
-    /// crossing to the sessions' thread. The pump flushes after every read; [`route`]
-    /// flushes before anything goes the long way (so a session's events keep their
+    /// crossing to the sessions' thread. The pump flushes at the end of a read
+    /// ([`Registry::end_of_read`]) and when its connection ends; [`route`] flushes
+    /// before anything goes the long way (so a session's events keep their
     /// order).
     ///
     /// [`route`]: Registry::route
     pub fn flush(&self, state: &mut RouteState) {
+        state.batched_reads = 0;
         if state.batch.is_empty() {
             return;
         }
