@@ -426,6 +426,10 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     if let Ok(v) = std::env::var("FLEET_PUMP_APART") {
         cfg.supervisor.pump_apart = v != "0";
     }
+    r.notes.push(format!(
+        "server_threads {} (0: one per core), pump_apart {}",
+        cfg.supervisor.server_threads, cfg.supervisor.pump_apart
+    ));
     // The daemon's default backend (SQLite on disk), in a scratch file.
     let ledger = std::env::temp_dir().join(format!("shepherd-fleet-bench-{n}.sqlite3"));
     remove_ledger(&ledger);
