@@ -183,12 +183,7 @@ async fn malformed_and_unknown_events_disturb_nothing() -> anyhow::Result<()> {
     let mut rig = Rig::start_via(
         fast_recovery(),
         |o| o,
-        |url| {
-            let p = support::faulty_proxy::FaultyProxy::start(url)?;
-            let via = p.url.clone();
-            proxy = Some(p);
-            Ok(via)
-        },
+        support::faulty_proxy::via(&mut proxy, support::faulty_proxy::FaultyProxy::start),
     )
     .await?;
     let id = rig.client.create_session(Some("noisy stream")).await?;
@@ -217,12 +212,7 @@ async fn after_the_stream_comes_back_a_session_that_stalled_unseen_is_found_and_
     let mut rig = Rig::start_via(
         fast_recovery(),
         |o| o,
-        |url| {
-            let p = support::faulty_proxy::FaultyProxy::start_clean(url)?;
-            let via = p.url.clone();
-            proxy = Some(p);
-            Ok(via)
-        },
+        support::faulty_proxy::via(&mut proxy, support::faulty_proxy::FaultyProxy::start_clean),
     )
     .await?;
     let faults = std::sync::Arc::clone(&proxy.as_ref().unwrap().faults);
@@ -498,12 +488,7 @@ async fn a_recovery_costs_five_rest_calls_and_an_idle_session_none() -> anyhow::
             c.advisor = support::fast_advice();
         },
         |o| o,
-        |url| {
-            let p = support::faulty_proxy::FaultyProxy::start_clean(url)?;
-            let via = p.url.clone();
-            proxy = Some(p);
-            Ok(via)
-        },
+        support::faulty_proxy::via(&mut proxy, support::faulty_proxy::FaultyProxy::start_clean),
     )
     .await?;
     let faults = std::sync::Arc::clone(&proxy.as_ref().unwrap().faults);

@@ -67,6 +67,21 @@ impl FaultyProxy {
     }
 }
 
+/// A `via` for the rig (`Rig::start_via` and the like): Shepherd talks to OpenCode
+/// through a proxy started by `start` (`FaultyProxy::start` or `start_clean`), kept in
+/// `slot` for the test to steer and drop.
+pub fn via(
+    slot: &mut Option<FaultyProxy>,
+    start: fn(String) -> anyhow::Result<FaultyProxy>,
+) -> impl FnOnce(String) -> anyhow::Result<String> + '_ {
+    move |url| {
+        let proxy = start(url)?;
+        let via = proxy.url.clone();
+        *slot = Some(proxy);
+        Ok(via)
+    }
+}
+
 impl Drop for FaultyProxy {
     fn drop(&mut self) {
         let h = self.handle.clone();
