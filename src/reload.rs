@@ -372,7 +372,6 @@ pub(crate) fn serve(requests: Requests, running: Arc<tokio::sync::Mutex<Running>
     });
 }
 
-/// The one event a reload makes.
 /// The threads (of `n`) the `k`-th server attached runs on: its pump's, its sessions'.
 /// Apart, they are neighbours and servers take pairs in turn (with two threads every
 /// server's pump shares one, its sessions the other: each core does one kind of work);
@@ -386,6 +385,7 @@ fn threads_of(k: usize, n: usize, apart: bool) -> (usize, usize) {
     }
 }
 
+/// The one event a reload makes.
 fn log_reload(trigger: &str, diff: &ConfigDiff, released: usize) {
     let list = |changes: &[Change]| changes.iter().map(Change::to_string).collect::<Vec<_>>().join("; ");
     let names = |v: &[String]| v.join(",");

@@ -104,7 +104,8 @@ impl EventPump {
     }
 
     /// Runs until `shutdown` turns true. `batching`: it runs on another thread than the
-    /// server's sessions (see [`RouteState::batching`]).
+    /// server's sessions, so the events it routes straight cross in batches
+    /// ([`Registry::end_of_read`](shepherd_actors::supervisor::Registry::end_of_read)).
     pub async fn run(self, mut shutdown: watch::Receiver<bool>, batching: bool) {
         let name = self.server.name.clone();
         let client = match reqwest::Client::builder().connect_timeout(self.server.request_timeout).build() {

@@ -15,7 +15,8 @@
 //! default with two threads or more) or on the same. Apart, the pump reads, frames,
 //! decodes and routes on one core while the sessions decide on another: the events a
 //! read routes straight cross to the sessions' thread together, one crossing per read
-//! ([`Registry::flush`]), not one wake-up per event. Together, an event routed straight
+//! or, while the next read is already waiting, per few reads ([`Registry::end_of_read`],
+//! [`Registry::flush`]), not one wake-up per event. Together, an event routed straight
 //! is a send on the same thread. Either way the supervisor's mailbox, on the main
 //! thread, carries only the long way, and what the supervisor routes it sends from the
 //! sessions' thread ([`Registry::dispatch`]), behind whatever the pump sent before (the
