@@ -9,7 +9,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-# A clean test build takes about 2 GB; say what the disk had, so a full disk reads as one.
+# A clean test build takes about 3.5 GB; say what the disk had, so a full disk reads as one.
 echo "test.sh: free disk at $repo: $(df -h --output=avail . | tail -1 | tr -d ' ')" >&2
 
 need_apt=()
