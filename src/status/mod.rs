@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use actix::Addr;
 use anyhow::Context as _;
-use shepherd_actors::config::StatusConfig;
+use shepherd_actors::config::{StatusConfig, MIN_WRITE_SHARE};
 use shepherd_actors::journal::{ActionRecord, Journal};
 use shepherd_actors::stats::{LiveSession, StatsBook, StatusDocument, StreamFacts};
 use shepherd_actors::supervisor::{FleetView, InspectFleet, Supervisor};
@@ -324,11 +324,10 @@ async fn run(
     let mut live = LiveFleet::default();
     let mut live_stale = true;
     let mut dirty = true; // the first write shows the fleet as it is
-    let mut last_write: Option<tokio::time::Instant> = None;
+    let mut next_allowed = tokio::time::Instant::now();
     let mut refresh = tokio::time::interval(cfg.refresh_interval);
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let next_allowed = last_write.map_or_else(tokio::time::Instant::now, |t| t + cfg.min_interval);
         tokio::select! {
             r = records.recv() => match r {
                 Ok(record) => {
@@ -346,6 +345,7 @@ async fn run(
                 live_stale = true;
             }
             _ = tokio::time::sleep_until(next_allowed), if dirty && path.is_some() => {
+                let started = tokio::time::Instant::now();
                 let refreshed = live_stale;
                 if live_stale {
                     live = board.read_live().await;
@@ -359,7 +359,17 @@ async fn run(
                     // largest short-lived allocations: give their pages back.
                     crate::memory::trim();
                 }
-                last_write = Some(tokio::time::Instant::now());
+                let ended = tokio::time::Instant::now();
+                let took = ended - started;
+                next_allowed = next_write_at(ended, took, &cfg);
+                if next_allowed - ended > cfg.min_interval {
+                    tracing::debug!(
+                        took_ms = took.as_millis() as u64,
+                        next_in_ms = (next_allowed - ended).as_millis() as u64,
+                        sessions = live.sessions.len(),
+                        "status: the write took long; the next waits to keep within status.max_write_share"
+                    );
+                }
                 dirty = false;
             }
             _ = stop.changed() => break,
@@ -377,6 +387,17 @@ async fn run(
     }
 }
 
+/// When the next write may start, after one that ended at `ended` and took `took`:
+/// `status.min_interval` later, or later still so that writing keeps to
+/// `status.max_write_share` of the time. The file of a large fleet is written less
+/// often rather than taking a core from the sessions (and a write slowed by a busy
+/// machine or disk spaces the next one out too).
+fn next_write_at(ended: tokio::time::Instant, took: Duration, cfg: &StatusConfig) -> tokio::time::Instant {
+    let share = cfg.max_write_share.clamp(MIN_WRITE_SHARE, 1.0);
+    let rest = took.mul_f64((1.0 - share) / share);
+    ended + rest.max(cfg.min_interval)
+}
+
 /// Serialises `doc` straight into the file (at 10k sessions the text is tens of MB).
 fn write(path: &Path, doc: &StatusDocument) {
     if let Err(e) = write_atomic_with(path, |w| serde_json::to_writer_pretty(w, doc).map_err(std::io::Error::from)) {
@@ -390,6 +411,22 @@ mod tests {
 
     fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<OsString> {
         move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v))
+    }
+
+    /// A fleet whose file takes long to write gets it written less often: writing keeps
+    /// to its share of the time, and a quick write keeps `min_interval`.
+    #[test]
+    fn a_long_write_spaces_the_next_one_to_keep_the_writers_share() {
+        let cfg = StatusConfig { max_write_share: 0.05, ..StatusConfig::default() };
+        let t = tokio::time::Instant::now();
+        let quick = next_write_at(t, Duration::from_millis(40), &cfg);
+        assert_eq!(quick - t, cfg.min_interval, "40 ms every 2 s is 2 %: the interval stands");
+        let slow = next_write_at(t, Duration::from_millis(500), &cfg);
+        assert_eq!(slow - t, Duration::from_millis(9_500), "half a second of writing is followed by 9.5 s without");
+        let share = 0.5 / (0.5 + (slow - t).as_secs_f64());
+        assert!((share - 0.05).abs() < 1e-9, "{share}");
+        let all = StatusConfig { max_write_share: 1.0, ..StatusConfig::default() };
+        assert_eq!(next_write_at(t, Duration::from_secs(5), &all) - t, all.min_interval, "share 1: no spacing");
     }
 
     #[test]

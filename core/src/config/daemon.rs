@@ -78,6 +78,12 @@ pub struct StatusConfig {
     /// At most one write per this interval (changes in between are batched).
     #[serde(with = "duration_str")]
     pub min_interval: Duration,
+    /// The most of its time the writer spends writing, 0–1: after a write that took `t`
+    /// (reading the fleet, building and writing the file) the next waits at least
+    /// `t × (1 − share) / share`. At 100,000 sessions one write takes about half a second
+    /// of a core; every `min_interval` it took a third of the machine's two cores from the
+    /// sessions. Small fleets write in milliseconds and keep `min_interval`.
+    pub max_write_share: f64,
     /// Archives kept at start-up (`status.json.1` newest … `status.json.N`); 0 = none.
     pub rotate: u32,
     /// Entries of each session's rolling history in the file (the whole journal is in
@@ -93,12 +99,17 @@ pub struct StatusConfig {
     pub forget_after: Duration,
 }
 
+/// The smallest `status.max_write_share`: a write then waits at most 999 times its own
+/// length.
+pub const MIN_WRITE_SHARE: f64 = 0.001;
+
 impl Default for StatusConfig {
     fn default() -> Self {
         Self {
             enabled: true,
             path: String::new(),
             min_interval: Duration::from_secs(2),
+            max_write_share: 0.05,
             rotate: 3,
             max_history: 10,
             refresh_interval: Duration::from_secs(30),
@@ -246,6 +257,9 @@ pub(super) fn validate_status(c: &Config) -> Result<(), InvalidValue> {
     if c.status.enabled {
         if c.status.refresh_interval < c.status.min_interval {
             return Err(bad("status.refresh_interval", "must be at least status.min_interval"));
+        }
+        if !(MIN_WRITE_SHARE..=1.0).contains(&c.status.max_write_share) {
+            return Err(bad("status.max_write_share", "must be between 0.001 and 1"));
         }
         if c.status.max_history == 0 {
             return Err(bad("status.max_history", "must be at least 1"));

@@ -33,7 +33,7 @@ mod window;
 pub use advisor::AdvisorConfig;
 pub use daemon::{
     ControlConfig, LogConfig, LogFormat, StatusConfig, StoreBackend, StoreConfig, SupervisorConfig, ToastsConfig,
-    TopConfig,
+    TopConfig, MIN_WRITE_SHARE,
 };
 pub use followup::{NudgeConfig, ReviewConfig};
 pub use guard::{GuardBackend, GuardConfig, MIN_RENEWED_LEASE_TTL};
@@ -302,6 +302,19 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().key, "store.cache_kib");
         c.store.cache_kib = 64;
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_status_write_share_outside_its_range_is_rejected_with_its_key() {
+        let mut c = Config::default();
+        for bad in [0.0, 0.0005, 1.5, f64::NAN] {
+            c.status.max_write_share = bad;
+            assert_eq!(c.validate().unwrap_err().key, "status.max_write_share", "{bad}");
+        }
+        for good in [MIN_WRITE_SHARE, 0.05, 1.0] {
+            c.status.max_write_share = good;
+            c.validate().unwrap();
+        }
     }
 
     #[test]
