@@ -180,10 +180,9 @@ impl<'a, D: Deserializer<'a>> Props<'a> for InPlace<D> {
 /// Decodes one SSE `data:` payload (either stream shape).
 pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
     // `sync` duplicates are over a quarter of the global stream and only counted:
-    // recognise OpenCode's compact form without parsing the whole frame. (A string
-    // value cannot contain this text unescaped, so there is no false match; any other
-    // spelling takes the full path below.)
-    if frame.contains(r#""payload":{"type":"sync","#) {
+    // recognise OpenCode's compact form without parsing the whole frame. Any other
+    // spelling takes the full path below.
+    if is_compact_sync(frame) {
         return Ok(Envelope { directory: None, event: Event::Sync });
     }
     // The global stream's frames, as OpenCode writes them; others would be parsed twice.
@@ -192,6 +191,26 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
         Some(envelope) => Ok(envelope),
         None => two_pass(frame),
     }
+}
+
+/// Whether the frame is a `sync` duplicate as OpenCode writes it:
+/// `{"directory":"…","project":"…","payload":{"type":"sync",…` (each of the first two
+/// optional, their values without escapes). Only the frame's own head is read, so the
+/// answer is about the frame's `payload`, never about text deeper in it: a tool's input
+/// holding `{"payload":{"type":"sync",…}}` is not taken for a duplicate (the test for
+/// the text anywhere in the frame hid such an event), and a frame that is not a
+/// duplicate costs a few comparisons instead of a scan of all of it.
+fn is_compact_sync(frame: &str) -> bool {
+    const SYNC: &str = r#""payload":{"type":"sync","#;
+    let Some(mut rest) = frame.strip_prefix('{') else { return false };
+    for key in [r#""directory":""#, r#""project":""#] {
+        if let Some(value) = rest.strip_prefix(key) {
+            let Some(end) = value.find(['"', '\\']) else { return false };
+            let Some(after) = value[end..].strip_prefix("\",") else { return false };
+            rest = after;
+        }
+    }
+    rest.starts_with(SYNC)
 }
 
 /// The usual frame, parsed once: `{"directory", "payload": {"type", "properties"}}`
@@ -528,6 +547,24 @@ mod tests {
         assert_eq!(decode(compact).unwrap().event, Event::Sync);
         let spaced = r#"{"directory": "/p", "payload": {"type": "sync", "syncEvent": {}}}"#;
         assert_eq!(decode(spaced).unwrap().event, Event::Sync);
+    }
+
+    /// A tool whose input holds a `sync`-shaped object is a tool call like any other:
+    /// the frame's own payload says what it is, not text deeper in it.
+    #[test]
+    fn an_event_holding_sync_shaped_text_deeper_in_is_decoded_not_dropped() {
+        let frame = r#"{"directory":"/p","project":"x","payload":{"id":"evt_1","type":"message.part.updated","properties":{"part":{"id":"prt_p","messageID":"msg_m","sessionID":"ses_s","type":"tool","tool":"webhook","state":{"status":"running","input":{"payload":{"type":"sync","x":1}}}}}}}"#;
+        let Event::PartUpdated(p) = decode(frame).unwrap().event else { panic!("{frame}") };
+        assert!(matches!(p.kind, PartKind::Tool { ref tool, .. } if tool == "webhook"), "{:?}", p.kind);
+        // Nor does a directory or project that merely looks like the head: escapes and
+        // other keys take the full path, which reads the real payload.
+        let escaped = r#"{"directory":"/p\",\"payload\":{\"type\":\"sync\",","payload":{"type":"session.idle","properties":{"sessionID":"ses_A"}}}"#;
+        assert_eq!(decode(escaped).unwrap().event, Event::SessionIdle { session_id: "ses_A".into() });
+        let other_key = r#"{"x":"y","payload":{"type":"sync","syncEvent":{}}}"#;
+        assert_eq!(decode(other_key).unwrap().event, Event::Sync, "the full path knows sync too");
+        assert!(is_compact_sync(r#"{"directory":"/p","project":"x","payload":{"type":"sync","id":"e"}}"#));
+        assert!(is_compact_sync(r#"{"payload":{"type":"sync","id":"e"}}"#));
+        assert!(!is_compact_sync(r#"{"project":"x","directory":"/p","payload":{"type":"sync","id":"e"}}"#));
     }
 
     #[test]
