@@ -38,7 +38,7 @@ impl Supervisor {
         let Some(registry) = self.registry(&key.0) else { return };
         let Some(mut slot) = registry.slots.get_mut(key.1.as_str()) else { return };
         let waiting = slot.evicting.take().map(|w| *w).unwrap_or_default();
-        let addr = slot.addr.clone();
+        let addr = Addr::clone(&slot.addr);
         drop(slot);
         if evicted {
             let slot = registry.slots.remove(key.1.as_str()).map(|(_, slot)| slot);

@@ -25,7 +25,7 @@ impl Supervisor {
 
     /// The actor of the tracked session with this id, on whichever server.
     pub(super) fn find(&self, id: &str) -> Option<Addr<SessionActor>> {
-        self.servers.values().find_map(|s| s.registry.slots.get(id).map(|slot| slot.addr.clone()))
+        self.servers.values().find_map(|s| s.registry.slots.get(id).map(|slot| Addr::clone(&slot.addr)))
     }
 }
 

@@ -238,7 +238,7 @@ impl Supervisor {
             .servers
             .iter()
             .filter(|(name, _)| only_server.as_ref().is_none_or(|s| s == *name))
-            .find_map(|(_, srv)| srv.registry.slots.get(session.as_str()).map(|slot| slot.addr.clone()))
+            .find_map(|(_, srv)| srv.registry.slots.get(session.as_str()).map(|slot| Addr::clone(&slot.addr)))
             .filter(Addr::connected);
         let engines: Vec<_> = self
             .servers
@@ -282,7 +282,7 @@ impl Supervisor {
                 if slot.directory.is_none() {
                     slot.directory = info.and_then(|i| i.directory.clone());
                 }
-                return Some(slot.addr.clone());
+                return Some(Addr::clone(&slot.addr));
             }
         }
         let shared_id: Arc<str> = id.into();
@@ -326,7 +326,7 @@ impl Supervisor {
         let directory = info.and_then(|i| i.directory.clone()).or(directory.map(str::to_string));
         let last_seen = self.clock.now();
         let child = self.parents.contains_key(key(&(server, id)));
-        let slot = SessionSlot { addr: addr.clone(), directory, last_seen, evicting: None, last_event: 0, child, view };
+        let slot = SessionSlot { addr: Arc::new(addr.clone()), directory, last_seen, evicting: None, last_event: 0, child, view };
         srv.registry.slots.insert(shared_id, slot);
         Some(addr)
     }
@@ -345,7 +345,7 @@ impl Supervisor {
     fn actors(&self) -> Vec<Addr<SessionActor>> {
         let mut out = Vec::with_capacity(self.tracked());
         for srv in self.servers.values() {
-            out.extend(srv.registry.slots.iter().map(|slot| slot.addr.clone()));
+            out.extend(srv.registry.slots.iter().map(|slot| Addr::clone(&slot.addr)));
         }
         out
     }

@@ -47,9 +47,15 @@ use crate::session::Now;
 use crate::session::SessionActor;
 use crate::stream_clock::ReadToken;
 
+/// A session actor's address as the registry keeps it: shared, because the pump hands
+/// it over with every event it routes straight, and cloning an actix `Addr` allocates
+/// twice (a sender's own task slot and flag) and counts a sender — per event, on one
+/// core, freed on the other.
+pub(crate) type SharedAddr = Arc<Addr<SessionActor>>;
+
 /// A tracked session: its actor and what the supervisor keeps beside it.
 pub(crate) struct SessionSlot {
-    pub(crate) addr: Addr<SessionActor>,
+    pub(crate) addr: SharedAddr,
     /// The directory (OpenCode instance) it lives in, once known.
     pub(crate) directory: Option<String>,
     /// When the last event for this session arrived (idle cleanup reads it).
@@ -158,7 +164,7 @@ pub struct RouteState {
     /// The pump runs on another thread than the sessions' actors: events routed
     /// straight wait here and cross to the sessions' thread together ([`Registry::flush`]).
     batching: bool,
-    batch: Vec<(Addr<SessionActor>, ObserveRead)>,
+    batch: Vec<(SharedAddr, ObserveRead)>,
     /// Reads whose events are in `batch`.
     batched_reads: usize,
 }
@@ -215,7 +221,7 @@ impl Registry {
                     if let Some(event) = slot.heard(now, self.next_routed(), envelope.event) {
                         let msg = ObserveRead(event, ReadToken::clone(read));
                         if state.batching {
-                            state.batch.push((slot.addr.clone(), msg));
+                            state.batch.push((Arc::clone(&slot.addr), msg));
                         } else {
                             slot.addr.do_send(msg);
                         }
@@ -368,7 +374,7 @@ impl Registry {
 
     /// The actor of the tracked session `id`.
     pub fn actor(&self, id: &str) -> Option<Addr<SessionActor>> {
-        self.slots.get(id).map(|slot| slot.addr.clone())
+        self.slots.get(id).map(|slot| Addr::clone(&slot.addr))
     }
 
     /// Whether the tracked session `id` has published its detail (its actor has loaded
@@ -395,7 +401,7 @@ impl Registry {
             .iter()
             .filter(|slot| slot.addr.connected())
             .map(|slot| {
-                let ask = (!slot.view.is_published()).then(|| slot.addr.clone());
+                let ask = (!slot.view.is_published()).then(|| Addr::clone(&slot.addr));
                 (slot.key().clone(), Arc::clone(&slot.view), ask)
             })
             .collect();
@@ -413,7 +419,7 @@ impl Registry {
     pub(crate) fn detail(&self, server: &str, id: &str, now: Now) -> Option<Result<SessionDetail, Addr<SessionActor>>> {
         let (cell, addr) = {
             let slot = self.slots.get(id).filter(|slot| slot.addr.connected())?;
-            (Arc::clone(&slot.view), slot.addr.clone())
+            (Arc::clone(&slot.view), Addr::clone(&slot.addr))
         };
         Some(cell.detail(server, id.to_string(), now).ok_or(addr))
     }

@@ -97,7 +97,7 @@ impl Supervisor {
         if let Event::SessionDeleted(_) = event {
             self.parents.remove(key(&(server, &id)));
             if let Some((_, slot)) = registry.slots.remove(id.as_str()) {
-                registry.dispatch(slot.addr, Observe(event));
+                registry.dispatch(Addr::clone(&slot.addr), Observe(event));
             }
             return;
         }
@@ -194,7 +194,7 @@ impl Supervisor {
                     let live = act
                         .servers
                         .get(&server)
-                        .and_then(|s| s.registry.slots.get(id.as_str()).map(|slot| slot.addr.clone()))
+                        .and_then(|s| s.registry.slots.get(id.as_str()).map(|slot| Addr::clone(&slot.addr)))
                         .filter(Addr::connected);
                     match live {
                         Some(addr) => addr.do_send(ResumeIntents),
