@@ -116,7 +116,7 @@ impl SseDecoder {
     /// or has more than one `data:` line).
     fn own(&mut self, text: &[u8]) {
         // Only valid UTF-8 is ever borrowed.
-        self.data.push_str(std::str::from_utf8(text).unwrap_or_default());
+        self.data.push_str(simdutf8::basic::from_utf8(text).unwrap_or_default());
     }
 
     /// One complete line, `buf[start..end]` (without its `\n`). `in_chunk`: `buf` is the
@@ -139,7 +139,7 @@ impl SseDecoder {
                 *dropped += 1;
             } else {
                 match *pending {
-                    Pending::Borrowed(a, b) => on_frame(std::str::from_utf8(&buf[a..b]).unwrap_or_default()),
+                    Pending::Borrowed(a, b) => on_frame(simdutf8::basic::from_utf8(&buf[a..b]).unwrap_or_default()),
                     Pending::Owned => on_frame(&self.data),
                     Pending::None => {}
                 }
@@ -161,7 +161,7 @@ impl SseDecoder {
             return;
         }
         let value = &buf[value_start..end];
-        if self.oversized || std::str::from_utf8(value).is_err() {
+        if self.oversized || simdutf8::basic::from_utf8(value).is_err() {
             self.oversized = true; // unusable: the frame is dropped whole
             return;
         }
