@@ -529,6 +529,75 @@ async fn a_pump_apart_hands_a_reads_events_over_together_and_before_anything_goe
     drop(read);
 }
 
+fn delta_frame(id: &str, message: &str) -> String {
+    format!(
+        r#"{{"directory":"/p","payload":{{"type":"message.part.delta","properties":{{"sessionID":"{id}","messageID":"{message}","partID":"prt_1","field":"text","delta":"x"}}}}}}"#
+    )
+}
+
+/// A delta only says the session is working: the pump notes it in the session's cell
+/// instead of sending it, and the actor takes it in before it decides anything. Here
+/// no batch ever crosses to the actor, so only that path can keep the session alive:
+/// ten minutes of deltas (stall timeout three) are no stall; once they stop, the stall
+/// is acted on one stall timeout after the last.
+#[actix::test]
+async fn a_sessions_deltas_reach_its_decisions_without_a_message_to_its_actor() {
+    tokio::time::pause();
+    let mut w = world(cfg());
+    let mut route = RouteState::new(true);
+    let read: ReadToken = Arc::new(w.stream.mark(None).await);
+    w.engine.busy.lock().unwrap().insert("ses_A".into(), Status::Busy);
+    assert!(!w.route(&mut route, &status_frame("ses_A", "busy"), &read), "first sight: the long way");
+    settle().await;
+    let last_activity = |w: &World| {
+        let w = w.supervisor.clone();
+        async move { w.send(GetSession("ses_A".into())).await.unwrap().expect("known").last_activity_ms }
+    };
+    let mut seen = last_activity(&w).await;
+    for minute in 0..10 {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(w.route(&mut route, &delta_frame("ses_A", "msg_1"), &read), "minute {minute}: straight");
+        assert_eq!(route.waiting(), 0, "minute {minute}: nothing to send");
+        settle().await;
+        let now = last_activity(&w).await;
+        assert!(now - seen >= 59_000, "minute {minute}: readers see the delta ({seen} → {now})");
+        seen = now;
+    }
+    assert!(w.engine.calls().iter().all(|c| !c.starts_with("abort")), "{:?}", w.engine.calls());
+    assert!(!w.drain().contains(&(Action::StallDetected, Outcome::Done)));
+
+    tokio::time::sleep(cfg().stall_timeout - Duration::from_secs(5)).await;
+    settle().await;
+    assert!(w.engine.calls().iter().all(|c| !c.starts_with("abort")), "not before the stall timeout");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    settle().await;
+    assert_eq!(w.engine.calls().iter().filter(|c| *c == "abort ses_A").count(), 1, "{:?}", w.engine.calls());
+    drop(read);
+}
+
+/// While one message's deltas are noted and not yet taken, a delta of another message
+/// goes to the actor as an event (whether a message is Shepherd's own is decided per
+/// message); once the actor has taken the noted ones, deltas are noted again.
+#[actix::test]
+async fn a_delta_of_another_message_while_one_is_noted_goes_to_the_actor() {
+    tokio::time::pause();
+    let w = world(cfg());
+    let mut route = RouteState::new(true);
+    let read: ReadToken = Arc::new(w.stream.mark(None).await);
+    assert!(!w.route(&mut route, &status_frame("ses_A", "busy"), &read));
+    settle().await;
+    assert!(w.route(&mut route, &delta_frame("ses_A", "msg_1"), &read));
+    assert!(w.route(&mut route, &delta_frame("ses_A", "msg_1"), &read));
+    assert_eq!(route.waiting(), 0, "noted, not sent");
+    assert!(w.route(&mut route, &delta_frame("ses_A", "msg_2"), &read));
+    assert_eq!(route.waiting(), 1, "another message's delta: sent");
+    w.registry.end_of_read(&mut route, false);
+    settle().await;
+    assert!(w.route(&mut route, &delta_frame("ses_A", "msg_2"), &read));
+    assert_eq!(route.waiting(), 0, "taken by the actor: noted again");
+    drop(read);
+}
+
 /// A subagent's events go through the supervisor, which tells its parent too; a
 /// deletion goes there as well (the supervisor forgets the session).
 #[actix::test]

@@ -41,6 +41,23 @@ pub struct DetailCell {
     silent_since: AtomicI64,
     /// The rest of the detail; `None` until the actor has loaded its state.
     published: Mutex<Option<Arc<PublishedDetail>>>,
+    /// Deltas the pump took past the actor, not yet fed into its core ([`Streamed`]).
+    streamed: Mutex<Option<Streamed>>,
+}
+
+/// A message's deltas that went past the session's actor: a delta only says the session
+/// is active (`SessionCore::observe_streamed`), and at the fleet's rate a message to
+/// the actor for each was the most of what a session cost per event. The pump notes
+/// the latest here ([`DetailCell::stream_past`]) and the actor takes it before anything
+/// else it does ([`DetailCell::take_streamed`]). One message at a time: a delta of
+/// another message while one is noted goes to the actor as an event, so whether a
+/// message is Shepherd's own is decided for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Streamed {
+    /// When the latest was read.
+    pub at: Instant,
+    /// Its message's key (`shepherd_core::session::core::message_key`).
+    pub message: u64,
 }
 
 impl DetailCell {
@@ -48,7 +65,10 @@ impl DetailCell {
     /// the slot's); `None` while nothing is published yet.
     pub fn detail(&self, server: &str, id: String, now: Now) -> Option<SessionDetail> {
         let published = Arc::clone(self.published.lock().unwrap_or_else(PoisonError::into_inner).as_ref()?);
-        let silent_since = from_nanos(self.silent_since.load(Ordering::Acquire));
+        let mut silent_since = from_nanos(self.silent_since.load(Ordering::Acquire));
+        if let Some(streamed) = *self.streamed.lock().unwrap_or_else(PoisonError::into_inner) {
+            silent_since = silent_since.max(streamed.at); // not yet in the core
+        }
         Some(published.to_detail(server, id, last_activity_ms(now, silent_since)))
     }
 
@@ -60,6 +80,28 @@ impl DetailCell {
     /// The session's silence is counted from `t` now.
     pub(crate) fn set_silent_since(&self, t: Instant) {
         self.silent_since.store(to_nanos(t), Ordering::Release);
+    }
+
+    /// The pump read a delta of `message` at `at`: noted, unless one of another message
+    /// is noted and not yet taken (then `false`: the delta goes to the actor).
+    pub(crate) fn stream_past(&self, at: Instant, message: u64) -> bool {
+        let mut noted = self.streamed.lock().unwrap_or_else(PoisonError::into_inner);
+        match noted.as_mut() {
+            None => {
+                *noted = Some(Streamed { at, message });
+                true
+            }
+            Some(s) if s.message == message => {
+                s.at = s.at.max(at);
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// The deltas noted since the last take, for the actor's core.
+    pub(crate) fn take_streamed(&self) -> Option<Streamed> {
+        self.streamed.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 
     /// `detail` replaces the published one.

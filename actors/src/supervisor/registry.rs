@@ -40,6 +40,7 @@ use foldhash::quality::RandomState;
 use tokio::time::Instant;
 
 use crate::event::{Envelope, Event, PartKind};
+use crate::session::core::message_key;
 use crate::session::actor::ObserveRead;
 use crate::control::SessionDetail;
 use crate::session::view::DetailCell;
@@ -76,6 +77,21 @@ pub(crate) struct SessionSlot {
 }
 
 impl SessionSlot {
+    /// A delta read at `now` (stamped `stamp`) is noted in the session's cell instead of
+    /// sent: all it says is that the session is active, which its actor takes in before
+    /// anything else it does ([`crate::session::view::Streamed`]). Not while the slot is
+    /// being evicted (the cell is the old actor's), nor when a delta of another message
+    /// is noted and not yet taken (the actor then sees this one as an event).
+    pub(crate) fn stream_past(&mut self, now: Instant, stamp: u64, event: &Event) -> bool {
+        let Event::PartDelta { message_id, .. } = event else { return false };
+        if self.evicting.is_some() || !self.view.stream_past(now, message_key(message_id)) {
+            return false;
+        }
+        self.last_seen = now;
+        self.last_event = stamp;
+        true
+    }
+
     /// The stream spoke of this session (its event stamped `stamp`, at `now`): noted;
     /// while the slot is being evicted the event waits for the fresh actor (`None`),
     /// otherwise it comes back to be sent.
@@ -179,6 +195,11 @@ impl RouteState {
     pub fn new(batching: bool) -> Self {
         Self { batching, ..Self::default() }
     }
+
+    /// Events routed straight and waiting to cross to the sessions' thread.
+    pub fn waiting(&self) -> usize {
+        self.batch.len()
+    }
 }
 
 /// Directories the pump remembers having told the supervisor of; past it, events of a
@@ -218,7 +239,11 @@ impl Registry {
             let id = envelope.event.session_id().unwrap_or_default();
             if let Some(mut slot) = self.slots.get_mut(id) {
                 if !slot.child && slot.addr.connected() {
-                    if let Some(event) = slot.heard(now, self.next_routed(), envelope.event) {
+                    let stamp = self.next_routed();
+                    if slot.stream_past(now, stamp, &envelope.event) {
+                        return None;
+                    }
+                    if let Some(event) = slot.heard(now, stamp, envelope.event) {
                         let msg = ObserveRead(event, ReadToken::clone(read));
                         if state.batching {
                             state.batch.push((Arc::clone(&slot.addr), msg));

@@ -9,7 +9,8 @@ impl SessionActor {
     /// answer goes back into the core, which decides (applied as its own step: `apply`
     /// is running). A session told to wait is woken by the breaker's next transition.
     pub(super) fn call_breaker(&mut self, call: BreakerCall, ctx: &mut Context<Self>) {
-        let (now, id) = (self.env.now(), self.core.id().to_string());
+        let now = self.now();
+        let id = self.core.id().to_string();
         let breaker = &self.env.breaker;
         let changes = breaker.changes(); // before asking: no transition is missed
         let (permit, transition) = match call {
@@ -29,7 +30,8 @@ impl SessionActor {
             let mut changes = changes;
             ctx.spawn(async move { changes.changed().await.is_ok() }.into_actor(self).map(|changed, act, ctx| {
                 if changed {
-                    let effects = act.core.on_breaker_changed(act.env.now());
+                    let now = act.now();
+                    let effects = act.core.on_breaker_changed(now);
                     act.apply(effects, ctx);
                 }
             }));

@@ -16,7 +16,8 @@ impl Handler<Observe> for SessionActor {
         if let Some(feed) = &self.status_feed {
             feed.observe(&msg.0);
         }
-        let effects = self.core.observe(&msg.0, self.env.now());
+        let now = self.now();
+        let effects = self.core.observe(&msg.0, now);
         self.learn_window();
         self.apply(effects, ctx);
     }
@@ -124,7 +125,8 @@ impl Handler<RefreshTodos> for SessionActor {
         let work = async move { engine.todos(&id).await.map(|todos| (id, todos)) };
         ctx.spawn(work.into_actor(self).map(|result, act, ctx| match result {
             Ok((_, todos)) => {
-                let effects = act.core.on_todos_refreshed(todos, act.env.now());
+                let now = act.now();
+                let effects = act.core.on_todos_refreshed(todos, now);
                 act.apply(effects, ctx);
             }
             Err(e) => tracing::debug!(server = %act.env.server, session = %act.core.id(), error = %e, "could not re-read todos"),
@@ -191,7 +193,8 @@ impl Handler<CheckInterrupted> for SessionActor {
         // `wait`: the idle status that follows must not be applied before this check.
         ctx.wait(async move { read_last_turn(&*engine, &id, poll).await }.into_actor(self).map(|turn, act, ctx| match turn {
             Ok(Some(turn)) if turn.interrupted() => {
-                let effects = act.core.on_interrupted(&turn.message_id, act.env.now());
+                let now = act.now();
+                let effects = act.core.on_interrupted(&turn.message_id, now);
                 act.apply(effects, ctx);
             }
             Ok(_) => {}
@@ -265,7 +268,8 @@ impl Handler<Sighted> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, _: Sighted, ctx: &mut Context<Self>) {
-        self.core.on_sight(self.env.now());
+        let now = self.now();
+        self.core.on_sight(now);
         self.settle(ctx);
     }
 }
@@ -282,7 +286,8 @@ impl Handler<ChildObserve> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: ChildObserve, ctx: &mut Context<Self>) {
-        let effects = self.core.on_child_event(&msg.child, &msg.event, self.env.now());
+        let now = self.now();
+        let effects = self.core.on_child_event(&msg.child, &msg.event, now);
         self.apply(effects, ctx);
     }
 }

@@ -137,6 +137,21 @@ impl SessionActor {
         Arc::clone(&self.view)
     }
 
+    /// The time for a decision, once the deltas the pump took past the actor are in the
+    /// core ([`view::Streamed`]): every way into the core asks for it first, so no
+    /// decision misses a delta that was read before it.
+    pub(super) fn now(&mut self) -> Now {
+        self.take_streamed();
+        self.env.now()
+    }
+
+    /// Feeds the deltas the pump took past the actor into the core.
+    pub(super) fn take_streamed(&mut self) {
+        if let Some(streamed) = self.view.take_streamed() {
+            self.core.observe_streamed(streamed.at, streamed.message);
+        }
+    }
+
     /// Publishes the session's detail ([`crate::session::view`]): where its silence is
     /// counted from on every call (an atomic store), the rest only when its fingerprint
     /// moved.
@@ -180,7 +195,8 @@ impl Actor for SessionActor {
                     act.loaded_last_action = (state.last_action.is_some() || state.last_action_ms.is_some())
                         .then(|| Box::new((state.last_action.clone(), state.last_action_ms)));
                     act.saved_generation = Some(act.core.durable_generation());
-                    let effects = act.core.resume_interrupted_handoff(act.env.now());
+                    let now = act.now();
+                    let effects = act.core.resume_interrupted_handoff(now);
                     if !effects.is_empty() {
                         act.apply(effects, ctx);
                     }

@@ -24,12 +24,14 @@ impl SessionActor {
                 // retry's: that is the same action, running here.
                 let running = |i: &Intent| self.running.iter().any(|d| same_action(d, &i.decision));
                 let open: Vec<Intent> = intents.into_iter().filter(|i| !running(i)).collect();
-                let effects = self.core.on_open_intents(open, self.env.now());
+                let now = self.now();
+                let effects = self.core.on_open_intents(open, now);
                 self.apply(effects, ctx);
             }
             Err(e) => {
                 tracing::warn!(server = %self.env.server, session = %self.core.id(), error = %e, "ledger: could not read this session's open intents");
-                self.core.on_intents_unreadable(self.env.now());
+                let now = self.now();
+                self.core.on_intents_unreadable(now);
                 self.settle(ctx);
             }
         }

@@ -16,7 +16,8 @@ impl Handler<Inspect> for SessionActor {
     /// Built by the same code as the published detail ([`crate::session::view`]):
     /// raw, redacted where it leaves, on the reader's thread (`SessionDetail::redacted`).
     fn handle(&mut self, _: Inspect, _: &mut Context<Self>) -> Self::Result {
-        let last_activity_ms = crate::session::view::last_activity_ms(self.env.now(), self.core.silent_since());
+        let now = self.now();
+        let last_activity_ms = crate::session::view::last_activity_ms(now, self.core.silent_since());
         let detail = PublishedDetail::of(&self.core, self.last_action);
         MessageResult(detail.to_detail(&self.env.server, self.core.id().to_string(), last_activity_ms))
     }
@@ -38,7 +39,7 @@ impl Handler<DeliverCustom> for SessionActor {
             let err = ControlError::BadRequest { field: "message".into(), reason: "required (or custom_prompt)".into() };
             return Box::pin(actix::fut::ready(Err(err)));
         };
-        let now = self.env.now();
+        let now = self.now();
         let order = self.core.custom_order(template, now);
         let summary = order.facts.context_summary.clone();
         // Through the runner, like every prompt: its intent listed as running, shutdown
@@ -85,7 +86,7 @@ impl Handler<SetHold> for SessionActor {
     type Result = MessageResult<SetHold>;
 
     fn handle(&mut self, msg: SetHold, ctx: &mut Context<Self>) -> Self::Result {
-        let now = self.env.now();
+        let now = self.now();
         let effects = if msg.hold {
             self.core.on_hold(msg.scope, msg.until_ms, &msg.by, now)
         } else {
@@ -109,7 +110,8 @@ impl Handler<RequestHandoff> for SessionActor {
     type Result = Result<HandoffView, ControlError>;
 
     fn handle(&mut self, _: RequestHandoff, ctx: &mut Context<Self>) -> Self::Result {
-        let effects = self.core.request_handoff(self.env.now()).map_err(ControlError::Conflict)?;
+        let now = self.now();
+        let effects = self.core.request_handoff(now).map_err(ControlError::Conflict)?;
         self.apply(effects, ctx);
         Ok(HandoffView::of(self.core.handoff()))
     }
@@ -124,7 +126,8 @@ impl Handler<ResumeSnapshot> for SessionActor {
     type Result = Result<HandoffView, ControlError>;
 
     fn handle(&mut self, msg: ResumeSnapshot, ctx: &mut Context<Self>) -> Self::Result {
-        let effects = self.core.resume_snapshot(&msg.0, self.env.now()).map_err(ControlError::Conflict)?;
+        let now = self.now();
+        let effects = self.core.resume_snapshot(&msg.0, now).map_err(ControlError::Conflict)?;
         self.apply(effects, ctx);
         Ok(HandoffView::of(self.core.handoff()))
     }

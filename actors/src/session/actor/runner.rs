@@ -148,7 +148,8 @@ impl SessionActor {
     /// Hands a finished procedure's report to the core and carries out what follows.
     pub(super) fn take_report(&mut self, report: Report, ctx: &mut Context<Self>) {
         let recovered = matches!(report, Report::Recovered(_));
-        let effects = report.into_core(&mut self.core, self.env.now());
+        let now = self.now();
+        let effects = report.into_core(&mut self.core, now);
         self.apply(effects, ctx);
         if recovered && self.stop_after_recovery {
             ctx.stop();

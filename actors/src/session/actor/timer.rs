@@ -46,6 +46,7 @@ impl SessionActor {
     /// timer waits on the stream clock instead, and looks again when woken.
     fn on_timer(&mut self, ctx: &mut Context<Self>) {
         self.timer = None;
+        self.take_streamed(); // a delta read since moves the deadline
         let now = self.env.clock.now();
         let Some(deadline) = self.core.deadline().filter(|d| *d <= now) else {
             self.rearm(ctx); // the deadline moved later meanwhile
@@ -62,7 +63,16 @@ impl SessionActor {
             self.timer = Some((handle, deadline));
             return;
         }
-        let effects = self.core.on_deadline(self.env.now());
+        // Stream time has passed the deadline, so every delta read before it has been
+        // noted (the pump notes a read's deltas before it lets go of the read's mark):
+        // take them in, and look again.
+        self.take_streamed();
+        if self.core.deadline().is_none_or(|d| d > now) {
+            self.rearm(ctx);
+            return;
+        }
+        let now = self.env.now();
+        let effects = self.core.on_deadline(now);
         self.apply(effects, ctx);
     }
 }

@@ -24,7 +24,7 @@ impl SessionCore {
             Event::SessionError { error, .. } if error.is_abort() => self.on_abort_seen(None, now, &mut out),
             Event::MessageUpdated(m) => self.on_message(m, now, &mut out),
             Event::PartUpdated(p) => self.on_part(p, now, &mut out),
-            Event::PartDelta { message_id, .. } if !self.messages.is_own(message_key(message_id)) => self.activity(now),
+            Event::PartDelta { message_id, .. } => self.observe_streamed(now.mono, message_key(message_id)),
             Event::TodoUpdated { todos, .. } => {
                 self.activity(now);
                 if followup::snapshot(todos) != followup::snapshot(&self.todos) {
@@ -310,8 +310,23 @@ impl SessionCore {
         ));
     }
 
+    /// Deltas of message `message` (its [`message_key`]) streamed, the latest at `at`:
+    /// activity, unless the message is one of Shepherd's own prompts. All a delta does
+    /// to a session, so the pump may take a session's deltas past its actor and hand
+    /// over only the latest (`Registry::route`); the actor feeds them in before anything
+    /// else it does. Never moves the activity back.
+    pub fn observe_streamed(&mut self, at: Instant, message: u64) {
+        if !self.messages.is_own(message) && at >= self.last_activity {
+            self.activity_at(at);
+        }
+    }
+
     pub(super) fn activity(&mut self, now: Now) {
-        self.last_activity = now.mono;
+        self.activity_at(now.mono);
+    }
+
+    fn activity_at(&mut self, at: Instant) {
+        self.last_activity = at;
         self.backoff_until = None;
         self.advice.on_activity();
     }
@@ -383,7 +398,6 @@ pub(super) fn part_type(kind: &PartKind) -> String {
     }
 }
 
-/// A message id as a 64-bit hash: the role memory needs identity, not the text.
 /// Role and "ours" flag of the last [`ROLE_MEMORY`] messages, in one ring of words:
 /// each is a message's [`message_key`] with its low three bits replaced by the flags
 /// (61 bits of hash: collisions among 32 ids are out of the question). 256 bytes when
@@ -450,7 +464,9 @@ impl MessageMemory {
     }
 }
 
-pub(super) fn message_key(id: &str) -> u64 {
+/// A message id as a 64-bit hash, as the session's memory of messages keys it: it needs
+/// identity, not the text.
+pub fn message_key(id: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = crate::fingerprint::hasher();
     id.hash(&mut h);

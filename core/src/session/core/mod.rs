@@ -73,6 +73,7 @@ use crate::session::handoff::{Phase, Rollover, Step};
 pub use crate::session::effect::{BreakerCall, CompactOrder, Effect, RecoveryOrder, RecoveryReport};
 pub use crate::session::loops::Escalation;
 pub use crate::session::pause::Pause;
+pub use self::facts::message_key;
 use crate::session::loops::{ContinueHistory, SpinVerdict, ToolSpin};
 use crate::session::outage::{classify, ErrorClass, Outage};
 use crate::session::planning::Planning;
