@@ -11,7 +11,9 @@
 //!
 //! The pump feeds the clock. Before it hands a read's events on it takes a [`Mark`],
 //! and every event carries it ([`ReadToken`]) to its session's actor — straight, or
-//! through the supervisor; the last of them handled drops it. Marks are reached in
+//! through the supervisor; the last of them handled drops it. (A delta is noted in its
+//! session's cell instead, before the pump lets go of the read's mark: a deadline due
+//! in stream time finds it there.) Marks are reached in
 //! order (a later read handled first, on another thread, waits for the earlier ones),
 //! and reaching one moves stream time to its `through` — how far the socket had proven
 //! the pump's reads to reach ([`SocketBacklog`]). While the pump waits with every read

@@ -22,6 +22,10 @@
 //! sessions' thread ([`Registry::dispatch`]), behind whatever the pump sent before (the
 //! pump flushes before anything goes the long way).
 //!
+//! A delta is not sent at all: it only says the session is active, so the pump notes
+//! it in the session's cell ([`SessionSlot::stream_past`]) and the actor takes it in
+//! before its next decision. Deltas were 43 % of what reached the actors.
+//!
 //! Order is kept per session: once one of a session's events has gone the long way, its
 //! next ones follow it there until the supervisor's sends for it are out, so a session
 //! never sees a later event before an earlier one.
