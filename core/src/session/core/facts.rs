@@ -583,6 +583,25 @@ mod tests {
         assert_eq!(b.core.attempts(), 2, "our own continue did not reset the attempts");
     }
 
+    /// The deltas the pump took past the actor, fed in as the actor takes them: activity
+    /// from the latest one's read time, never backwards, and none for Shepherd's own
+    /// prompt.
+    #[test]
+    fn deltas_taken_past_the_actor_are_activity_from_their_read_time_but_not_for_our_own_prompt() {
+        let mut b = Bench::new();
+        b.busy(0);
+        let timeout = b.core.stall_timeout();
+        b.core.observe_streamed(b.t0 + Duration::from_secs(100), message_key("msg_B"));
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(100) + timeout));
+        b.core.observe_streamed(b.t0 + Duration::from_secs(50), message_key("msg_B"));
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(100) + timeout), "not moved back");
+        b.feed(110, r#"{"type":"message.updated","properties":{"sessionID":"ses_A","info":{"id":"msg_C","sessionID":"ses_A","role":"user","time":{"created":1}}}}"#);
+        b.feed(110, r#"{"type":"message.part.updated","properties":{"sessionID":"ses_A","part":{"id":"prt_p3","messageID":"msg_C","sessionID":"ses_A","type":"text","text":"continue","synthetic":true,"metadata":{"shepherd":{"kind":"continue","instance":"i","decision":"d"}}}}}"#);
+        let before = b.core.deadline();
+        b.core.observe_streamed(b.t0 + Duration::from_secs(150), message_key("msg_C"));
+        assert_eq!(b.core.deadline(), before, "our own prompt's deltas are not the session working");
+    }
+
     #[test]
     fn todos_are_tracked_and_cancelled_counts_as_done() {
         let mut b = Bench::new();
