@@ -569,6 +569,8 @@ async fn a_sessions_deltas_reach_its_decisions_without_a_message_to_its_actor() 
     tokio::time::sleep(cfg().stall_timeout - Duration::from_secs(5)).await;
     settle().await;
     assert!(w.engine.calls().iter().all(|c| !c.starts_with("abort")), "not before the stall timeout");
+    // Meanwhile the actor's timer took the last delta in: readers still see it.
+    assert_eq!(last_activity(&w).await, seen, "the last delta is what readers see");
     tokio::time::sleep(Duration::from_secs(10)).await;
     settle().await;
     assert_eq!(w.engine.calls().iter().filter(|c| *c == "abort ses_A").count(), 1, "{:?}", w.engine.calls());

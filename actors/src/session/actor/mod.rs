@@ -145,10 +145,14 @@ impl SessionActor {
         self.env.now()
     }
 
-    /// Feeds the deltas the pump took past the actor into the core.
+    /// Feeds the deltas the pump took past the actor into the core, and publishes: the
+    /// cell no longer holds them, so readers must find them in the detail (a timer that
+    /// takes them in and only re-arms would otherwise leave a working session looking
+    /// silent, even stalled, until its next event).
     pub(super) fn take_streamed(&mut self) {
         if let Some(streamed) = self.view.take_streamed() {
             self.core.observe_streamed(streamed.at, streamed.message);
+            self.publish();
         }
     }
 
