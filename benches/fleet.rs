@@ -117,6 +117,9 @@ struct ScaleResult {
     /// noise than events/s (10-ms clock ticks: ±1 % over a burst of a second).
     burst_thread_us_per_event: f64,
     burst_thread: String,
+    /// Every thread that worked in the burst, with its CPU µs per event: which of them
+    /// (the pump's, the sessions') is the one to make cheaper.
+    burst_threads: String,
     stall_cpu_pct: f64,
     stall_sim_cpu_pct: f64,
     /// Stall deadline → Shepherd's `stall_detected` record (ms, ±1 ms: records carry ms).
@@ -506,7 +509,9 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     r.burst_done_secs = t.elapsed().as_secs_f64();
     r.burst_cpu_pct = (cpu_time() - cpu0).as_secs_f64() * 100.0 / r.burst_done_secs;
     r.burst_sim_cpu_pct = (child_cpu_time(sim_pid) - sim0).as_secs_f64() * 100.0 / r.burst_done_secs;
-    if let Some((name, busy)) = busiest_thread(&threads0, &thread_cpu()) {
+    let threads1 = thread_cpu();
+    r.burst_threads = threads_per_event(&threads0, &threads1, planned.frames);
+    if let Some((name, busy)) = busiest_thread(&threads0, &threads1) {
         r.burst_thread_us_per_event = busy.as_secs_f64() * 1e6 / planned.frames.max(1) as f64;
         r.burst_thread = name;
     }
@@ -514,13 +519,14 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
         r.notes.push("burst did not finish within the phase limit".into());
     }
     eprintln!(
-        "   burst: {} frames, pump {:.2} s, handled {:.2} s = {:.0} events/s; busiest thread ({}) {:.2} µs CPU per event",
+        "   burst: {} frames, pump {:.2} s, handled {:.2} s = {:.0} events/s; busiest thread ({}) {:.2} µs CPU per event ({})",
         planned.frames,
         r.burst_pump_secs,
         r.burst_done_secs,
         planned.frames as f64 / r.burst_done_secs,
         r.burst_thread,
-        r.burst_thread_us_per_event
+        r.burst_thread_us_per_event,
+        r.burst_threads
     );
     settle(&h, &stats).await?;
     let rep2 = h.report().await?;
@@ -920,21 +926,40 @@ fn cpu_time() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// CPU time (user + system, 10-ms ticks) of every thread of this process, by thread id.
-/// The thread that used the most CPU between two [`thread_cpu`] readings: its name and
-/// how much.
-fn busiest_thread(
-    before: &std::collections::HashMap<String, (String, Duration)>,
-    after: &std::collections::HashMap<String, (String, Duration)>,
-) -> Option<(String, Duration)> {
-    after
+/// What each thread of this process used between two [`thread_cpu`] readings, busiest
+/// first.
+fn thread_use(before: &ThreadCpu, after: &ThreadCpu) -> Vec<(Duration, String)> {
+    let mut used: Vec<(Duration, String)> = after
         .iter()
-        .map(|(tid, (name, t1))| (name, t1.saturating_sub(before.get(tid).map_or(Duration::ZERO, |(_, t0)| *t0))))
-        .max_by_key(|(_, used)| *used)
-        .map(|(name, used)| (name.clone(), used))
+        .map(|(tid, (name, t1))| (t1.saturating_sub(before.get(tid).map_or(Duration::ZERO, |(_, t0)| *t0)), name.clone()))
+        .collect();
+    used.sort_by(|a, b| b.cmp(a));
+    used
 }
 
-fn thread_cpu() -> std::collections::HashMap<String, (String, Duration)> {
+/// The thread that used the most CPU between two [`thread_cpu`] readings: its name and
+/// how much.
+fn busiest_thread(before: &ThreadCpu, after: &ThreadCpu) -> Option<(String, Duration)> {
+    thread_use(before, after).into_iter().next().map(|(used, name)| (name, used))
+}
+
+/// The threads that used at least 1 % of the busiest one's CPU between two
+/// [`thread_cpu`] readings, busiest first, as `name µs-per-event`.
+fn threads_per_event(before: &ThreadCpu, after: &ThreadCpu, events: u64) -> String {
+    let used = thread_use(before, after);
+    let floor = used.first().map_or(Duration::ZERO, |(most, _)| *most / 100).max(Duration::from_nanos(1));
+    used.iter()
+        .filter(|(d, _)| *d >= floor)
+        .map(|(d, name)| format!("{name} {:.2}", d.as_secs_f64() * 1e6 / events.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// CPU time (user + system, 10-ms ticks) of every thread of this process: name and
+/// time by thread id.
+type ThreadCpu = std::collections::HashMap<String, (String, Duration)>;
+
+fn thread_cpu() -> ThreadCpu {
     let mut out = std::collections::HashMap::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return out };
     for task in tasks.flatten() {

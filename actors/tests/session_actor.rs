@@ -24,7 +24,7 @@ use shepherd_actors::ports::{
 };
 use shepherd_actors::stream_clock::{ReadToken, StreamClock};
 use shepherd_actors::supervisor::{
-    AttachServer, DetachServer, Ingest, InspectFleet, ReconfigureAll, Registry, RouteState, Shutdown, StreamDown,
+    AttachServer, DetachServer, Ingest, InspectFleet, ReconfigureAll, Registry, RouteState, Routed, Shutdown, StreamDown,
     StreamUp, Supervisor,
 };
 
@@ -279,17 +279,17 @@ impl World {
             r#"{{"directory":"/p","payload":{{"type":"session.status","properties":{{"sessionID":"{id}","status":{{"type":"busy"}}}}}}}}"#
         ));
     }
-    /// Routes an event as the server's pump does; true when it went straight to the
+    /// Routes a frame as the server's pump does; true when it went straight to the
     /// session's actor, false when the long way, through the supervisor.
     fn route(&self, state: &mut RouteState, json: &str, read: &ReadToken) -> bool {
-        let envelope = decode(json).expect("decodes");
-        match self.registry.route(state, envelope, read, tokio::time::Instant::now()) {
-            None => true,
-            Some(long) => {
+        match self.registry.route_frame(state, json, read, tokio::time::Instant::now(), |_| {}).expect("decodes") {
+            Routed::Straight => true,
+            Routed::Long(long) => {
                 let (envelope, seq, read) = (long.envelope, long.seq, Some(Arc::clone(read)));
                 self.supervisor.do_send(Ingest { server: "srv".into(), envelope, read, seq });
                 false
             }
+            Routed::Skipped => panic!("an event the tests route is acted on: {json}"),
         }
     }
     fn drain(&mut self) -> Vec<(Action, Outcome)> {

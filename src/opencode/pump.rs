@@ -25,10 +25,8 @@ use std::sync::Arc;
 use actix::Addr;
 use futures::FutureExt as _;
 use shepherd_actors::config::ServerConfig;
-use shepherd_actors::event::decode;
 use shepherd_actors::stream_clock::StreamClock;
-use shepherd_actors::event::Event;
-use shepherd_actors::supervisor::{Ingest, Registry, RouteState, StreamDown, StreamUp, Supervisor};
+use shepherd_actors::supervisor::{Ingest, Registry, RouteState, Routed, StreamDown, StreamUp, Supervisor};
 use tokio::sync::watch;
 
 use super::client::Credentials;
@@ -197,18 +195,13 @@ impl EventPump {
             let mut frames = 0u64;
             let dropped = decoder.push_each(&chunk, |data| {
                 frames += 1;
-                match decode(data) {
-                    Ok(envelope) => {
-                        kinds.add(envelope.event.kind());
-                        if matches!(envelope.event, Event::Sync | Event::Unknown { .. }) {
-                            return; // counted, not acted on
-                        }
-                        if let Some(long) = self.registry.route(route, envelope, &read, now) {
-                            let server = Arc::clone(&shared_name);
-                            let (envelope, seq, read) = (long.envelope, long.seq, Some(Arc::clone(&read)));
-                            self.supervisor.do_send(Ingest { server, envelope, read, seq });
-                        }
+                match self.registry.route_frame(route, data, &read, now, |kind| kinds.add(kind)) {
+                    Ok(Routed::Long(long)) => {
+                        let server = Arc::clone(&shared_name);
+                        let (envelope, seq, read) = (long.envelope, long.seq, Some(Arc::clone(&read)));
+                        self.supervisor.do_send(Ingest { server, envelope, read, seq });
                     }
+                    Ok(Routed::Straight | Routed::Skipped) => {}
                     Err(e) => {
                         self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                         let excerpt: String = data.chars().take(LOGGED_FRAME_CHARS).collect();

@@ -29,7 +29,7 @@ pub use commands::Shutdown;
 pub use inspect::{AskSessions, FleetView, InspectFleet, InspectServers, ServerView};
 pub use lifecycle::{AttachServer, DetachServer, ReconfigureAll};
 use registry::SessionSlot;
-pub use registry::{LongWay, Registry, RouteState};
+pub use registry::{LongWay, Registry, RouteState, Routed};
 pub use stream::{Ingest, StreamDown, StreamUp};
 
 use std::borrow::Borrow;

@@ -43,7 +43,7 @@ use dashmap::DashMap;
 use foldhash::quality::RandomState;
 use tokio::time::Instant;
 
-use crate::event::{Envelope, Event, PartKind};
+use crate::event::{decode, peek_delta, DecodeError, DeltaHead, Envelope, Event, PartKind};
 use crate::session::core::message_key;
 use crate::session::actor::ObserveRead;
 use crate::control::SessionDetail;
@@ -81,13 +81,13 @@ pub(crate) struct SessionSlot {
 }
 
 impl SessionSlot {
-    /// A delta read at `now` (stamped `stamp`) is noted in the session's cell instead of
-    /// sent: all it says is that the session is active, which its actor takes in before
-    /// anything else it does ([`crate::session::view::Streamed`]). Not while the slot is
-    /// being evicted (the cell is the old actor's), nor when a delta of another message
-    /// is noted and not yet taken (the actor then sees this one as an event).
-    pub(crate) fn stream_past(&mut self, now: Instant, stamp: u64, event: &Event) -> bool {
-        let Event::PartDelta { message_id, .. } = event else { return false };
+    /// A delta of message `message_id`, read at `now` (stamped `stamp`), is noted in the
+    /// session's cell instead of sent: all it says is that the session is active, which
+    /// its actor takes in before anything else it does
+    /// ([`crate::session::view::Streamed`]). Not while the slot is being evicted (the
+    /// cell is the old actor's), nor when a delta of another message is noted and not
+    /// yet taken (the actor then sees this one as an event).
+    pub(crate) fn stream_past(&mut self, now: Instant, stamp: u64, message_id: &str) -> bool {
         if self.evicting.is_some() || !self.view.stream_past(now, message_key(message_id)) {
             return false;
         }
@@ -214,6 +214,17 @@ const KNOWN_DIRECTORIES: usize = 4096;
 /// has been handled are forgotten.
 const LONG_WAY_PRUNE: usize = 1024;
 
+/// What became of a frame ([`Registry::route_frame`]).
+#[allow(clippy::large_enum_variant)] // returned once, straight to the pump: no box per long way
+pub enum Routed {
+    /// Its session has it: sent, waiting to cross, or noted past the actor.
+    Straight,
+    /// The supervisor is to handle it.
+    Long(LongWay),
+    /// Counted and nothing more: a `sync` duplicate, a type Shepherd does not know.
+    Skipped,
+}
+
 /// An event the supervisor is to handle, numbered for [`Registry::handled`].
 pub struct LongWay {
     pub envelope: Envelope,
@@ -231,6 +242,39 @@ impl Registry {
         self.routed.load(Ordering::Relaxed)
     }
 
+    /// Routes one frame of the stream, as the pump reads it: a delta in OpenCode's own
+    /// form is noted by its head, never decoded ([`Registry::note_delta`]); any other
+    /// frame is decoded and routed ([`Registry::route`]). `count` is told every decoded
+    /// frame's event type; a frame that does not decode is the error, and nothing else
+    /// happens.
+    pub fn route_frame(
+        &self,
+        state: &mut RouteState,
+        frame: &str,
+        read: &ReadToken,
+        now: Instant,
+        mut count: impl FnMut(&str),
+    ) -> Result<Routed, DecodeError> {
+        let delta = peek_delta(frame);
+        if let Some(delta) = &delta {
+            count(DeltaHead::KIND);
+            if self.note_delta(state, delta, now) {
+                return Ok(Routed::Straight);
+            }
+        }
+        let envelope = decode(frame)?;
+        if delta.is_none() {
+            count(envelope.event.kind());
+        }
+        if matches!(envelope.event, Event::Sync | Event::Unknown { .. }) {
+            return Ok(Routed::Skipped);
+        }
+        Ok(match self.route(state, envelope, read, now) {
+            None => Routed::Straight,
+            Some(long) => Routed::Long(long),
+        })
+    }
+
     /// Routes one of the stream's events: straight to its session's actor, with the
     /// read's mark, when nothing but the session needs it (then `None`); otherwise it
     /// comes back, numbered, for the supervisor.
@@ -244,8 +288,10 @@ impl Registry {
             if let Some(mut slot) = self.slots.get_mut(id) {
                 if !slot.child && slot.addr.connected() {
                     let stamp = self.next_routed();
-                    if slot.stream_past(now, stamp, &envelope.event) {
-                        return None;
+                    if let Event::PartDelta { message_id, .. } = &envelope.event {
+                        if slot.stream_past(now, stamp, message_id) {
+                            return None;
+                        }
                     }
                     if let Some(event) = slot.heard(now, stamp, envelope.event) {
                         let msg = ObserveRead(event, ReadToken::clone(read));
@@ -341,13 +387,45 @@ impl Registry {
         }
     }
 
+    /// Notes a delta read from its frame's head ([`peek_delta`]) in its session's cell,
+    /// as [`Registry::route`] would note the decoded event — without decoding it.
+    /// `false` when it could not be (the session has no actor here, is a subagent, has
+    /// an event on the long way, another message's delta is noted…): the frame is then
+    /// decoded and routed.
+    fn note_delta(&self, state: &mut RouteState, delta: &DeltaHead<'_>, now: Instant) -> bool {
+        if !self.in_order(state, delta.directory, delta.session_id) {
+            return false;
+        }
+        let Some(mut slot) = self.slots.get_mut(delta.session_id) else { return false };
+        if slot.child || !slot.addr.connected() {
+            return false;
+        }
+        let stamp = self.next_routed();
+        slot.stream_past(now, stamp, delta.message_id)
+    }
+
     /// Whether the event may go straight to its session, as far as the event and the
     /// order of its session's events go (the slot decides the rest).
     fn direct(&self, state: &mut RouteState, envelope: &Envelope) -> bool {
-        if envelope.directory.as_ref().is_some_and(|d| !state.directories.contains(d)) {
+        let Some(id) = envelope.event.session_id() else { return false };
+        if !self.in_order(state, envelope.directory.as_deref(), id) {
+            return false;
+        }
+        match &envelope.event {
+            Event::SessionDeleted(_) => false,
+            Event::SessionCreated(i) | Event::SessionUpdated(i) => i.parent_id.is_none(),
+            Event::PartUpdated(p) => !matches!(&p.kind, PartKind::Tool { child_session: Some(_), .. }),
+            _ => true,
+        }
+    }
+
+    /// Whether an event of session `id` in `directory` may go straight, as far as order
+    /// goes: the supervisor knows the directory, and none of the session's events is
+    /// still on the long way.
+    fn in_order(&self, state: &mut RouteState, directory: Option<&str>, id: &str) -> bool {
+        if directory.is_some_and(|d| !state.directories.contains(d)) {
             return false; // the supervisor learns the directory
         }
-        let Some(id) = envelope.event.session_id() else { return false };
         if !state.long.is_empty() {
             let handled = self.long_handled.load(Ordering::Acquire);
             if handled >= self.long_sent.load(Ordering::Relaxed) {
@@ -365,12 +443,7 @@ impl Registry {
                 }
             }
         }
-        match &envelope.event {
-            Event::SessionDeleted(_) => false,
-            Event::SessionCreated(i) | Event::SessionUpdated(i) => i.parent_id.is_none(),
-            Event::PartUpdated(p) => !matches!(&p.kind, PartKind::Tool { child_session: Some(_), .. }),
-            _ => true,
-        }
+        true
     }
 
     /// Adds `n` events of type `kind` to the stream's counts, within

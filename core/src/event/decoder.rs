@@ -17,6 +17,7 @@ use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::head::is_compact_sync;
 use super::lenient;
 use super::message::RawMessageInfo;
 use super::part::RawPart;
@@ -180,7 +181,7 @@ impl<'a, D: Deserializer<'a>> Props<'a> for InPlace<D> {
 /// Decodes one SSE `data:` payload (either stream shape).
 pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
     // `sync` duplicates are over a quarter of the global stream and only counted:
-    // recognise OpenCode's compact form without parsing the whole frame. Any other
+    // OpenCode's compact form is recognised by its head ([`super::head`]). Any other
     // spelling takes the full path below.
     if is_compact_sync(frame) {
         return Ok(Envelope { directory: None, event: Event::Sync });
@@ -191,26 +192,6 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
         Some(envelope) => Ok(envelope),
         None => two_pass(frame),
     }
-}
-
-/// Whether the frame is a `sync` duplicate as OpenCode writes it:
-/// `{"directory":"…","project":"…","payload":{"type":"sync",…` (each of the first two
-/// optional, their values without escapes). Only the frame's own head is read, so the
-/// answer is about the frame's `payload`, never about text deeper in it: a tool's input
-/// holding `{"payload":{"type":"sync",…}}` is not taken for a duplicate (the test for
-/// the text anywhere in the frame hid such an event), and a frame that is not a
-/// duplicate costs a few comparisons instead of a scan of all of it.
-fn is_compact_sync(frame: &str) -> bool {
-    const SYNC: &str = r#""payload":{"type":"sync","#;
-    let Some(mut rest) = frame.strip_prefix('{') else { return false };
-    for key in [r#""directory":""#, r#""project":""#] {
-        if let Some(value) = rest.strip_prefix(key) {
-            let Some(end) = value.find(['"', '\\']) else { return false };
-            let Some(after) = value[end..].strip_prefix("\",") else { return false };
-            rest = after;
-        }
-    }
-    rest.starts_with(SYNC)
 }
 
 /// The usual frame, parsed once: `{"directory", "payload": {"type", "properties"}}`
@@ -562,9 +543,6 @@ mod tests {
         assert_eq!(decode(escaped).unwrap().event, Event::SessionIdle { session_id: "ses_A".into() });
         let other_key = r#"{"x":"y","payload":{"type":"sync","syncEvent":{}}}"#;
         assert_eq!(decode(other_key).unwrap().event, Event::Sync, "the full path knows sync too");
-        assert!(is_compact_sync(r#"{"directory":"/p","project":"x","payload":{"type":"sync","id":"e"}}"#));
-        assert!(is_compact_sync(r#"{"payload":{"type":"sync","id":"e"}}"#));
-        assert!(!is_compact_sync(r#"{"project":"x","directory":"/p","payload":{"type":"sync","id":"e"}}"#));
     }
 
     #[test]

@@ -14,17 +14,21 @@
 //!
 //! Parts: this file holds [`Envelope`] and [`Event`]; `session` (a session, its status,
 //! its errors), `message` (a message's info and token usage), `part` (a message part,
-//! Shepherd's tag on its own prompts), `todo`, and `decoder` (the frame's two shapes, the
-//! checks on what a hostile server could send, [`decode`] itself). Every type is
+//! Shepherd's tag on its own prompts), `todo`, `decoder` (the frame's two shapes, the
+//! checks on what a hostile server could send, [`decode`] itself) and `head` (the two
+//! forms read by their head alone: `sync` duplicates, and deltas — [`peek_delta`]).
+//! Every type is
 //! re-exported here: the paths are `crate::event::…` whatever file holds them.
 
 mod decoder;
+mod head;
 mod message;
 mod part;
 mod session;
 mod todo;
 
 pub use self::decoder::{decode, decode_message_info, is_known_kind, DecodeError, MAX_DIRECTORY_LEN, MAX_KIND_LEN};
+pub use self::head::{peek_delta, DeltaHead};
 pub use self::message::{CacheTokens, MessageInfo, ModelRef, Role, Tokens};
 pub use self::part::{Part, PartKind, ShepherdTag, ToolStatus};
 pub use self::session::{ErrorData, ErrorInfo, SessionInfo, SessionMetadata, ShepherdSessionMark, Status, Times};
@@ -206,7 +210,7 @@ impl Event {
             MessageUpdated(_) => "message.updated",
             MessageRemoved { .. } => "message.removed",
             PartUpdated(_) => "message.part.updated",
-            PartDelta { .. } => "message.part.delta",
+            PartDelta { .. } => DeltaHead::KIND,
             PartRemoved { .. } => "message.part.removed",
             TodoUpdated { .. } => "todo.updated",
             PermissionAsked { .. } => "permission.asked",
