@@ -11,7 +11,7 @@ use shepherd_actors::config::{RecoveryConfig, SupervisorConfig};
 use shepherd_actors::control::{
     ControlError, CustomPromptRequest, GetSession, ListSessions, PauseTarget, SendCustomPrompt, SessionDetail, SetPause, StartHandoff,
 };
-use shepherd_actors::session::actor::Inspect;
+use shepherd_actors::session::actor::{Inspect, StopSession};
 use shepherd_actors::event::{decode, ModelRef, Role, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
 use shepherd_actors::ledger::{
@@ -597,6 +597,30 @@ async fn a_delta_of_another_message_while_one_is_noted_goes_to_the_actor() {
     settle().await;
     assert!(w.route(&mut route, &delta_frame("ses_A", "msg_2"), &read));
     assert_eq!(route.waiting(), 0, "taken by the actor: noted again");
+    drop(read);
+}
+
+/// A delta for a session whose actor has stopped (its slot still there) is not noted
+/// where nothing would take it: it goes the long way, and the supervisor starts a new
+/// actor, whose cell takes the next one.
+#[actix::test]
+async fn a_delta_for_a_stopped_actor_goes_the_long_way_and_a_new_actor_takes_the_next() {
+    tokio::time::pause();
+    let w = world(cfg());
+    let mut route = RouteState::new(true);
+    let read: ReadToken = Arc::new(w.stream.mark(None).await);
+    assert!(!w.route(&mut route, &status_frame("ses_A", "busy"), &read));
+    settle().await;
+    let first = w.registry.actor("ses_A").expect("tracked");
+    first.do_send(StopSession);
+    settle().await;
+    assert!(!first.connected(), "stopped");
+    assert!(!w.route(&mut route, &delta_frame("ses_A", "msg_1"), &read), "not noted for a stopped actor");
+    settle().await;
+    let second = w.registry.actor("ses_A").expect("tracked again");
+    assert!(second.connected(), "a new actor");
+    assert!(w.route(&mut route, &delta_frame("ses_A", "msg_1"), &read), "noted for the new one");
+    assert_eq!(route.waiting(), 0);
     drop(read);
 }
 

@@ -21,7 +21,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -43,6 +43,10 @@ pub struct DetailCell {
     published: Mutex<Option<Arc<PublishedDetail>>>,
     /// Deltas the pump took past the actor, not yet fed into its core ([`Streamed`]).
     streamed: Mutex<Option<Streamed>>,
+    /// The actor has stopped: nothing noted here would be taken. (Its own flag, not the
+    /// actor's address: a delta noted here touches this cell alone, and the address's
+    /// channel was one more line of memory per delta.)
+    stopped: AtomicBool,
 }
 
 /// A message's deltas that went past the session's actor: a delta only says the session
@@ -83,8 +87,12 @@ impl DetailCell {
     }
 
     /// The pump read a delta of `message` at `at`: noted, unless one of another message
-    /// is noted and not yet taken (then `false`: the delta goes to the actor).
+    /// is noted and not yet taken, or the actor has stopped (then `false`: the delta
+    /// goes to the actor, or the long way).
     pub(crate) fn stream_past(&self, at: Instant, message: u64) -> bool {
+        if self.stopped.load(Ordering::Acquire) {
+            return false;
+        }
         let mut noted = self.streamed.lock().unwrap_or_else(PoisonError::into_inner);
         match noted.as_mut() {
             None => {
@@ -97,6 +105,11 @@ impl DetailCell {
             }
             Some(_) => false,
         }
+    }
+
+    /// The actor has stopped.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
     }
 
     /// The deltas noted since the last take, for the actor's core.

@@ -43,7 +43,7 @@ use dashmap::DashMap;
 use foldhash::quality::RandomState;
 use tokio::time::Instant;
 
-use crate::event::{decode, peek_delta, DecodeError, DeltaHead, Envelope, Event, PartKind};
+use crate::event::{decode_past_head, read_head, DecodeError, DeltaHead, Envelope, Event, FrameHead, PartKind};
 use crate::session::core::message_key;
 use crate::session::actor::ObserveRead;
 use crate::control::SessionDetail;
@@ -242,11 +242,11 @@ impl Registry {
         self.routed.load(Ordering::Relaxed)
     }
 
-    /// Routes one frame of the stream, as the pump reads it: a delta in OpenCode's own
-    /// form is noted by its head, never decoded ([`Registry::note_delta`]); any other
-    /// frame is decoded and routed ([`Registry::route`]). `count` is told every decoded
-    /// frame's event type; a frame that does not decode is the error, and nothing else
-    /// happens.
+    /// Routes one frame of the stream, as the pump reads it. Its head is read first
+    /// ([`read_head`]): a `sync` duplicate is only counted, a delta in OpenCode's own
+    /// form is noted without being decoded ([`Registry::note_delta`]); any other frame
+    /// is decoded and routed ([`Registry::route`]). `count` is told every frame's event
+    /// type; a frame that does not decode is the error, and nothing else happens.
     pub fn route_frame(
         &self,
         state: &mut RouteState,
@@ -255,17 +255,24 @@ impl Registry {
         now: Instant,
         mut count: impl FnMut(&str),
     ) -> Result<Routed, DecodeError> {
-        let delta = peek_delta(frame);
-        if let Some(delta) = &delta {
-            count(DeltaHead::KIND);
-            if self.note_delta(state, delta, now) {
-                return Ok(Routed::Straight);
+        let envelope = match read_head(frame) {
+            FrameHead::Sync => {
+                count(Event::Sync.kind());
+                return Ok(Routed::Skipped);
             }
-        }
-        let envelope = decode(frame)?;
-        if delta.is_none() {
-            count(envelope.event.kind());
-        }
+            FrameHead::Delta(delta) => {
+                count(DeltaHead::KIND);
+                if self.note_delta(state, &delta, now) {
+                    return Ok(Routed::Straight);
+                }
+                decode_past_head(frame)?
+            }
+            FrameHead::Other => {
+                let envelope = decode_past_head(frame)?;
+                count(envelope.event.kind());
+                envelope
+            }
+        };
         if matches!(envelope.event, Event::Sync | Event::Unknown { .. }) {
             return Ok(Routed::Skipped);
         }
@@ -387,7 +394,7 @@ impl Registry {
         }
     }
 
-    /// Notes a delta read from its frame's head ([`peek_delta`]) in its session's cell,
+    /// Notes a delta read from its frame's head ([`read_head`]) in its session's cell,
     /// as [`Registry::route`] would note the decoded event — without decoding it.
     /// `false` when it could not be (the session has no actor here, is a subagent, has
     /// an event on the long way, another message's delta is noted…): the frame is then
@@ -397,9 +404,11 @@ impl Registry {
             return false;
         }
         let Some(mut slot) = self.slots.get_mut(delta.session_id) else { return false };
-        if slot.child || !slot.addr.connected() {
+        if slot.child {
             return false;
         }
+        // Whether the actor still runs, its cell says (`stream_past`): its address's
+        // channel is not read.
         let stamp = self.next_routed();
         slot.stream_past(now, stamp, delta.message_id)
     }

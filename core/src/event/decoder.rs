@@ -17,7 +17,7 @@ use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::head::is_compact_sync;
+use super::head::{read_head, FrameHead};
 use super::lenient;
 use super::message::RawMessageInfo;
 use super::part::RawPart;
@@ -183,9 +183,15 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
     // `sync` duplicates are over a quarter of the global stream and only counted:
     // OpenCode's compact form is recognised by its head ([`super::head`]). Any other
     // spelling takes the full path below.
-    if is_compact_sync(frame) {
-        return Ok(Envelope { directory: None, event: Event::Sync });
+    match read_head(frame) {
+        FrameHead::Sync => Ok(Envelope { directory: None, event: Event::Sync }),
+        FrameHead::Delta(_) | FrameHead::Other => decode_past_head(frame),
     }
+}
+
+/// [`decode`] for a frame whose head was read already ([`read_head`]) and is not a
+/// `sync` duplicate: the head is not read again.
+pub fn decode_past_head(frame: &str) -> Result<Envelope, DecodeError> {
     // The global stream's frames, as OpenCode writes them; others would be parsed twice.
     let global = frame.starts_with(r#"{"directory":"#) || frame.starts_with(r#"{"payload":"#);
     match global.then(|| one_pass(frame)).flatten() {

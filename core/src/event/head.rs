@@ -3,17 +3,28 @@
 //! quarter of the frames; only counted) and a `message.part.delta` (a third; all that
 //! matters is whose message streams).
 //!
-//! Each reader takes only the exact bytes OpenCode writes —
-//! `{"directory":"…","project":"…","payload":{"id":"…","type":"…",…` with plain string
-//! values — and answers `None` for anything else: an escape, a space, another key or
-//! order, a value of another type. Such a frame then goes through the full decoder
-//! ([`super::decode`]), which reads it whatever its spelling and says why it refuses
-//! it. So the shortcut never reads a frame differently from the decoder; the tests hold
+//! The head is read once per frame ([`read_head`]), and only in the exact bytes
+//! OpenCode writes — `{"directory":"…","project":"…","payload":{"id":"…","type":"…",…`
+//! with plain string values; anything else — an escape, a space, another key or order,
+//! a value of another type — is [`FrameHead::Other`], and goes through the full decoder
+//! ([`super::decode_past_head`]), which reads it whatever its spelling and says why it
+//! refuses it. So the shortcut never reads a frame differently from the decoder; the tests hold
 //! the two to it, over every captured delta and over generated near-misses.
 
 use crate::ids::{self, IdKind};
 
 use super::decoder::MAX_DIRECTORY_LEN;
+
+/// What a frame's head says it is ([`read_head`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameHead<'a> {
+    /// A `sync` duplicate: counted, nothing more.
+    Sync,
+    /// A delta: whose message streams.
+    Delta(DeltaHead<'a>),
+    /// Anything else: the decoder reads it ([`super::decode_past_head`]).
+    Other,
+}
 
 /// A `message.part.delta` read from its frame's head: whose message streams, and in
 /// which directory. Its ids are checked as the decoder checks them.
@@ -29,13 +40,31 @@ impl DeltaHead<'_> {
     pub const KIND: &'static str = "message.part.delta";
 }
 
-/// The delta `frame` holds, when it is one in OpenCode's exact form:
-/// `…"payload":{"id":"…","type":"message.part.delta","properties":{"sessionID":"…",
-/// "messageID":"…","partID":"…","field":"…","delta":"…"}}}` and nothing after. The
-/// delta's text may hold any JSON string (escapes included) and is checked as the
-/// decoder checks a string it skips; every other value must be plain.
-pub fn peek_delta(frame: &str) -> Option<DeltaHead<'_>> {
-    let (directory, mut head) = payload(frame)?;
+/// Reads the frame's head once: a `sync` duplicate, a delta, or anything else.
+///
+/// - A `sync` duplicate as OpenCode writes it: `…"payload":{"type":"sync",…`. Only the
+///   frame's own head is read, so the answer is about the frame's `payload`, never
+///   about text deeper in it: a tool's input holding `{"payload":{"type":"sync",…}}` is
+///   not taken for a duplicate (the test for the text anywhere in the frame hid such an
+///   event).
+/// - A delta in OpenCode's exact form: `…"payload":{"id":"…","type":"message.part.delta",
+///   "properties":{"sessionID":"…","messageID":"…","partID":"…","field":"…","delta":"…"}}}`
+///   and nothing after. The delta's text may hold any JSON string (escapes included) and
+///   is checked as the decoder checks a string it skips; every other value must be
+///   plain, and the ids of OpenCode's shape.
+pub fn read_head(frame: &str) -> FrameHead<'_> {
+    let Some((directory, mut head)) = payload(frame) else { return FrameHead::Other };
+    if head.0.starts_with(r#""type":"sync","#) {
+        return FrameHead::Sync;
+    }
+    match delta(directory, &mut head) {
+        Some(delta) => FrameHead::Delta(delta),
+        None => FrameHead::Other,
+    }
+}
+
+/// The rest of a delta's frame after `"payload":{`.
+fn delta<'a>(directory: Option<&'a str>, head: &mut Head<'a>) -> Option<DeltaHead<'a>> {
     if head.tag(r#""id":""#) {
         head.plain()?;
         head.expect(",")?;
@@ -58,16 +87,6 @@ pub fn peek_delta(frame: &str) -> Option<DeltaHead<'_>> {
     ids::check(IdKind::Message, message_id).ok()?;
     ids::check(IdKind::Part, part_id).ok()?;
     Some(DeltaHead { directory, session_id, message_id })
-}
-
-/// Whether the frame is a `sync` duplicate as OpenCode writes it:
-/// `…"payload":{"type":"sync",…`. Only the frame's own head is read, so the answer is
-/// about the frame's `payload`, never about text deeper in it: a tool's input holding
-/// `{"payload":{"type":"sync",…}}` is not taken for a duplicate (the test for the text
-/// anywhere in the frame hid such an event), and a frame that is not a duplicate costs
-/// a few comparisons instead of a scan of all of it.
-pub fn is_compact_sync(frame: &str) -> bool {
-    payload(frame).is_some_and(|(_, head)| head.0.starts_with(r#""type":"sync","#))
 }
 
 /// The frame's `directory` (when it comes first) and the rest after `"payload":{`,
@@ -111,9 +130,12 @@ impl<'a> Head<'a> {
     /// or a control character (the decoder refuses the latter; the former it would
     /// read differently than the bytes say), or when no quote closes it.
     fn plain(&mut self) -> Option<&'a str> {
-        let end = self.0.bytes().position(|b| b == b'"' || b == b'\\' || b < 0x20)?;
+        let end = memchr::memchr(b'"', self.0.as_bytes())?;
         let (value, rest) = self.0.split_at(end);
-        self.0 = rest.strip_prefix('"')?;
+        if !is_plain(value.as_bytes()) {
+            return None;
+        }
+        self.0 = &rest[1..]; // past the quote
         Some(value)
     }
 
@@ -124,21 +146,28 @@ impl<'a> Head<'a> {
         let bytes = self.0.as_bytes();
         let mut i = 0;
         loop {
-            match *bytes.get(i)? {
-                b'"' => break,
-                b'\\' => match *bytes.get(i + 1)? {
-                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
-                    b'u' if bytes.get(i + 2..i + 6)?.iter().all(u8::is_ascii_hexdigit) => i += 6,
-                    _ => return None,
-                },
-                0..=0x1f => return None,
-                _ => i += 1,
+            let at = i + memchr::memchr2(b'"', b'\\', &bytes[i..])?;
+            if !is_plain(&bytes[i..at]) {
+                return None;
             }
+            if bytes[at] == b'"' {
+                // An ASCII quote: a character boundary.
+                self.0 = &self.0[at + 1..];
+                return Some(());
+            }
+            i = at + match *bytes.get(at + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
+                b'u' if bytes.get(at + 2..at + 6)?.iter().all(u8::is_ascii_hexdigit) => 6,
+                _ => return None,
+            };
         }
-        // `i` is at an ASCII quote: a character boundary.
-        self.0 = &self.0[i + 1..];
-        Some(())
     }
+}
+
+/// Whether `bytes` hold neither a backslash nor a control character. Without an early
+/// exit, so that it is compiled to a few vector instructions for the usual short value.
+fn is_plain(bytes: &[u8]) -> bool {
+    !bytes.iter().fold(false, |odd, &b| odd | (b < 0x20) | (b == b'\\'))
 }
 
 #[cfg(test)]
@@ -147,6 +176,14 @@ mod tests {
 
     use super::*;
     use crate::event::{decode, Envelope, Event};
+
+    /// The delta the frame holds, when its head says it is one.
+    fn peek_delta(frame: &str) -> Option<DeltaHead<'_>> {
+        match read_head(frame) {
+            FrameHead::Delta(delta) => Some(delta),
+            FrameHead::Sync | FrameHead::Other => None,
+        }
+    }
 
     /// OpenCode's global frame of a delta, with each value as given (already JSON).
     fn frame(dir: &str, sid: &str, mid: &str, pid: &str, field: &str, delta: &str) -> String {
@@ -214,10 +251,12 @@ mod tests {
 
     #[test]
     fn sync_duplicates_are_recognised_by_their_own_head_only() {
-        assert!(is_compact_sync(r#"{"directory":"/p","project":"x","payload":{"type":"sync","id":"e"}}"#));
-        assert!(is_compact_sync(r#"{"payload":{"type":"sync","id":"e"}}"#));
-        assert!(!is_compact_sync(r#"{"project":"x","directory":"/p","payload":{"type":"sync","id":"e"}}"#));
-        assert!(!is_compact_sync(r#"{"directory":"/p\",\"payload\":{\"type\":\"sync\",","payload":{"type":"x"}}"#));
+        let sync = |frame: &str| read_head(frame) == FrameHead::Sync;
+        assert!(sync(r#"{"directory":"/p","project":"x","payload":{"type":"sync","id":"e"}}"#));
+        assert!(sync(r#"{"payload":{"type":"sync","id":"e"}}"#));
+        assert!(!sync(r#"{"project":"x","directory":"/p","payload":{"type":"sync","id":"e"}}"#));
+        assert!(!sync(r#"{"directory":"/p\",\"payload\":{\"type\":\"sync\",","payload":{"type":"x"}}"#));
+        assert!(!sync(r#"{"directory":"/p","payload":{"type":"session.idle","properties":{"x":{"payload":{"type":"sync",}}}}}"#));
     }
 
     /// A string value as JSON, starting with `prefix`, then pieces biased toward what

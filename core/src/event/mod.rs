@@ -16,7 +16,7 @@
 //! its errors), `message` (a message's info and token usage), `part` (a message part,
 //! Shepherd's tag on its own prompts), `todo`, `decoder` (the frame's two shapes, the
 //! checks on what a hostile server could send, [`decode`] itself) and `head` (the two
-//! forms read by their head alone: `sync` duplicates, and deltas — [`peek_delta`]).
+//! forms read by their head alone: `sync` duplicates, and deltas — [`read_head`]).
 //! Every type is
 //! re-exported here: the paths are `crate::event::…` whatever file holds them.
 
@@ -27,8 +27,10 @@ mod part;
 mod session;
 mod todo;
 
-pub use self::decoder::{decode, decode_message_info, is_known_kind, DecodeError, MAX_DIRECTORY_LEN, MAX_KIND_LEN};
-pub use self::head::{peek_delta, DeltaHead};
+pub use self::decoder::{
+    decode, decode_message_info, decode_past_head, is_known_kind, DecodeError, MAX_DIRECTORY_LEN, MAX_KIND_LEN,
+};
+pub use self::head::{read_head, DeltaHead, FrameHead};
 pub use self::message::{CacheTokens, MessageInfo, ModelRef, Role, Tokens};
 pub use self::part::{Part, PartKind, ShepherdTag, ToolStatus};
 pub use self::session::{ErrorData, ErrorInfo, SessionInfo, SessionMetadata, ShepherdSessionMark, Status, Times};

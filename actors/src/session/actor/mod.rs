@@ -226,4 +226,9 @@ impl Actor for SessionActor {
             Running::Stop
         }
     }
+
+    /// The pump notes no more deltas for this actor (they would never be taken).
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.view.stop();
+    }
 }
