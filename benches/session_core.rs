@@ -97,8 +97,33 @@ fn decode_captures() {
 /// A captured line as the pump reads it from `/global/event`: most captures were taken
 /// from a directory's own stream (`{"type", "properties"}` at the top), and every line
 /// carries the capture's `_recv` time; OpenCode's global frames are
-/// `{"directory", "project", "payload": {"id", "type", "properties"}}`, in that order.
+/// `{"directory", "project", "payload": {"id", "type", "properties"}}`, in that order,
+/// without spaces (the captures were written with a space after each `:` and `,`).
 fn global_shape(line: &str) -> String {
+    compact(&spaced_global_shape(line))
+}
+
+/// The JSON text without the whitespace between its tokens (strings kept as they are).
+fn compact(json: &str) -> String {
+    let (mut out, mut in_string, mut escaped) = (String::with_capacity(json.len()), false, false);
+    for c in json.chars() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if !c.is_whitespace() {
+            in_string = c == '"';
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn spaced_global_shape(line: &str) -> String {
     #[derive(serde::Deserialize)]
     struct Line<'a> {
         #[serde(borrow)]

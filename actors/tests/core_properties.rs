@@ -390,7 +390,7 @@ impl World {
                 self.asked.clear();
                 self.observe(Event::SessionIdle { session_id: SESSION.into() })
             }
-            Op::UserMessage { msg, plan } => self.observe(Event::MessageUpdated(MessageInfo {
+            Op::UserMessage { msg, plan } => self.observe(Event::MessageUpdated(Box::new(MessageInfo {
                 id: msg_id(*msg),
                 session_id: SESSION.into(),
                 role: Role::User,
@@ -401,7 +401,7 @@ impl World {
                 time: Times { created: Some(1), ..Times::default() },
                 summary: false,
                 tokens: None,
-            })),
+            }))),
             Op::UserText { msg, synthetic } => self.observe(part(
                 *msg,
                 "prt_user",
@@ -421,7 +421,7 @@ impl World {
                     Finish::UnknownEmpty => (Some("unknown"), 0),
                 };
                 let tokens = tokens.map(|input| Tokens { input, output, ..Tokens::default() });
-                self.observe(Event::MessageUpdated(MessageInfo {
+                self.observe(Event::MessageUpdated(Box::new(MessageInfo {
                     id: msg_id(*msg),
                     session_id: SESSION.into(),
                     role: Role::Assistant,
@@ -432,7 +432,7 @@ impl World {
                     time: Times { created: Some(1), completed: completed.then_some(2), ..Times::default() },
                     summary: *summary,
                     tokens,
-                }))
+                })))
             }
             Op::AssistantText { msg, text } => {
                 let text = match text {
@@ -661,7 +661,7 @@ fn model() -> ModelRef {
 }
 
 fn part(msg: u8, id: &str, kind: PartKind) -> Event {
-    Event::PartUpdated(Part { id: id.into(), message_id: msg_id(msg), session_id: SESSION.into(), kind })
+    Event::PartUpdated(Box::new(Part { id: id.into(), message_id: msg_id(msg), session_id: SESSION.into(), kind }))
 }
 
 fn error_info(f: Failure) -> Option<ErrorInfo> {

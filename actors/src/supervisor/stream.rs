@@ -105,7 +105,7 @@ impl Supervisor {
             Event::SessionCreated(i) | Event::SessionUpdated(i) => Some(i.clone()),
             _ => None,
         };
-        self.learn_family(server, &id, &event, info.as_ref());
+        self.learn_family(server, &id, &event, info.as_deref());
         if let Some(parent) = self.parents.get(key(&(server, &id))).cloned() {
             if let Some(addr) = self.session(server, &parent, None, directory.as_deref(), ctx) {
                 registry.dispatch(addr, ChildObserve { child: id.clone(), event: event.clone() });
@@ -120,7 +120,7 @@ impl Supervisor {
             },
             None => event,
         };
-        if let Some(addr) = self.session(server, &id, info.as_ref(), directory.as_deref(), ctx) {
+        if let Some(addr) = self.session(server, &id, info.as_deref(), directory.as_deref(), ctx) {
             if let Some(mut slot) = registry.slots.get_mut(id.as_str()) {
                 slot.last_event = routed;
             }

@@ -250,10 +250,10 @@ pub fn decode_message_info(info: &str) -> Result<MessageInfo, DecodeError> {
     const KIND: &str = "message.updated";
     let raw: RawMessageInfo<'_> = serde_json::from_str(info)
         .map_err(|e| DecodeError::BadShape { kind: KIND.to_string(), reason: e.to_string() })?;
-    let event = Event::MessageUpdated(raw.into());
+    let event = Event::MessageUpdated(Box::new(raw.into()));
     event.ids().check().map_err(|source| DecodeError::BadId { kind: KIND.to_string(), source })?;
     match event {
-        Event::MessageUpdated(m) => Ok(m),
+        Event::MessageUpdated(m) => Ok(*m),
         _ => unreachable!("built as a message above"),
     }
 }
@@ -363,9 +363,9 @@ fn decode_event<'a>(kind: &str, props: &mut impl Props<'a>) -> Result<Event, Str
         "server.connected" => Event::ServerConnected,
         "server.heartbeat" => Event::Heartbeat,
         "sync" => Event::Sync,
-        "session.created" => Event::SessionCreated(props.read::<OfSessionInfo>()?.info),
-        "session.updated" => Event::SessionUpdated(props.read::<OfSessionInfo>()?.info),
-        "session.deleted" => Event::SessionDeleted(props.read::<OfSessionInfo>()?.info),
+        "session.created" => Event::SessionCreated(Box::new(props.read::<OfSessionInfo>()?.info)),
+        "session.updated" => Event::SessionUpdated(Box::new(props.read::<OfSessionInfo>()?.info)),
+        "session.deleted" => Event::SessionDeleted(Box::new(props.read::<OfSessionInfo>()?.info)),
         "session.status" => {
             let p: OfStatus = props.read()?;
             Event::SessionStatus { session_id: p.session_id, status: p.status }
@@ -377,12 +377,12 @@ fn decode_event<'a>(kind: &str, props: &mut impl Props<'a>) -> Result<Event, Str
         }
         "session.compacted" => Event::SessionCompacted { session_id: props.read::<OfSession>()?.session_id },
         "session.diff" => Event::SessionDiff { session_id: props.read::<OfSession>()?.session_id },
-        "message.updated" => Event::MessageUpdated(props.read::<OfMessage>()?.info.into()),
+        "message.updated" => Event::MessageUpdated(Box::new(props.read::<OfMessage>()?.info.into())),
         "message.removed" => {
             let p: OfMessageId = props.read()?;
             Event::MessageRemoved { session_id: p.session_id, message_id: p.message_id }
         }
-        "message.part.updated" => Event::PartUpdated(props.read::<OfPart>()?.part.try_into()?),
+        "message.part.updated" => Event::PartUpdated(Box::new(props.read::<OfPart>()?.part.try_into()?)),
         "message.part.delta" => {
             let p: OfPartId = props.read()?;
             Event::PartDelta { session_id: p.session_id, message_id: p.message_id, part_id: p.part_id }
