@@ -98,7 +98,7 @@ struct RawToolState<'a> {
     #[serde(default, borrow)]
     metadata: Option<&'a RawValue>,
     #[serde(default)]
-    input: Option<serde_json::Value>,
+    input: Option<InputKey>,
 }
 
 /// A text part's `metadata`: only Shepherd's tag is read.
@@ -130,7 +130,7 @@ impl TryFrom<RawPart<'_>> for Part {
             "tool" => {
                 let state = r.state.ok_or("tool part without state")?;
                 let child_session = lenient::<ToolMetadata>(state.metadata).and_then(|m| lenient(m.session_id));
-                let input = state.input.as_ref().map(input_key);
+                let input = state.input.map(|k| k.0);
                 PartKind::Tool { tool: r.tool.unwrap_or_default(), status: state.status, child_session, input }
             }
             "step-start" => PartKind::StepStart,
@@ -143,22 +143,132 @@ impl TryFrom<RawPart<'_>> for Part {
 }
 
 /// A stable hash of a tool input, for comparing calls (the loop and spin detectors
-/// compare these; the part keeps the key, not the input).
-fn input_key(input: &serde_json::Value) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = crate::fingerprint::hasher();
-    input.to_string().hash(&mut h);
-    h.finish()
+/// compare these; the part keeps the key, not the input). The same input in any key
+/// order, spacing or escaping gives the same key, and it is computed as the input is
+/// read, without building it: an input can be a whole file's content, and OpenCode
+/// sends it again with every status of the call.
+struct InputKey(u64);
+
+/// Tags that keep a value of one kind from hashing as another of the same bytes.
+#[derive(Hash)]
+enum Tag {
+    Null,
+    Bool(bool),
+    Signed(i64),
+    Unsigned(u64),
+    Float(u64),
+    Text,
+    List(usize),
+    Map(usize),
+}
+
+impl InputKey {
+    fn of(tag: Tag, text: Option<&str>) -> Self {
+        use std::hash::{Hash, Hasher};
+        let mut h = crate::fingerprint::hasher();
+        tag.hash(&mut h);
+        if let Some(text) = text {
+            text.hash(&mut h);
+        }
+        InputKey(h.finish())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for InputKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(InputKeyVisitor)
+    }
+}
+
+struct InputKeyVisitor;
+
+impl<'de> serde::de::Visitor<'de> for InputKeyVisitor {
+    type Value = InputKey;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<InputKey, E> {
+        Ok(InputKey::of(Tag::Null, None))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<InputKey, E> {
+        Ok(InputKey::of(Tag::Bool(v), None))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<InputKey, E> {
+        Ok(InputKey::of(Tag::Signed(v), None))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<InputKey, E> {
+        Ok(InputKey::of(Tag::Unsigned(v), None))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<InputKey, E> {
+        Ok(InputKey::of(Tag::Float(v.to_bits()), None))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<InputKey, E> {
+        Ok(InputKey::of(Tag::Text, Some(v)))
+    }
+
+    /// A list: its items' keys in order.
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<InputKey, A::Error> {
+        use std::hash::{Hash, Hasher};
+        let mut h = crate::fingerprint::hasher();
+        let mut n = 0;
+        while let Some(item) = seq.next_element::<InputKey>()? {
+            item.0.hash(&mut h);
+            n += 1;
+        }
+        Tag::List(n).hash(&mut h);
+        Ok(InputKey(h.finish()))
+    }
+
+    /// An object: its entries' keys (name and value) combined in an order-free way (a
+    /// sum), so that the same object with its keys in another order is the same input.
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<InputKey, A::Error> {
+        use std::hash::{Hash, Hasher};
+        let (mut sum, mut n) = (0u64, 0);
+        while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+            let value = map.next_value::<InputKey>()?;
+            let mut h = crate::fingerprint::hasher();
+            (name.as_ref(), value.0).hash(&mut h);
+            sum = sum.wrapping_add(h.finish());
+            n += 1;
+        }
+        let mut h = crate::fingerprint::hasher();
+        (Tag::Map(n), sum).hash(&mut h);
+        Ok(InputKey(h.finish()))
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::input_key;
+    use super::InputKey;
+
+    fn key(json: &str) -> u64 {
+        serde_json::from_str::<InputKey>(json).expect("JSON").0
+    }
 
     #[test]
     fn input_keys_tell_inputs_apart() {
-        let a = serde_json::json!({"command": "ls"});
-        assert_eq!(input_key(&a), input_key(&a.clone()));
-        assert_ne!(input_key(&a), input_key(&serde_json::json!({"command": "ls -la"})));
+        assert_eq!(key(r#"{"command":"ls"}"#), key(r#"{"command":"ls"}"#));
+        assert_ne!(key(r#"{"command":"ls"}"#), key(r#"{"command":"ls -la"}"#));
+        assert_ne!(key(r#"{"command":"ls"}"#), key(r#"{"cmd":"ls"}"#));
+        assert_ne!(key(r#"{"a":"b","c":"d"}"#), key(r#"{"a":"d","c":"b"}"#), "values belong to their names");
+        assert_ne!(key(r#"["a","b"]"#), key(r#"["b","a"]"#), "a list's order counts");
+        assert_ne!(key(r#"[1]"#), key(r#""1""#));
+        assert_ne!(key(r#"{}"#), key(r#"[]"#));
+        assert_ne!(key(r#"[[]]"#), key(r#"[]"#));
+    }
+
+    /// The same input as another model (or OpenCode) might spell it is the same call.
+    #[test]
+    fn the_same_input_in_another_key_order_spacing_or_escaping_is_the_same_key() {
+        let a = key(r#"{"todos":[{"content":"Write the parser","status":"in_progress"}],"n":1}"#);
+        assert_eq!(a, key(r#"{ "n": 1, "todos": [ { "status": "in_progress", "content": "Write the parser" } ] }"#));
+        assert_eq!(a, key(r#"{"n":1,"todos":[{"status":"in_progress","content":"Write the \u0070arser"}]}"#));
     }
 }
