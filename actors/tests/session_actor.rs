@@ -529,6 +529,17 @@ async fn a_pump_apart_hands_a_reads_events_over_together_and_before_anything_goe
     drop(read);
 }
 
+/// A pump apart from the sessions (its events cross in batches) and a read's mark, with
+/// session `id` already tracked: its first event (busy) went the long way and created
+/// its actor.
+async fn streaming_apart(w: &World, id: &str) -> (RouteState, ReadToken) {
+    let mut route = RouteState::new(true);
+    let read: ReadToken = Arc::new(w.stream.mark(None).await);
+    assert!(!w.route(&mut route, &status_frame(id, "busy"), &read), "first sight: the long way");
+    settle().await;
+    (route, read)
+}
+
 fn delta_frame(id: &str, message: &str) -> String {
     format!(
         r#"{{"directory":"/p","payload":{{"type":"message.part.delta","properties":{{"sessionID":"{id}","messageID":"{message}","partID":"prt_1","field":"text","delta":"x"}}}}}}"#
@@ -544,11 +555,8 @@ fn delta_frame(id: &str, message: &str) -> String {
 async fn a_sessions_deltas_reach_its_decisions_without_a_message_to_its_actor() {
     tokio::time::pause();
     let mut w = world(cfg());
-    let mut route = RouteState::new(true);
-    let read: ReadToken = Arc::new(w.stream.mark(None).await);
     w.engine.busy.lock().unwrap().insert("ses_A".into(), Status::Busy);
-    assert!(!w.route(&mut route, &status_frame("ses_A", "busy"), &read), "first sight: the long way");
-    settle().await;
+    let (mut route, read) = streaming_apart(&w, "ses_A").await;
     let last_activity = |w: &World| {
         let w = w.supervisor.clone();
         async move { w.send(GetSession("ses_A".into())).await.unwrap().expect("known").last_activity_ms }
@@ -584,10 +592,7 @@ async fn a_sessions_deltas_reach_its_decisions_without_a_message_to_its_actor() 
 async fn a_delta_of_another_message_while_one_is_noted_goes_to_the_actor() {
     tokio::time::pause();
     let w = world(cfg());
-    let mut route = RouteState::new(true);
-    let read: ReadToken = Arc::new(w.stream.mark(None).await);
-    assert!(!w.route(&mut route, &status_frame("ses_A", "busy"), &read));
-    settle().await;
+    let (mut route, read) = streaming_apart(&w, "ses_A").await;
     assert!(w.route(&mut route, &delta_frame("ses_A", "msg_1"), &read));
     assert!(w.route(&mut route, &delta_frame("ses_A", "msg_1"), &read));
     assert_eq!(route.waiting(), 0, "noted, not sent");
@@ -607,10 +612,7 @@ async fn a_delta_of_another_message_while_one_is_noted_goes_to_the_actor() {
 async fn a_delta_for_a_stopped_actor_goes_the_long_way_and_a_new_actor_takes_the_next() {
     tokio::time::pause();
     let w = world(cfg());
-    let mut route = RouteState::new(true);
-    let read: ReadToken = Arc::new(w.stream.mark(None).await);
-    assert!(!w.route(&mut route, &status_frame("ses_A", "busy"), &read));
-    settle().await;
+    let (mut route, read) = streaming_apart(&w, "ses_A").await;
     let first = w.registry.actor("ses_A").expect("tracked");
     first.do_send(StopSession);
     settle().await;

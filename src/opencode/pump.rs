@@ -2,10 +2,12 @@
 //!
 //! The stream's connection is [`EventStream`]'s (bounded buffers on plain HTTP); each
 //! read is bounded by `stream_read_timeout`, the stream as a whole is not (it is
-//! endless). The pump decodes each frame, counts its type, and routes it through the
-//! server's [`Registry`]: straight to its session's actor, or — when the supervisor has
-//! something to learn or do with it — to the supervisor; an undecodable frame is
-//! logged (truncated) and skipped, never fatal. When the stream
+//! endless). The pump hands each frame to the server's [`Registry`]
+//! ([`Registry::route_frame`]), which reads its head (a `sync` duplicate is only
+//! counted, a delta noted in its session's cell), decodes the rest, and routes each
+//! event straight to its session's actor, or — when the supervisor has something to
+//! learn or do with it — back for the supervisor; the pump counts the types. An
+//! undecodable frame is logged (truncated) and skipped, never fatal. When the stream
 //! breaks or goes silent past `stream_read_timeout` (OpenCode sends a heartbeat every
 //! 10 s), it reconnects with exponential back-off, and after every (re)connect the
 //! supervisor reconciles by REST, because the stream replays nothing. Beside each
