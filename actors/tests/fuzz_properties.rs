@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use shepherd_actors::event::{decode, is_known_kind, Event, Todo, TodoStatus};
+use shepherd_actors::event::{decode, is_known_kind, read_head, Envelope, Event, FrameHead, Todo, TodoStatus};
 use shepherd_actors::session::prompt::{fill, render, PromptFacts};
 use shepherd_actors::session::question::asks_the_person;
 use shepherd_actors::session::textual_tool_call::{detect, detect_in, AssistantText, TAG_PATTERNS};
@@ -149,14 +149,66 @@ fn replace_nth(v: &mut Value, n: usize, with: Value) {
     walk(v, &mut n, &mut Some(with));
 }
 
+/// A captured delta as OpenCode writes it on `/global/event` (compact, in its key
+/// order: what the head reader takes), with a byte changed, a cut or bytes inserted.
+fn mutated_delta_frame() -> impl Strategy<Value = String> {
+    static DELTAS: OnceLock<Vec<String>> = OnceLock::new();
+    let deltas = DELTAS.get_or_init(|| {
+        real_frames()
+            .iter()
+            .filter_map(|f| {
+                let v: Value = serde_json::from_str(f).ok()?;
+                let v = v.get("payload").unwrap_or(&v);
+                let p = v.get("properties").filter(|_| v["type"] == "message.part.delta")?;
+                Some(format!(
+                    r#"{{"directory":"/scratch/project","project":"34a087cc","payload":{{"id":"evt_1","type":"message.part.delta","properties":{{"sessionID":{},"messageID":{},"partID":{},"field":{},"delta":{}}}}}}}"#,
+                    p["sessionID"], p["messageID"], p["partID"], p["field"], p["delta"]
+                ))
+            })
+            .collect()
+    });
+    let n = deltas.len();
+    prop_oneof![
+        (0..n, any::<usize>(), any::<u8>()).prop_map(move |(i, at, b)| {
+            let mut bytes = deltas[i].clone().into_bytes();
+            let at = at % bytes.len();
+            bytes[at] = b;
+            String::from_utf8_lossy(&bytes).into_owned()
+        }),
+        (0..n, any::<usize>()).prop_map(move |(i, at)| {
+            let f = &deltas[i];
+            String::from_utf8_lossy(&f.as_bytes()[..at % (f.len() + 1)]).into_owned()
+        }),
+        (0..n, any::<usize>(), r#"[\\"{},:a-z0-9 ]{1,4}"#).prop_map(move |(i, at, ins)| {
+            let f = &deltas[i];
+            let at = (0..=at % (f.len() + 1)).rev().find(|k| f.is_char_boundary(*k)).unwrap_or(0);
+            format!("{}{ins}{}", &f[..at], &f[at..])
+        }),
+    ]
+}
+
 /// What decoding may answer: an error, or an event; `Unknown` only for a type the
 /// decoder does not name (a known type of the wrong shape is an error, not `Unknown`).
+/// And what the frame's head says it is, the decoder agrees with: a delta read from the
+/// head is the delta the decoder reads.
 fn check_decode(frame: &str) -> Result<(), TestCaseError> {
-    if let Ok(env) = decode(frame) {
+    let decoded = decode(frame);
+    if let Ok(env) = &decoded {
         if let Event::Unknown { kind } = &env.event {
             prop_assert!(!is_known_kind(kind), "a known type decoded as unknown: {kind}");
         }
         let _ = (env.event.kind(), env.event.session_id());
+    }
+    match read_head(frame) {
+        FrameHead::Sync => prop_assert!(matches!(&decoded, Ok(e) if e.event == Event::Sync), "{frame}"),
+        FrameHead::Delta(head) => {
+            let Ok(Envelope { directory, event: Event::PartDelta { session_id, message_id, .. } }) = &decoded else {
+                return Err(TestCaseError::fail(format!("a delta by its head, not by the decoder: {frame}")));
+            };
+            prop_assert_eq!(directory.as_deref(), head.directory);
+            prop_assert_eq!((session_id.as_str(), message_id.as_str()), (head.session_id, head.message_id));
+        }
+        FrameHead::Other => {}
     }
     Ok(())
 }
@@ -181,6 +233,11 @@ proptest! {
 
     #[test]
     fn decoding_mutated_real_frames_never_panics(frame in mutated_real_frame()) {
+        check_decode(&frame)?;
+    }
+
+    #[test]
+    fn a_mutated_delta_is_read_by_its_head_only_as_the_decoder_reads_it(frame in mutated_delta_frame()) {
         check_decode(&frame)?;
     }
 }
