@@ -503,7 +503,7 @@ impl World {
                 })
             }
             Op::SessionError(failure) => match error_info(*failure) {
-                Some(error) => self.observe(Event::SessionError { session_id: Some(SESSION.into()), error }),
+                Some(error) => self.observe(Event::SessionError { session_id: Some(SESSION.into()), error: Box::new(error) }),
                 None => Ok(()),
             },
             Op::Child { child, news: ChildNews::FailedThenIdle } => {
@@ -541,7 +541,7 @@ impl World {
             }
             ChildNews::Failed => Event::SessionError {
                 session_id: Some(child.clone()),
-                error: error_info(Failure::Api).expect("an error"),
+                error: Box::new(error_info(Failure::Api).expect("an error")),
             },
             ChildNews::Delta => Event::PartDelta {
                 session_id: child.clone(),

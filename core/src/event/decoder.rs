@@ -373,7 +373,7 @@ fn decode_event<'a>(kind: &str, props: &mut impl Props<'a>) -> Result<Event, Str
         "session.idle" => Event::SessionIdle { session_id: props.read::<OfSession>()?.session_id },
         "session.error" => {
             let p: OfError = props.read()?;
-            Event::SessionError { session_id: lenient(p.session_id), error: p.error }
+            Event::SessionError { session_id: lenient(p.session_id), error: Box::new(p.error) }
         }
         "session.compacted" => Event::SessionCompacted { session_id: props.read::<OfSession>()?.session_id },
         "session.diff" => Event::SessionDiff { session_id: props.read::<OfSession>()?.session_id },

@@ -8,8 +8,9 @@
 //! with plain string values; anything else — an escape, a space, another key or order,
 //! a value of another type — is [`FrameHead::Other`], and goes through the full decoder
 //! ([`super::decode_past_head`]), which reads it whatever its spelling and says why it
-//! refuses it. So the shortcut never reads a frame differently from the decoder; the tests hold
-//! the two to it, over every captured delta and over generated near-misses.
+//! refuses it. So the shortcut never reads a frame differently from the decoder; the
+//! tests hold the two to it, over every captured delta and over generated near-misses
+//! (and `fuzz_properties` over mutated frames).
 
 use crate::ids::{self, IdKind};
 

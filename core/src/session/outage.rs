@@ -390,7 +390,7 @@ mod tests {
                 let mut v: serde_json::Value = serde_json::from_str(line).ok()?;
                 v.as_object_mut()?.remove("_recv");
                 match decode(&v.to_string()).ok()?.event {
-                    Event::SessionError { error, .. } => Some(error),
+                    Event::SessionError { error, .. } => Some(*error),
                     Event::MessageUpdated(m) => m.error,
                     _ => None,
                 }
