@@ -292,7 +292,7 @@ impl Registry {
     /// With [`RouteState::batching`] (the pump runs apart from the sessions) the event
     /// waits for the read's [`Registry::flush`]; otherwise it is sent at once, on the
     /// sessions' own thread.
-    pub fn route(&self, state: &mut RouteState, envelope: Envelope, read: &ReadToken, now: Instant) -> Option<LongWay> {
+    pub(crate) fn route(&self, state: &mut RouteState, envelope: Envelope, read: &ReadToken, now: Instant) -> Option<LongWay> {
         if self.direct(state, &envelope) {
             let id = envelope.event.session_id().unwrap_or_default();
             if let Some(mut slot) = self.slots.get_mut(id) {

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::head::{read_head, FrameHead};
-use super::lenient;
+use super::{lenient, MAX_DIRECTORY_LEN};
 use super::message::RawMessageInfo;
 use super::part::RawPart;
 use super::{Envelope, ErrorInfo, Event, MessageInfo, SessionInfo, Status, Todo};
@@ -258,8 +258,6 @@ pub fn decode_message_info(info: &str) -> Result<MessageInfo, DecodeError> {
     }
 }
 
-/// The longest directory accepted with an event, bytes (Linux's `PATH_MAX`).
-pub const MAX_DIRECTORY_LEN: usize = 4096;
 
 /// The longest event type name kept (OpenCode's longest is about 30).
 pub const MAX_KIND_LEN: usize = 64;

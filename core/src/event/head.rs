@@ -14,7 +14,7 @@
 
 use crate::ids::{self, IdKind};
 
-use super::decoder::MAX_DIRECTORY_LEN;
+use super::MAX_DIRECTORY_LEN;
 
 /// What a frame's head says it is ([`read_head`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,7 +28,7 @@ mod session;
 mod todo;
 
 pub use self::decoder::{
-    decode, decode_message_info, decode_past_head, is_known_kind, DecodeError, MAX_DIRECTORY_LEN, MAX_KIND_LEN,
+    decode, decode_message_info, decode_past_head, is_known_kind, DecodeError, MAX_KIND_LEN,
 };
 pub use self::head::{read_head, DeltaHead, FrameHead};
 pub use self::message::{CacheTokens, MessageInfo, ModelRef, Role, Tokens};
@@ -44,6 +44,10 @@ fn lenient<'a, T: serde::Deserialize<'a>>(raw: Option<&'a serde_json::value::Raw
 }
 
 use crate::ids::{IdKind, Ids};
+
+/// The longest directory accepted with an event, bytes (Linux's `PATH_MAX`).
+pub const MAX_DIRECTORY_LEN: usize = 4096;
+
 
 /// One decoded frame: the event and the directory (instance) it came from.
 #[derive(Debug, Clone, PartialEq)]

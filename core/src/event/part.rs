@@ -231,10 +231,11 @@ impl<'de> serde::de::Visitor<'de> for InputKeyVisitor {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<InputKey, A::Error> {
         use std::hash::{Hash, Hasher};
         let (mut sum, mut n) = (0u64, 0);
-        while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+        // A name is hashed as the text it is (no `String` is made of it either).
+        while let Some(name) = map.next_key::<InputKey>()? {
             let value = map.next_value::<InputKey>()?;
             let mut h = crate::fingerprint::hasher();
-            (name.as_ref(), value.0).hash(&mut h);
+            (name.0, value.0).hash(&mut h);
             sum = sum.wrapping_add(h.finish());
             n += 1;
         }
