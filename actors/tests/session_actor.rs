@@ -594,7 +594,8 @@ async fn a_delta_of_another_message_while_one_is_noted_goes_to_the_actor() {
     let w = world(cfg());
     let (mut route, read) = streaming_apart(&w, "ses_A").await;
     assert!(w.route(&mut route, &delta_frame("ses_A", "msg_1"), &read));
-    assert!(w.route(&mut route, &delta_frame("ses_A", "msg_1"), &read));
+    // Spelled otherwise than OpenCode does, it is decoded first, and noted the same way.
+    assert!(w.route(&mut route, &delta_frame("ses_A", "msg_1").replace(r#""field":"#, r#""field": "#), &read));
     assert_eq!(route.waiting(), 0, "noted, not sent");
     assert!(w.route(&mut route, &delta_frame("ses_A", "msg_2"), &read));
     assert_eq!(route.waiting(), 1, "another message's delta: sent");

@@ -3,12 +3,12 @@
 //!
 //! The supervisor owns the sessions' lifecycle — it creates a slot with the actor,
 //! evicts, reconciles, detaches — and the pump reads the registry to route an event
-//! straight to its session's actor ([`Registry::route`]), so the supervisor's mailbox no
-//! longer carries every event of the fleet. An event goes the long way, through the
-//! supervisor ([`super::Ingest`]), only when the supervisor has something to learn or do
-//! with it: its session has no actor yet, it names a directory or a family link the
-//! supervisor has not seen, it deletes the session, or its session is a subagent whose
-//! parent hears of it too.
+//! straight to its session's actor ([`Registry::route_frame`]), so the supervisor's
+//! mailbox no longer carries every event of the fleet. An event goes the long way,
+//! through the supervisor ([`super::Ingest`]), only when the supervisor has something to
+//! learn or do with it: its session has no actor yet, it names a directory or a family
+//! link the supervisor has not seen, it deletes the session, or its session is a
+//! subagent whose parent hears of it too.
 //!
 //! A server's sessions' actors run on one of the server threads
 //! (`supervisor.server_threads`), its pump on another (`supervisor.pump_apart`, the
@@ -258,7 +258,7 @@ impl Registry {
         now: Instant,
         mut count: impl FnMut(&str),
     ) -> Result<Routed, DecodeError> {
-        let envelope = match read_head(frame) {
+        let sent = match read_head(frame) {
             FrameHead::Sync => {
                 count(Event::Sync.kind());
                 return Ok(Routed::Skipped);
@@ -268,41 +268,49 @@ impl Registry {
                 if self.note_delta(state, &delta, now) {
                     return Ok(Routed::Straight);
                 }
-                decode_past_head(frame)?
+                // Not to be noted (the long way, another message's noted…): sent.
+                self.send(state, decode_past_head(frame)?, read, now)
             }
             FrameHead::Other => {
                 let envelope = decode_past_head(frame)?;
                 count(envelope.event.kind());
-                envelope
+                if matches!(envelope.event, Event::Sync | Event::Unknown { .. }) {
+                    return Ok(Routed::Skipped);
+                }
+                self.route(state, envelope, read, now)
             }
         };
-        if matches!(envelope.event, Event::Sync | Event::Unknown { .. }) {
-            return Ok(Routed::Skipped);
-        }
-        Ok(match self.route(state, envelope, read, now) {
+        Ok(match sent {
             None => Routed::Straight,
             Some(long) => Routed::Long(long),
         })
     }
 
-    /// Routes one of the stream's events: straight to its session's actor, with the
+    /// Routes one of the stream's events: a delta is noted in its session's cell when it
+    /// can be ([`Registry::note_delta`]); anything else is sent ([`Registry::send`]).
+    pub(crate) fn route(&self, state: &mut RouteState, envelope: Envelope, read: &ReadToken, now: Instant) -> Option<LongWay> {
+        if let Event::PartDelta { session_id, message_id, .. } = &envelope.event {
+            let delta = DeltaHead { directory: envelope.directory.as_deref(), session_id, message_id };
+            if self.note_delta(state, &delta, now) {
+                return None;
+            }
+        }
+        self.send(state, envelope, read, now)
+    }
+
+    /// Sends one of the stream's events: straight to its session's actor, with the
     /// read's mark, when nothing but the session needs it (then `None`); otherwise it
     /// comes back, numbered, for the supervisor.
     ///
     /// With [`RouteState::batching`] (the pump runs apart from the sessions) the event
     /// waits for the read's [`Registry::flush`]; otherwise it is sent at once, on the
     /// sessions' own thread.
-    pub(crate) fn route(&self, state: &mut RouteState, envelope: Envelope, read: &ReadToken, now: Instant) -> Option<LongWay> {
+    fn send(&self, state: &mut RouteState, envelope: Envelope, read: &ReadToken, now: Instant) -> Option<LongWay> {
         if self.direct(state, &envelope) {
             let id = envelope.event.session_id().unwrap_or_default();
             if let Some(mut slot) = self.slots.get_mut(id) {
                 if !slot.child && slot.addr.connected() {
                     let stamp = self.next_routed();
-                    if let Event::PartDelta { message_id, .. } = &envelope.event {
-                        if slot.stream_past(now, stamp, message_id) {
-                            return None;
-                        }
-                    }
                     if let Some(event) = slot.heard(now, stamp, envelope.event) {
                         let msg = ObserveRead(event, ReadToken::clone(read));
                         if state.batching {
@@ -348,11 +356,11 @@ impl Registry {
 
     /// Sends the events routed straight since the last flush to their sessions, in one
     /// crossing to the sessions' thread. The pump flushes at the end of a read
-    /// ([`Registry::end_of_read`]) and when its connection ends; [`route`] flushes
+    /// ([`Registry::end_of_read`]) and when its connection ends; [`send`] flushes
     /// before anything goes the long way (so a session's events keep their
     /// order).
     ///
-    /// [`route`]: Registry::route
+    /// [`send`]: Registry::send
     pub fn flush(&self, state: &mut RouteState) {
         state.batched_reads = 0;
         if state.batch.is_empty() {
@@ -397,11 +405,11 @@ impl Registry {
         }
     }
 
-    /// Notes a delta read from its frame's head ([`read_head`]) in its session's cell,
-    /// as [`Registry::route`] would note the decoded event — without decoding it.
-    /// `false` when it could not be (the session has no actor here, is a subagent, has
-    /// an event on the long way, another message's delta is noted…): the frame is then
-    /// decoded and routed.
+    /// Notes a delta in its session's cell — read from its frame's head
+    /// ([`read_head`]), or decoded when its frame was not in OpenCode's exact form: the
+    /// one way a delta is noted. `false` when it cannot be (the session has no actor
+    /// here, is a subagent, has an event on the long way, another message's delta is
+    /// noted…): the delta is then sent as an event.
     fn note_delta(&self, state: &mut RouteState, delta: &DeltaHead<'_>, now: Instant) -> bool {
         if !self.in_order(state, delta.directory, delta.session_id) {
             return false;

@@ -313,7 +313,7 @@ impl SessionCore {
     /// Deltas of message `message` (its [`message_key`]) streamed, the latest at `at`:
     /// activity, unless the message is one of Shepherd's own prompts. All a delta does
     /// to a session, so the pump may take a session's deltas past its actor and hand
-    /// over only the latest (`Registry::route`); the actor feeds them in before anything
+    /// over only the latest (`Registry::note_delta`); the actor feeds them in before anything
     /// else it does. Never moves the activity back.
     pub fn observe_streamed(&mut self, at: Instant, message: u64) {
         if !self.messages.is_own(message) && at >= self.last_activity {
