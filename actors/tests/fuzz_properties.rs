@@ -99,25 +99,33 @@ fn event_shaped() -> impl Strategy<Value = String> {
 fn mutated_real_frame() -> impl Strategy<Value = String> {
     let n = real_frames().len();
     prop_oneof![
-        (0..n, any::<usize>(), any::<u8>()).prop_map(|(i, at, b)| {
-            let mut bytes = real_frames()[i].clone().into_bytes();
+        3 => mutated_bytes(real_frames(), ".{1,6}"),
+        1 => (0..n, any::<usize>(), json_value()).prop_map(|(i, pick, value)| {
+            let mut v: Value = serde_json::from_str(&real_frames()[i]).unwrap();
+            replace_nth(&mut v, pick, value);
+            v.to_string()
+        }),
+    ]
+}
+
+/// One of `frames` with a byte changed, a cut, or text matching `insert` inserted.
+fn mutated_bytes(frames: &'static [String], insert: &'static str) -> impl Strategy<Value = String> {
+    let n = frames.len();
+    prop_oneof![
+        (0..n, any::<usize>(), any::<u8>()).prop_map(move |(i, at, b)| {
+            let mut bytes = frames[i].clone().into_bytes();
             let at = at % bytes.len();
             bytes[at] = b;
             String::from_utf8_lossy(&bytes).into_owned()
         }),
-        (0..n, any::<usize>()).prop_map(|(i, at)| {
-            let f = &real_frames()[i];
+        (0..n, any::<usize>()).prop_map(move |(i, at)| {
+            let f = &frames[i];
             String::from_utf8_lossy(&f.as_bytes()[..at % (f.len() + 1)]).into_owned()
         }),
-        (0..n, any::<usize>(), ".{1,6}").prop_map(|(i, at, ins)| {
-            let f = &real_frames()[i];
+        (0..n, any::<usize>(), insert).prop_map(move |(i, at, ins)| {
+            let f = &frames[i];
             let at = (0..=at % (f.len() + 1)).rev().find(|k| f.is_char_boundary(*k)).unwrap_or(0);
             format!("{}{ins}{}", &f[..at], &f[at..])
-        }),
-        (0..n, any::<usize>(), json_value()).prop_map(|(i, pick, value)| {
-            let mut v: Value = serde_json::from_str(&real_frames()[i]).unwrap();
-            replace_nth(&mut v, pick, value);
-            v.to_string()
         }),
     ]
 }
@@ -167,24 +175,7 @@ fn mutated_delta_frame() -> impl Strategy<Value = String> {
             })
             .collect()
     });
-    let n = deltas.len();
-    prop_oneof![
-        (0..n, any::<usize>(), any::<u8>()).prop_map(move |(i, at, b)| {
-            let mut bytes = deltas[i].clone().into_bytes();
-            let at = at % bytes.len();
-            bytes[at] = b;
-            String::from_utf8_lossy(&bytes).into_owned()
-        }),
-        (0..n, any::<usize>()).prop_map(move |(i, at)| {
-            let f = &deltas[i];
-            String::from_utf8_lossy(&f.as_bytes()[..at % (f.len() + 1)]).into_owned()
-        }),
-        (0..n, any::<usize>(), r#"[\\"{},:a-z0-9 ]{1,4}"#).prop_map(move |(i, at, ins)| {
-            let f = &deltas[i];
-            let at = (0..=at % (f.len() + 1)).rev().find(|k| f.is_char_boundary(*k)).unwrap_or(0);
-            format!("{}{ins}{}", &f[..at], &f[at..])
-        }),
-    ]
+    mutated_bytes(deltas, r#"[\\"{},:a-z0-9 ]{1,4}"#)
 }
 
 /// What decoding may answer: an error, or an event; `Unknown` only for a type the
