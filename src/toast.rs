@@ -46,8 +46,17 @@ fn short(session: &str) -> &str {
 /// The toast poster: settings and per-server clients a reload replaces.
 #[derive(Clone, Default)]
 pub struct Toasts {
-    cfg: Arc<RwLock<ToastsConfig>>,
+    cfg: Arc<RwLock<Setting>>,
     servers: Arc<RwLock<HashMap<String, OpenCodeClient>>>,
+}
+
+/// The settings in force, and since when toasts are on (epoch ms): a record made
+/// before they were turned on makes no toast, however late the poster reads it (a
+/// reload that turned them on just after a recovery toasted that recovery).
+#[derive(Default)]
+struct Setting {
+    cfg: ToastsConfig,
+    on_since_ms: i64,
 }
 
 impl Toasts {
@@ -70,9 +79,20 @@ impl Toasts {
     }
 
     pub fn set_config(&self, cfg: ToastsConfig) {
-        if let Ok(mut c) = self.cfg.write() {
-            *c = cfg;
+        if let Ok(mut s) = self.cfg.write() {
+            if cfg.enabled && !s.cfg.enabled {
+                s.on_since_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+            }
+            s.cfg = cfg;
         }
+    }
+
+    /// The settings to toast `r` with: none while toasts are off, nor for a record made
+    /// before they were turned on.
+    fn config_for(&self, r: &ActionRecord) -> Option<ToastsConfig> {
+        self.cfg.read().ok().filter(|s| s.cfg.enabled && r.at_ms >= s.on_since_ms).map(|s| s.cfg.clone())
     }
 
     /// The server's REST client (a server added or changed by a reload).
@@ -89,7 +109,7 @@ impl Toasts {
     }
 
     fn post(&self, r: &ActionRecord) {
-        let Some(cfg) = self.cfg.read().ok().filter(|c| c.enabled).map(|c| c.clone()) else { return };
+        let Some(cfg) = self.config_for(r) else { return };
         let Some(toast) = toast_for(r, &cfg) else { return };
         let Some(client) = self.servers.read().ok().and_then(|s| s.get(&r.server).cloned()) else { return };
         let (server, session) = (r.server.clone(), r.session.clone());
@@ -131,6 +151,19 @@ mod tests {
         assert_eq!(t.variant, "warning");
         assert_eq!(t.duration, 3000);
         assert_eq!(t.message, "ses_01234567 (continue): idle 4s past stall_timeout");
+    }
+
+    /// A recovery recorded just before a reload turned toasts on is not toasted when the
+    /// poster reads it after; one recorded after is.
+    #[test]
+    fn a_record_made_before_toasts_were_turned_on_makes_no_toast() {
+        let toasts = Toasts::default();
+        let before = ActionRecord { at_ms: 1, ..record(Action::Continue, Outcome::Done, None) };
+        assert!(toasts.config_for(&before).is_none(), "off");
+        toasts.set_config(ToastsConfig { enabled: true, duration: Duration::from_secs(3) });
+        assert!(toasts.config_for(&before).is_none(), "made before they were on");
+        let after = ActionRecord { at_ms: i64::MAX, ..before };
+        assert!(toasts.config_for(&after).is_some());
     }
 
     #[test]
