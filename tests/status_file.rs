@@ -29,7 +29,7 @@ fn document() -> StatusDocument {
             });
         }
     }
-    book.document(&[], &[], 0, "killed-writer")
+    book.document(&[], 0, &[], 0, "killed-writer")
 }
 
 /// Writes generation after generation (the timestamp counts them); the time goes into

@@ -171,12 +171,15 @@ impl StatusBoard {
     /// wedged supervisor answers nothing within `LIVE_READ_TIMEOUT`: the statistics are
     /// still shown, the sessions then as untracked.
     pub async fn read_live(&self) -> LiveFleet {
+        // Before the question: no session's quiet time is overstated by the read's length.
+        let read_ms = shepherd_actors::ports::Clock::wall_ms(&shepherd_actors::ports::SystemClock);
         let fleet: FleetView = tokio::time::timeout(LIVE_READ_TIMEOUT, self.inner.supervisor.send(InspectFleet))
             .await
             .ok()
             .and_then(Result::ok)
             .unwrap_or_default();
         LiveFleet {
+            read_ms,
             reconciled: fleet.servers.iter().filter(|s| s.connected && s.reconciled).map(|s| s.name.clone()).collect(),
             // Redacted here, on the status thread, not by each session actor.
             sessions: {
@@ -214,7 +217,7 @@ impl StatusBoard {
         let streams = self.streams(fleet);
         let mut book = self.inner.book.lock().unwrap_or_else(PoisonError::into_inner);
         book.forget_quiet(&fleet.sessions, now_ms, self.inner.forget_after_ms);
-        book.document(&fleet.sessions, &streams, now_ms, &self.inner.instance)
+        book.document(&fleet.sessions, fleet.read_ms, &streams, now_ms, &self.inner.instance)
     }
 
     /// The document with the fleet as it is now (`GET /v1/status`).
@@ -248,6 +251,8 @@ impl StatusBoard {
 /// a [`LiveSession`] per session in memory (kept by the writer between refreshes).
 #[derive(Debug, Default)]
 pub struct LiveFleet {
+    /// Epoch ms the supervisor was asked: the sessions' states are as of then.
+    read_ms: i64,
     reconciled: Vec<String>,
     sessions: Vec<LiveSession>,
 }

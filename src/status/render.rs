@@ -6,8 +6,13 @@ use shepherd_actors::stats::{Histogram, StatusDocument};
 
 /// One block per session (most recently active first), with a header line.
 pub fn render_status(doc: &StatusDocument, now_ms: i64) -> String {
+    // The live states are re-read every `status.refresh_interval`: say so when older.
+    let live = match doc.live_at_ms {
+        Some(at) if doc.timestamp - at >= 1_000 => format!(" (states as of {} ago)", ago(now_ms - at)),
+        _ => String::new(),
+    };
     let mut out = format!(
-        "Shepherd {} — status written {} ago, {} session(s)\n",
+        "Shepherd {} — status written {} ago{live}, {} session(s)\n",
         doc.instance,
         ago(now_ms - doc.timestamp),
         doc.sessions.len()
@@ -120,13 +125,16 @@ mod tests {
         };
         book.apply(&rec(1_000, Action::StallDetected, "busy with no progress", Some("reasoning")));
         book.apply(&rec(5_200, Action::Continue, "continue sent after the abort", None));
-        let doc = book.document(&[], &[], 10_000, "inst1");
+        let doc = book.document(&[], 10_000, &[], 10_000, "inst1");
         let text = render_status(&doc, 12_000);
         assert!(text.starts_with("Shepherd inst1 — status written 2s ago, 1 session(s)"), "{text}");
         assert!(text.contains("ses_A  [local]  untracked"), "{text}");
         assert!(text.contains("1 attempts, 1 succeeded, 0 failed; time to recover min 4.2s / median 4.2s"), "{text}");
         assert!(text.contains("last after reasoning; after: reasoning ×1"), "{text}");
         assert!(text.contains("continue done: continue sent after the abort"), "{text}");
+        let doc = book.document(&[], 4_000, &[], 10_000, "inst1");
+        let text = render_status(&doc, 12_000);
+        assert!(text.starts_with("Shepherd inst1 — status written 2s ago (states as of 8s ago), 1 session(s)"), "{text}");
     }
 
     #[test]

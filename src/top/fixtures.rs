@@ -119,7 +119,7 @@ pub fn fleet_doc() -> StatusDocument {
         book.apply(&r);
     }
     let live: Vec<LiveSession> = live.iter().map(LiveSession::from).collect();
-    book.document(&live, &streams, NOW_MS, "fixture")
+    book.document(&live, NOW_MS, &streams, NOW_MS, "fixture")
 }
 
 /// The journal of `ses_stuck`, oldest first.

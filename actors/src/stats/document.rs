@@ -227,6 +227,11 @@ pub struct StatusDocument {
     pub version: u32,
     /// Epoch ms of this write.
     pub timestamp: i64,
+    /// Epoch ms the live sessions (status, state, quiet time, todos, tokens) were read.
+    /// The file's writer reads them every `status.refresh_interval`, so they can be older
+    /// than `timestamp`; the statistics and history are as of `timestamp`.
+    #[serde(default)]
+    pub live_at_ms: Option<i64>,
     /// The Shepherd instance that wrote it.
     pub instance: String,
     /// Sessions per state.
@@ -252,7 +257,8 @@ pub struct SessionStatus {
     /// What the session is doing ([`SessionState`]).
     #[serde(default = "untracked")]
     pub state: SessionState,
-    /// Since the session's last activity, ms (what the stall timer counts).
+    /// Since the session's last activity, ms (what the stall timer counts), as of the
+    /// document's `live_at_ms`.
     #[serde(default)]
     pub quiet_ms: Option<i64>,
     /// The stall timeout in force, ms, while the stall timer runs.
@@ -312,8 +318,16 @@ fn untracked() -> SessionState {
     SessionState::Untracked
 }
 
+/// When a document is written, and when the live sessions in it were read.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Moments {
+    pub now_ms: i64,
+    pub live_at_ms: i64,
+}
+
 impl SessionStatus {
-    pub(super) fn of(s: &SessionStats, live: Option<&LiveSession>, server: &str, now_ms: i64) -> Self {
+    pub(super) fn of(s: &SessionStats, live: Option<&LiveSession>, server: &str, at: Moments) -> Self {
+        let Moments { now_ms, live_at_ms } = at;
         let status = match live {
             None => "untracked".to_string(),
             Some(d) => match (&d.paused, d.activity.recovering, d.activity.compacting, d.activity.busy) {
@@ -330,8 +344,8 @@ impl SessionStatus {
             title: live.and_then(|d| d.title.as_deref().map(str::to_string)),
             elapsed: if s.first_seen_ms > 0 { (now_ms - s.first_seen_ms).max(0) } else { 0 },
             status,
-            state: live.map_or(SessionState::Untracked, |d| SessionState::of_activity(&d.activity, now_ms)),
-            quiet_ms: live.map(|d| (now_ms - d.activity.last_activity_ms).max(0)),
+            state: live.map_or(SessionState::Untracked, |d| SessionState::of_activity(&d.activity, live_at_ms)),
+            quiet_ms: live.map(|d| (live_at_ms - d.activity.last_activity_ms).max(0)),
             stall_timeout_ms: live.and_then(|d| d.activity.stall_timeout_ms),
             // Every record passes the book: its newest is the session's last action.
             last_action: s.history.back().cloned(),

@@ -261,24 +261,32 @@ impl StatsBook {
         self.reasons.retain(|reason| Arc::strong_count(reason) > 1);
     }
 
-    /// The status document: every live session and every session with statistics, and
-    /// each server's stream. The one builder of the status file and `GET /v1/status`.
+    /// The status document at `now_ms`: every live session (as `live` was read at
+    /// `live_at_ms`) and every session with statistics, and each server's stream. The one
+    /// builder of the status file and `GET /v1/status`.
+    ///
+    /// A live session's state and quiet time are as of `live_at_ms`, not `now_ms`: the
+    /// file's writer keeps the supervisor's view between refreshes, and a busy session
+    /// read then and judged later by the clock alone would look stalled however much it
+    /// streamed meanwhile.
     pub fn document(
         &self,
         live: &[LiveSession],
+        live_at_ms: i64,
         streams: &[StreamFacts],
         now_ms: i64,
         instance: &str,
     ) -> StatusDocument {
         let empty = SessionStats::default();
         let mut sessions = BTreeMap::new();
+        let at = document::Moments { now_ms, live_at_ms };
         for d in live {
             let stats = self.sessions.get(&*d.id).map_or(&empty, |s| &**s);
-            sessions.insert(d.id.to_string(), SessionStatus::of(stats, Some(d), &d.server, now_ms));
+            sessions.insert(d.id.to_string(), SessionStatus::of(stats, Some(d), &d.server, at));
         }
         for (id, stats) in &self.sessions {
             if !sessions.contains_key(id) {
-                sessions.insert(id.clone(), SessionStatus::of(stats, None, &stats.server, now_ms));
+                sessions.insert(id.clone(), SessionStatus::of(stats, None, &stats.server, at));
             }
         }
         let mut totals = BTreeMap::new();
@@ -289,6 +297,7 @@ impl StatsBook {
         StatusDocument {
             version: STATUS_VERSION,
             timestamp: now_ms,
+            live_at_ms: Some(live_at_ms),
             instance: instance.to_string(),
             totals,
             servers,
@@ -425,7 +434,7 @@ mod tests {
             d.context_tokens = Some(1200);
             d.context_window = Some(8000);
         });
-        let doc = book.document(&[LiveSession::from(&live)], &[], 5_000, "inst");
+        let doc = book.document(&[LiveSession::from(&live)], 5_000, &[], 5_000, "inst");
         assert_eq!(doc.version, STATUS_VERSION);
         assert_eq!(doc.sessions["ses_B"].status, "busy");
         assert_eq!(doc.sessions["ses_B"].state, SessionState::Working);
@@ -457,6 +466,28 @@ mod tests {
         // A busy session whose stall timer does not run (retry) is not stalled.
         let retrying = detail("s", |d| d.busy = true);
         assert_eq!(SessionState::of(&retrying, 1_000_000), SessionState::Working);
+    }
+
+    /// The file's writer keeps the supervisor's view between refreshes (30 s by
+    /// default): a busy session read then is judged as of the read, not stalled by the
+    /// clock alone while the file shows the same read again.
+    #[test]
+    fn a_live_session_is_judged_as_of_when_it_was_read() {
+        let book = StatsBook::new(10);
+        let busy = detail("s", |d| {
+            d.busy = true;
+            d.stall_timeout_ms = Some(2_000);
+        });
+        // Read at 2 s (quiet 1 s), written 60 s later.
+        let doc = book.document(&[LiveSession::from(&busy)], 2_000, &[], 62_000, "inst");
+        let s = &doc.sessions["s"];
+        assert_eq!(s.state, SessionState::Working, "as of the read it was working");
+        assert_eq!(s.quiet_ms, Some(1_000));
+        assert_eq!(doc.totals.get(&SessionState::Stalled), None);
+        assert_eq!((doc.timestamp, doc.live_at_ms), (62_000, Some(2_000)), "the document says when it read them");
+        // Read after its stall timeout: stalled.
+        let doc = book.document(&[LiveSession::from(&busy)], 3_000, &[], 3_000, "inst");
+        assert_eq!(doc.sessions["s"].state, SessionState::Stalled);
     }
 
     #[test]
@@ -499,7 +530,7 @@ mod tests {
             opencode_version: Some("1.18.34".into()),
             behind_ms: 1_500,
         }];
-        let doc = book.document(&live, &streams, 5_000, "inst");
+        let doc = book.document(&live, 5_000, &streams, 5_000, "inst");
         assert_eq!(doc.totals[&SessionState::Working], 2);
         assert_eq!(doc.totals[&SessionState::Idle], 1);
         assert_eq!(doc.sessions["c"].title.as_deref(), Some("Fix the parser"));
