@@ -24,7 +24,9 @@
 //!    is answered: `Daemon::ask_sessions`);
 //! 4. *abort latency*: every 10th session stalls (busy, a few events, silence) at
 //!    times spread over 2 s while the others keep streaming; the simulator records
-//!    `abort request arrival − (instant its last event left + stall_timeout)`;
+//!    `abort request arrival − (instant its last event left + stall_timeout)`; past
+//!    10,000 sessions (where that is ten times the 10,000 phase's load) a second run
+//!    with the 10,000 phase's load: 1,000 stalls among 10,000 sessions, the rest idle;
 //! 5. *idle CPU*: every session idle, CPU time (`getrusage`) and context switches of
 //!    all threads over 30 s — the supervisor's cleanup interval, so exactly one of its
 //!    passes over the fleet falls in the window — plus three heartbeats.
@@ -63,6 +65,8 @@ const STALL_SPREAD_MS: u64 = 2000;
 /// Pace of the sessions that keep working while others stall (≈ 5 frames/s each,
 /// what a streaming OpenCode session sends on `/global/event`).
 const BACKGROUND_STEP: Duration = Duration::from_millis(250);
+/// Past this many sessions a second stall phase runs with the load of this many.
+const SAME_LOAD_SESSIONS: usize = 10_000;
 /// Give up waiting for a phase after this long (the numbers then say so).
 const PHASE_LIMIT: Duration = Duration::from_secs(60);
 
@@ -81,14 +85,6 @@ struct ScaleResult {
     burst_frames: u64,
     burst_pump_secs: f64,
     burst_done_secs: f64,
-    stalls: u64,
-    stalls_aborted: u64,
-    stalls_continued: u64,
-    unexpected_aborts: u64,
-    abort_p50_ms: f64,
-    abort_p99_ms: f64,
-    abort_max_ms: f64,
-    background_fps: f64,
     idle_secs: f64,
     idle_cpu_ms: f64,
     idle_ctx_switches: u64,
@@ -120,6 +116,34 @@ struct ScaleResult {
     /// Every thread that worked in the burst, with its CPU µs per event: which of them
     /// (the pump's, the sessions') is the one to make cheaper.
     burst_threads: String,
+    requests_tracking: String,
+    requests_burst: String,
+    requests_idle: String,
+    idle_window: String,
+    /// CPU per thread over the idle window (10-ms ticks).
+    idle_threads: String,
+    load_before: String,
+    load_after: String,
+    /// The stall phase (every 10th session stalls while the others stream).
+    #[serde(flatten)]
+    stall: StallPhase,
+    /// Past 10,000 sessions: a second stall phase with the 10,000-session phase's load
+    /// (1,000 stalls, 9,000 streaming), the other sessions tracked and idle.
+    stall_same_load: Option<StallPhase>,
+    notes: Vec<String>,
+}
+
+/// What one stall phase measured.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct StallPhase {
+    stalls: u64,
+    stalls_aborted: u64,
+    stalls_continued: u64,
+    unexpected_aborts: u64,
+    abort_p50_ms: f64,
+    abort_p99_ms: f64,
+    abort_max_ms: f64,
+    background_fps: f64,
     stall_cpu_pct: f64,
     stall_sim_cpu_pct: f64,
     /// Stall deadline → Shepherd's `stall_detected` record (ms, ±1 ms: records carry ms).
@@ -131,15 +155,9 @@ struct ScaleResult {
     stall_runtime_late_p99_ms: f64,
     stall_runtime_late_max_ms: f64,
     stall_thread_late_p99_ms: f64,
-    requests_tracking: String,
-    requests_burst: String,
     requests_stall: String,
-    requests_idle: String,
-    idle_window: String,
-    /// CPU per thread over the idle window (10-ms ticks).
-    idle_threads: String,
-    load_before: String,
-    load_after: String,
+    /// Said once, in the run's notes.
+    #[serde(skip)]
     notes: Vec<String>,
 }
 
@@ -209,16 +227,23 @@ fn print_table(results: &[ScaleResult]) {
     for r in results {
         let per_idle = 30.0 / r.idle_secs.max(0.001);
         println!(
-            "| {} | {:.1} KiB ({:.1} KiB) | {:.1} KiB ({:.1} KiB) | {} | {:.1} / {:.1} ms ({:.1} ms) | {:.1} ms / {:.0} |",
+            "| {} | {:.1} KiB ({:.1} KiB) | {:.1} KiB ({:.1} KiB) | {} | {:.1} / {:.1} ms ({:.1} ms){} | {:.1} ms / {:.0} |",
             fmt_n(r.sessions),
             per(r.rss_tracked_kib, r.rss_connected_kib, r.sessions),
             per(r.rss_tracked_live_kib, r.rss_connected_live_kib, r.sessions),
             per(r.rss_end_kib, r.rss_connected_kib, r.sessions),
             per(r.rss_end_live_kib, r.rss_connected_live_kib, r.sessions),
             fmt_n((r.burst_frames as f64 / r.burst_done_secs.max(1e-9)) as usize),
-            r.abort_p50_ms,
-            r.abort_p99_ms,
-            r.abort_max_ms,
+            r.stall.abort_p50_ms,
+            r.stall.abort_p99_ms,
+            r.stall.abort_max_ms,
+            r.stall_same_load.as_ref().map_or(String::new(), |s| format!(
+                "; with the {} phase's load {:.1} / {:.1} ms ({:.1} ms)",
+                fmt_n(SAME_LOAD_SESSIONS),
+                s.abort_p50_ms,
+                s.abort_p99_ms,
+                s.abort_max_ms
+            )),
             r.idle_cpu_ms * per_idle,
             r.idle_ctx_switches as f64 * per_idle,
         );
@@ -256,20 +281,20 @@ fn print_table(results: &[ScaleResult]) {
             r.burst_thread_us_per_event,
             r.burst_sim_cpu_pct,
             fmt_n(r.sim_capacity_fps as usize),
-            r.stalls,
-            r.stalls_aborted,
-            r.stalls_continued,
-            r.unexpected_aborts,
-            fmt_n(r.background_fps as usize),
-            r.detect_p50_ms,
-            r.detect_p99_ms,
-            r.detect_to_abort_p50_ms,
-            r.detect_to_abort_p99_ms,
-            r.stall_cpu_pct,
-            r.stall_sim_cpu_pct,
-            r.stall_runtime_late_p99_ms,
-            r.stall_runtime_late_max_ms,
-            r.stall_thread_late_p99_ms,
+            r.stall.stalls,
+            r.stall.stalls_aborted,
+            r.stall.stalls_continued,
+            r.stall.unexpected_aborts,
+            fmt_n(r.stall.background_fps as usize),
+            r.stall.detect_p50_ms,
+            r.stall.detect_p99_ms,
+            r.stall.detect_to_abort_p50_ms,
+            r.stall.detect_to_abort_p99_ms,
+            r.stall.stall_cpu_pct,
+            r.stall.stall_sim_cpu_pct,
+            r.stall.stall_runtime_late_p99_ms,
+            r.stall.stall_runtime_late_max_ms,
+            r.stall.stall_thread_late_p99_ms,
             r.idle_secs,
             r.idle_cpu_ms,
             r.idle_ctx_switches,
@@ -304,7 +329,31 @@ fn print_table(results: &[ScaleResult]) {
         );
         println!("  - requests while tracking: {}", r.requests_tracking);
         println!("  - requests during the burst: {}", r.requests_burst);
-        println!("  - requests during the stall phase: {}", r.requests_stall);
+        println!("  - requests during the stall phase: {}", r.stall.requests_stall);
+        if let Some(s) = &r.stall_same_load {
+            println!(
+                "  - stalls with the {} phase's load ({} planned, {} aborted, {} continued, {} aborts of sessions that were not stalled; \
+                 background load {} frames/s): abort latency p50 {:.1} / p99 {:.1} ms (max {:.1}); stall deadline → stall_detected \
+                 p50 {:.1} / p99 {:.1} ms, → abort request p50 {:.1} / p99 {:.1} ms; Shepherd used {:.0}% of a core, the simulator {:.0}%; \
+                 requests: {}",
+                fmt_n(SAME_LOAD_SESSIONS),
+                s.stalls,
+                s.stalls_aborted,
+                s.stalls_continued,
+                s.unexpected_aborts,
+                fmt_n(s.background_fps as usize),
+                s.abort_p50_ms,
+                s.abort_p99_ms,
+                s.abort_max_ms,
+                s.detect_p50_ms,
+                s.detect_p99_ms,
+                s.detect_to_abort_p50_ms,
+                s.detect_to_abort_p99_ms,
+                s.stall_cpu_pct,
+                s.stall_sim_cpu_pct,
+                s.requests_stall
+            );
+        }
         println!("  - idle window {}: requests {}; CPU by thread: {}", r.idle_window, r.requests_idle, r.idle_threads);
         for note in &r.notes {
             println!("  - note: {note}");
@@ -554,99 +603,27 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
         stall_deltas: 2,
         stall_spread_ms: STALL_SPREAD_MS,
         stall_timeout_ms: STALL_TIMEOUT.as_millis() as u64,
+        sessions: 0,
     };
-    let before_report = h.report().await?;
-    let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
-    let probe = LatenessProbe::start();
-    // Shepherd's own `stall_detected` records (wall ms), to split each latency in two.
-    let mut journal = daemon.journal().subscribe();
-    let (stop_detections, mut stopped) = tokio::sync::watch::channel(false);
-    let detections = actix::spawn(async move {
-        let mut seen = std::collections::HashMap::new();
-        loop {
-            tokio::select! {
-                rec = journal.recv() => match rec {
-                    Ok(rec) if rec.action == shepherd_actors::journal::Action::StallDetected => {
-                        seen.entry(rec.session).or_insert(rec.at_ms);
-                    }
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(_) => break,
-                },
-                _ = stopped.changed() => break,
-            }
-        }
-        seen
-    });
-    let t = Instant::now();
-    let planned = h.run(&stall).await?;
-    r.stalls = planned.stalling;
-    let deadline = t + PHASE_LIMIT;
-    let report = loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let rep = h.report().await?;
-        let done = rep.stalling_pending == 0 && rep.stalled_continued >= planned.stalling && rep.busy == 0;
-        if done || Instant::now() > deadline {
-            if !done {
-                r.notes.push(format!(
-                    "stall phase cut at {} s: {} stalls not aborted, {} busy",
-                    PHASE_LIMIT.as_secs(),
-                    rep.stalling_pending,
-                    rep.busy
-                ));
-            }
-            break rep;
-        }
-    };
-    let phase_secs = t.elapsed().as_secs_f64();
-    (r.stall_runtime_late_p99_ms, r.stall_thread_late_p99_ms, r.stall_runtime_late_max_ms) = probe.finish().await;
-    let _ = stop_detections.send(true);
-    let detected = detections.await.unwrap_or_default();
-    let (mut fire, mut rest) = (Vec::new(), Vec::new());
-    for (id, deadline_us, abort_us) in &report.stall_times {
-        if let Some(&at_ms) = detected.get(id) {
-            fire.push((at_ms * 1000 - deadline_us) as f64 / 1000.0);
-            rest.push((abort_us - at_ms * 1000) as f64 / 1000.0);
-        }
-    }
-    write_stall_times(n, &report.stall_times, &detected);
-    fire.sort_by(f64::total_cmp);
-    rest.sort_by(f64::total_cmp);
-    r.detect_p50_ms = percentile(&fire, 50.0);
-    r.detect_p99_ms = percentile(&fire, 99.0);
-    r.detect_to_abort_p50_ms = percentile(&rest, 50.0);
-    r.detect_to_abort_p99_ms = percentile(&rest, 99.0);
-    r.requests_stall = requests_between(&before_report, &report);
-    r.stall_cpu_pct = (cpu_time() - cpu0).as_secs_f64() * 100.0 / phase_secs;
-    r.stall_sim_cpu_pct = (child_cpu_time(sim_pid) - sim0).as_secs_f64() * 100.0 / phase_secs;
-    r.background_fps = (report.frames_sent - before_report.frames_sent) as f64 / phase_secs;
-    r.stalls_aborted = report.stalls_aborted;
-    r.stalls_continued = report.stalled_continued;
-    r.unexpected_aborts = report.unexpected_aborts - before_report.unexpected_aborts;
-    let mut lat: Vec<f64> = report.abort_latency_us.iter().map(|&us| us as f64 / 1000.0).collect();
-    lat.sort_by(f64::total_cmp);
-    r.abort_p50_ms = percentile(&lat, 50.0);
-    r.abort_p99_ms = percentile(&lat, 99.0);
-    r.abort_max_ms = lat.last().copied().unwrap_or(f64::NAN);
-    if lat.first().is_some_and(|&l| l < 0.0) {
-        r.notes.push(format!("{} aborts arrived before the stall deadline", lat.iter().filter(|&&l| l < 0.0).count()));
-    }
-    eprintln!(
-        "   stalls: {} planned, {} aborted, {} continued in {:.1} s; abort latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms \
-         (deadline → stall_detected p50 {:.1} / p99 {:.1} ms, → abort request p50 {:.1} / p99 {:.1} ms); {} unexpected aborts",
-        r.stalls,
-        r.stalls_aborted,
-        r.stalls_continued,
-        phase_secs,
-        r.abort_p50_ms,
-        r.abort_p99_ms,
-        r.abort_max_ms,
-        r.detect_p50_ms,
-        r.detect_p99_ms,
-        r.detect_to_abort_p50_ms,
-        r.detect_to_abort_p99_ms,
-        r.unexpected_aborts
-    );
+    let mut phase = stall_phase(&h, &daemon, &stall, sim_pid, "", &format!("shepherd-fleet-bench-{n}-stalls.csv")).await?;
+    r.notes.append(&mut phase.notes);
+    r.stall = phase;
     settle(&h, &stats).await?;
+    // Past 10,000 sessions the phase above is ten times the load of the 10,000 one (every
+    // session but the stalling tenth streams); this one has that phase's load — 1,000
+    // stalls among 10,000 sessions, the rest tracked and idle — so what the fleet's
+    // size alone does to the stall path shows apart from what the load does.
+    if n > SAME_LOAD_SESSIONS {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let same = RunSpec { sessions: SAME_LOAD_SESSIONS, ..stall.clone() };
+        let label = format!(" (the {} phase's load)", fmt_n(SAME_LOAD_SESSIONS));
+        let mut phase =
+            stall_phase(&h, &daemon, &same, sim_pid, &label, &format!("shepherd-fleet-bench-{n}-stalls-same-load.csv"))
+                .await?;
+        r.notes.append(&mut phase.notes);
+        r.stall_same_load = Some(phase);
+        settle(&h, &stats).await?;
+    }
 
     // 6. Idle: every session idle, nothing to do but the 10-s heartbeat.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -697,9 +674,120 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     Ok(r)
 }
 
+/// One stall phase: `spec`'s stalls under its background load, measured from the
+/// simulator's report and Shepherd's own `stall_detected` records; each stall's times go
+/// to `csv` (in the temp folder).
+async fn stall_phase(
+    h: &Harness,
+    daemon: &Daemon,
+    spec: &RunSpec,
+    sim_pid: u32,
+    label: &str,
+    csv: &str,
+) -> anyhow::Result<StallPhase> {
+    let mut r = StallPhase::default();
+    let before_report = h.report().await?;
+    let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
+    let probe = LatenessProbe::start();
+    // Shepherd's own `stall_detected` records (wall ms), to split each latency in two.
+    let mut journal = daemon.journal().subscribe();
+    let (stop_detections, mut stopped) = tokio::sync::watch::channel(false);
+    let detections = actix::spawn(async move {
+        let mut seen = std::collections::HashMap::new();
+        loop {
+            tokio::select! {
+                rec = journal.recv() => match rec {
+                    Ok(rec) if rec.action == shepherd_actors::journal::Action::StallDetected => {
+                        seen.entry(rec.session).or_insert(rec.at_ms);
+                    }
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(_) => break,
+                },
+                _ = stopped.changed() => break,
+            }
+        }
+        seen
+    });
+    let t = Instant::now();
+    let planned = h.run(spec).await?;
+    r.stalls = planned.stalling;
+    let deadline = t + PHASE_LIMIT;
+    let report = loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let rep = h.report().await?;
+        let done = rep.stalling_pending == 0 && rep.stalled_continued >= planned.stalling && rep.busy == 0;
+        if done || Instant::now() > deadline {
+            if !done {
+                r.notes.push(format!(
+                    "stall phase{} cut at {} s: {} stalls not aborted, {} busy",
+                    label,
+                    PHASE_LIMIT.as_secs(),
+                    rep.stalling_pending,
+                    rep.busy
+                ));
+            }
+            break rep;
+        }
+    };
+    let phase_secs = t.elapsed().as_secs_f64();
+    (r.stall_runtime_late_p99_ms, r.stall_thread_late_p99_ms, r.stall_runtime_late_max_ms) = probe.finish().await;
+    let _ = stop_detections.send(true);
+    let detected = detections.await.unwrap_or_default();
+    let (mut fire, mut rest) = (Vec::new(), Vec::new());
+    // The simulator's lists run over the whole run: this phase's are the ones added since.
+    let stall_times = &report.stall_times[before_report.stall_times.len().min(report.stall_times.len())..];
+    let latencies = &report.abort_latency_us[before_report.abort_latency_us.len().min(report.abort_latency_us.len())..];
+    for (id, deadline_us, abort_us) in stall_times {
+        if let Some(&at_ms) = detected.get(id) {
+            fire.push((at_ms * 1000 - deadline_us) as f64 / 1000.0);
+            rest.push((abort_us - at_ms * 1000) as f64 / 1000.0);
+        }
+    }
+    write_stall_times(csv, stall_times, &detected);
+    fire.sort_by(f64::total_cmp);
+    rest.sort_by(f64::total_cmp);
+    r.detect_p50_ms = percentile(&fire, 50.0);
+    r.detect_p99_ms = percentile(&fire, 99.0);
+    r.detect_to_abort_p50_ms = percentile(&rest, 50.0);
+    r.detect_to_abort_p99_ms = percentile(&rest, 99.0);
+    r.requests_stall = requests_between(&before_report, &report);
+    r.stall_cpu_pct = (cpu_time() - cpu0).as_secs_f64() * 100.0 / phase_secs;
+    r.stall_sim_cpu_pct = (child_cpu_time(sim_pid) - sim0).as_secs_f64() * 100.0 / phase_secs;
+    r.background_fps = (report.frames_sent - before_report.frames_sent) as f64 / phase_secs;
+    r.stalls_aborted = report.stalls_aborted;
+    r.stalls_continued = report.stalled_continued;
+    r.unexpected_aborts = report.unexpected_aborts - before_report.unexpected_aborts;
+    let mut lat: Vec<f64> = latencies.iter().map(|&us| us as f64 / 1000.0).collect();
+    lat.sort_by(f64::total_cmp);
+    r.abort_p50_ms = percentile(&lat, 50.0);
+    r.abort_p99_ms = percentile(&lat, 99.0);
+    r.abort_max_ms = lat.last().copied().unwrap_or(f64::NAN);
+    if lat.first().is_some_and(|&l| l < 0.0) {
+        r.notes.push(format!("{} aborts arrived before the stall deadline", lat.iter().filter(|&&l| l < 0.0).count()));
+    }
+    eprintln!(
+        "   stalls{}: {} planned, {} aborted, {} continued in {:.1} s; abort latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms \
+         (deadline → stall_detected p50 {:.1} / p99 {:.1} ms, → abort request p50 {:.1} / p99 {:.1} ms); {} unexpected aborts",
+        label,
+        r.stalls,
+        r.stalls_aborted,
+        r.stalls_continued,
+        phase_secs,
+        r.abort_p50_ms,
+        r.abort_p99_ms,
+        r.abort_max_ms,
+        r.detect_p50_ms,
+        r.detect_p99_ms,
+        r.detect_to_abort_p50_ms,
+        r.detect_to_abort_p99_ms,
+        r.unexpected_aborts
+    );
+    Ok(r)
+}
+
 /// One line per aborted stall (epoch µs): deadline, Shepherd's record, abort arrival.
-fn write_stall_times(n: usize, times: &[(String, i64, i64)], detected: &std::collections::HashMap<String, i64>) {
-    let path = std::env::temp_dir().join(format!("shepherd-fleet-bench-{n}-stalls.csv"));
+fn write_stall_times(name: &str, times: &[(String, i64, i64)], detected: &std::collections::HashMap<String, i64>) {
+    let path = std::env::temp_dir().join(name);
     let mut csv = String::from("session,deadline_us,stall_detected_us,abort_us\n");
     for (id, deadline, abort) in times {
         let at = detected.get(id).map_or(String::new(), |ms| (ms * 1000).to_string());

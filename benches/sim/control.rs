@@ -81,7 +81,7 @@ pub(super) async fn report(data: Data, _req: HttpRequest) -> HttpResponse {
         if s.kind == Kind::Stalling {
             if s.aborted {
                 r.stalls_aborted += 1;
-                r.stalled_continued += (s.prompts > 0) as u64;
+                r.stalled_continued += (s.prompts > s.prompts_at_stall) as u64;
             } else {
                 r.stalling_pending += 1;
             }

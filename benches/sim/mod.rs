@@ -121,6 +121,9 @@ pub struct RunSpec {
     pub stall_spread_ms: u64,
     /// The stall timeout Shepherd runs with (to compute stall deadlines).
     pub stall_timeout_ms: u64,
+    /// Only the first this many sessions take part (0 = all); the others stay idle.
+    #[serde(default)]
+    pub sessions: usize,
 }
 
 /// What `/_sim/run` answers.
@@ -181,6 +184,8 @@ struct SimSession {
     stalled_wall_us: i64,
     aborted: bool,
     prompts: u32,
+    /// `prompts` when its latest stall was planned: a continue is a prompt past it.
+    prompts_at_stall: u32,
     /// The latest messages, oldest first (`GET /session/{id}/message`).
     history: VecDeque<HistMsg>,
     /// The soak's open episode (a stall, or a turn a restart cut off) and the last one.

@@ -44,6 +44,7 @@ impl World {
                 stalled_wall_us: 0,
                 aborted: false,
                 prompts: 0,
+                prompts_at_stall: 0,
                 history: VecDeque::new(),
                 episode: None,
                 last_episode: None,
@@ -118,7 +119,10 @@ impl World {
         let now = Instant::now();
         self.stall_timeout = Duration::from_millis(spec.stall_timeout_ms);
         let interval = Duration::from_micros(spec.step_interval_us);
-        let n = self.sessions.len();
+        let n = match spec.sessions {
+            0 => self.sessions.len(),
+            k => k.min(self.sessions.len()),
+        };
         let mut planned = RunPlanned::default();
         for idx in 0..n {
             let stalls = spec.stall_every > 0 && idx % spec.stall_every as usize == 0;
@@ -131,6 +135,7 @@ impl World {
                 let offset = Duration::from_micros(spec.stall_spread_ms * 1000 * k as u64 / per as u64);
                 self.sessions[idx].stalled_at = None;
                 self.sessions[idx].aborted = false;
+                self.sessions[idx].prompts_at_stall = self.sessions[idx].prompts;
                 self.replan(idx, plan, interval.max(Duration::from_millis(5)), Kind::Stalling, now + offset);
             } else if spec.turns > 0 {
                 let mut plan = Vec::new();
@@ -140,6 +145,13 @@ impl World {
                 planned.frames += plan_frames(&plan);
                 let offset = Duration::from_micros(spec.start_spread_ms * 1000 * idx as u64 / n.max(1) as u64);
                 self.replan(idx, plan, interval, Kind::Working, now + offset);
+            }
+        }
+        // A session left out of this run is done with any stall of an earlier one: it is
+        // not counted among this run's stalls.
+        for s in &mut self.sessions[n..] {
+            if s.kind == Kind::Stalling {
+                s.kind = Kind::Idle;
             }
         }
         planned
