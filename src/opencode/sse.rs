@@ -85,7 +85,9 @@ impl SseDecoder {
         }
         // A frame still open at the chunk's end must outlive the chunk.
         if let Pending::Borrowed(a, b) = pending {
-            self.own(&chunk[a..b]);
+            if !self.own(&chunk[a..b]) {
+                self.oversized = true;
+            }
         }
         dropped
     }
@@ -112,11 +114,19 @@ impl SseDecoder {
         }
     }
 
-    /// Copies borrowed frame data into the buffer (the frame continues past this chunk
-    /// or has more than one `data:` line).
-    fn own(&mut self, text: &[u8]) {
-        // Only valid UTF-8 is ever borrowed.
-        self.data.push_str(simdutf8::basic::from_utf8(text).unwrap_or_default());
+    /// Copies frame data into the buffer (the frame continues past this chunk or has
+    /// more than one `data:` line) if it is UTF-8; false (nothing copied) if not, and
+    /// the frame is then dropped whole. Data is checked once: here, or when a frame
+    /// borrowed from its chunk ends.
+    #[must_use]
+    fn own(&mut self, text: &[u8]) -> bool {
+        match simdutf8::basic::from_utf8(text) {
+            Ok(text) => {
+                self.data.push_str(text);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// One complete line, `buf[start..end]` (without its `\n`). `in_chunk`: `buf` is the
@@ -139,7 +149,10 @@ impl SseDecoder {
                 *dropped += 1;
             } else {
                 match *pending {
-                    Pending::Borrowed(a, b) => on_frame(simdutf8::basic::from_utf8(&buf[a..b]).unwrap_or_default()),
+                    Pending::Borrowed(a, b) => match simdutf8::basic::from_utf8(&buf[a..b]) {
+                        Ok(text) => on_frame(text),
+                        Err(_) => *dropped += 1,
+                    },
                     Pending::Owned => on_frame(&self.data),
                     Pending::None => {}
                 }
@@ -161,9 +174,8 @@ impl SseDecoder {
             return;
         }
         let value = &buf[value_start..end];
-        if self.oversized || simdutf8::basic::from_utf8(value).is_err() {
-            self.oversized = true; // unusable: the frame is dropped whole
-            return;
+        if self.oversized {
+            return; // unusable: the frame is dropped whole
         }
         let so_far = match *pending {
             Pending::Borrowed(a, b) => b - a,
@@ -176,13 +188,17 @@ impl SseDecoder {
         if !self.has_data && in_chunk {
             *pending = Pending::Borrowed(value_start, end);
         } else {
-            if let Pending::Borrowed(a, b) = *pending {
-                self.own(&buf[a..b]);
-            }
+            let earlier_kept = match *pending {
+                Pending::Borrowed(a, b) => self.own(&buf[a..b]),
+                _ => true,
+            };
             if self.has_data {
                 self.data.push('\n');
             }
-            self.own(value);
+            if !(earlier_kept && self.own(value)) {
+                self.oversized = true;
+                return;
+            }
             *pending = Pending::Owned;
         }
         self.has_data = true;
@@ -264,5 +280,29 @@ mod tests {
         let f = d.push(b"data: \xff\xfe\n\ndata: ok\n\n");
         assert_eq!(f.dropped, 1);
         assert_eq!(f.data, vec!["ok".to_string()]);
+    }
+
+    /// However a frame's data is held (borrowed from its chunk, copied because the frame
+    /// outlives the chunk, or joined from several `data:` lines), a byte that is not
+    /// UTF-8 anywhere in it drops that frame and only it.
+    #[test]
+    fn invalid_utf8_drops_the_frame_however_it_is_held() {
+        let cases: [&[&[u8]]; 5] = [
+            &[b"data: a\xff\n", b"\ndata: ok\n\n"],                 // borrowed, then the chunk ends
+            &[b"data: a\xff", b"b\n\ndata: ok\n\n"],                // a line across chunks
+            &[b"data: \xffa\ndata: b\n\ndata: ok\n\n"],              // the first of two lines
+            &[b"data: a\ndata: \xffb\n\ndata: ok\n\n"],              // the second of two lines
+            &[b"data: a\n", b"data: \xff\n\ndata: ok\n\n"],          // the second line, next chunk
+        ];
+        for chunks in cases {
+            let mut d = SseDecoder::new();
+            let (mut data, mut dropped) = (Vec::new(), 0);
+            for chunk in chunks {
+                let f = d.push(chunk);
+                data.extend(f.data);
+                dropped += f.dropped;
+            }
+            assert_eq!((data, dropped), (vec!["ok".to_string()], 1), "{chunks:?}");
+        }
     }
 }
