@@ -869,6 +869,27 @@ async fn a_reload_to_a_shorter_discovery_interval_finds_a_missed_busy_session_so
     assert!(fleet.sessions.iter().any(|s| s.id == "ses_Q" && s.busy), "found by discovery after 6 s, not 60 s");
 }
 
+/// A session's idle event is lost while the stream stays up: the next periodic discovery
+/// reads the statuses and tells it (it thinks it is busy), so it is not aborted as
+/// stalled later. (Idle sessions the reading leaves out are not told: they know.)
+#[actix::test]
+async fn periodic_discovery_tells_a_session_that_missed_its_idle_event() {
+    tokio::time::pause();
+    let w = world(cfg()); // discovery every 60 s, stall timeout 180 s
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.busy("ses_A");
+    settle().await;
+    let busy = |fleet: &shepherd_actors::supervisor::FleetView| fleet.sessions.iter().any(|s| s.id == "ses_A" && s.busy);
+    assert!(busy(&w.supervisor.send(InspectFleet).await.unwrap()));
+    w.engine.busy.lock().unwrap().clear(); // idle on the server; its event was lost
+    tokio::time::sleep(SupervisorConfig::default().discovery_interval + Duration::from_secs(1)).await;
+    settle().await;
+    assert!(!busy(&w.supervisor.send(InspectFleet).await.unwrap()), "discovery told it");
+    tokio::time::sleep(cfg().stall_timeout).await;
+    settle().await;
+    assert!(!w.engine.calls().iter().any(|c| c.starts_with("abort")), "{:?}", w.engine.calls());
+}
+
 /// The abort's own events, as OpenCode sends them once it lands.
 fn abort_events(w: &World, id: &str) {
     w.send(&format!(

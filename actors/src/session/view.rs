@@ -81,6 +81,12 @@ impl DetailCell {
         self.published.lock().unwrap_or_else(PoisonError::into_inner).is_some()
     }
 
+    /// Whether the actor has published that its session is idle (neither busy nor
+    /// retrying); false before it published anything.
+    pub fn thinks_idle(&self) -> bool {
+        self.published.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(|d| !d.busy)
+    }
+
     /// The session's silence is counted from `t` now.
     pub(crate) fn set_silent_since(&self, t: Instant) {
         self.silent_since.store(to_nanos(t), Ordering::Release);

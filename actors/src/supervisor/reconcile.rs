@@ -81,22 +81,36 @@ impl Supervisor {
             }
         }
         // Tracked sessions of a checked directory that the status endpoint left out
-        // are idle now (their idle event may have been lost while disconnected).
+        // are idle now (their idle event may have been lost while disconnected). The
+        // registry's shards are only read here (the pump waits on them); the actors
+        // are told after.
         let registry = self.registry(&r.server);
+        let mut told = Vec::new();
         for slot in registry.iter().flat_map(|reg| reg.slots.iter()) {
             let id: &str = slot.key();
-            if busy_ids.contains(id) || slot.last_event > r.routed {
-                // Busy, or the stream spoke of it after the statuses were asked for:
-                // its word is newer than this reading.
+            if busy_ids.contains(id) {
                 continue;
             }
-            let dir = slot.directory.clone().or_else(|| infos.get(id).and_then(|i| i.directory.clone()));
-            if dir.is_some_and(|d| checked_dirs.contains(&d)) {
-                if r.after_connect {
-                    slot.addr.do_send(CheckInterrupted);
-                }
-                slot.addr.do_send(Observe(Event::SessionStatus { session_id: id.to_string(), status: Status::Idle }));
+            let in_checked_directory = slot
+                .directory
+                .as_deref()
+                .or_else(|| infos.get(id).and_then(|i| i.directory.as_deref()))
+                .is_some_and(|d| checked_dirs.contains(d));
+            let left_out = LeftOut {
+                heard_since: slot.last_event > r.routed,
+                in_checked_directory,
+                after_connect: r.after_connect,
+                thinks_idle: slot.view.thinks_idle(),
+            };
+            if left_out.is_told_idle() {
+                told.push((Addr::clone(&slot.addr), id.to_string()));
             }
+        }
+        for (addr, id) in told {
+            if r.after_connect {
+                addr.do_send(CheckInterrupted);
+            }
+            addr.do_send(Observe(Event::SessionStatus { session_id: id, status: Status::Idle }));
         }
         // Todo events may have been missed while disconnected.
         if r.after_connect {
@@ -150,6 +164,31 @@ impl Supervisor {
     }
 }
 
+/// A tracked session that a reading of its directory's statuses left out (not busy).
+#[derive(Debug, Clone, Copy)]
+struct LeftOut {
+    /// The stream spoke of it after the statuses were asked for: its word is newer.
+    heard_since: bool,
+    /// Its directory is one whose statuses were read.
+    in_checked_directory: bool,
+    /// The reading follows a (re)connect: events may have been lost meanwhile.
+    after_connect: bool,
+    /// Its actor has published that it is idle.
+    thinks_idle: bool,
+}
+
+impl LeftOut {
+    /// Whether the session is told it is idle. After a reconnect every such session is
+    /// (its idle event may have been lost, and its cut-off turn is checked). A periodic
+    /// reading tells only those that think they are busy: an idle one already knows,
+    /// and telling it anyway woke every idle session of the fleet each discovery
+    /// interval — at 100,000 sessions ninety thousand messages at once, the sessions'
+    /// thread then a tenth of a second behind the stream.
+    fn is_told_idle(self) -> bool {
+        !self.heard_since && self.in_checked_directory && (self.after_connect || !self.thinks_idle)
+    }
+}
+
 /// What a reconciliation reads of one server: what it holds (its sessions; its models'
 /// windows when `read_windows`) and the statuses of every directory known — those in
 /// `directories` and those of the sessions listed.
@@ -193,4 +232,29 @@ struct Reconciled {
     epoch: u64,
     /// [`Supervisor::routed`] when the reading started.
     routed: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LeftOut;
+
+    /// Periodic discovery leaves idle sessions alone (no message, no wake-up); a session
+    /// that thinks it is busy is told, and after a reconnect every session left out is.
+    #[test]
+    fn a_periodic_reading_tells_only_the_sessions_that_think_they_are_busy() {
+        let left_out = |after_connect, thinks_idle| LeftOut {
+            heard_since: false,
+            in_checked_directory: true,
+            after_connect,
+            thinks_idle,
+        };
+        assert!(!left_out(false, true).is_told_idle(), "periodic, idle already: left alone");
+        assert!(left_out(false, false).is_told_idle(), "periodic, thinks busy: told");
+        assert!(left_out(true, true).is_told_idle(), "after a reconnect: told, idle or not");
+        assert!(left_out(true, false).is_told_idle());
+        let newer = LeftOut { heard_since: true, ..left_out(true, false) };
+        assert!(!newer.is_told_idle(), "the stream's word is newer than the reading");
+        let elsewhere = LeftOut { in_checked_directory: false, ..left_out(true, false) };
+        assert!(!elsewhere.is_told_idle(), "its directory was not read");
+    }
 }
