@@ -743,6 +743,36 @@ async fn an_evicted_idle_session_resumes_with_its_counters_intact() {
     assert!(prompts[1].1.text.contains("attempt 2 of 3"), "{}", prompts[1].1.text);
 }
 
+/// Past `max_sessions_in_memory` the longest-quiet sessions leave memory first (their
+/// state in the ledger), however recently the others spoke; under it, only age counts.
+#[actix::test]
+async fn past_the_cap_the_longest_quiet_sessions_leave_memory_first() {
+    tokio::time::pause();
+    let w = world(cfg());
+    let fleet = SupervisorConfig { max_sessions_in_memory: 2, ..SupervisorConfig::default() };
+    w.supervisor.send(ReconfigureAll { rules: Arc::new(cfg().into()), fleet }).await.unwrap();
+    for id in ["ses_old", "ses_mid", "ses_new"] {
+        w.send(&format!(
+            r#"{{"directory":"/p","payload":{{"type":"session.status","properties":{{"sessionID":"{id}","status":{{"type":"idle"}}}}}}}}"#
+        ));
+        settle().await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let tracked = |fleet: shepherd_actors::supervisor::FleetView| {
+        let mut ids: Vec<String> = fleet.sessions.into_iter().map(|s| s.id).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(tracked(w.supervisor.send(InspectFleet).await.unwrap()), ["ses_mid", "ses_new", "ses_old"]);
+    tokio::time::sleep(SupervisorConfig::default().cleanup_interval).await;
+    settle().await;
+    assert_eq!(
+        tracked(w.supervisor.send(InspectFleet).await.unwrap()),
+        ["ses_mid", "ses_new"],
+        "one over the cap: the longest quiet left"
+    );
+}
+
 #[actix::test]
 async fn a_completion_seen_before_a_restart_is_reviewed_exactly_once_after_it() {
     tokio::time::pause();

@@ -47,6 +47,9 @@ pub struct DetailCell {
     /// actor's address: a delta noted here touches this cell alone, and the address's
     /// channel was one more line of memory per delta.)
     stopped: AtomicBool,
+    /// The published detail says idle (neither busy nor retrying): read per session by
+    /// passes over the whole fleet, without the lock and the detail's own line.
+    idle: AtomicBool,
 }
 
 /// A message's deltas that went past the session's actor: a delta only says the session
@@ -84,7 +87,7 @@ impl DetailCell {
     /// Whether the actor has published that its session is idle (neither busy nor
     /// retrying); false before it published anything.
     pub fn thinks_idle(&self) -> bool {
-        self.published.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(|d| !d.busy)
+        self.idle.load(Ordering::Acquire)
     }
 
     /// The session's silence is counted from `t` now.
@@ -125,7 +128,9 @@ impl DetailCell {
 
     /// `detail` replaces the published one.
     pub(crate) fn publish(&self, detail: Arc<PublishedDetail>) {
+        let idle = !detail.busy;
         *self.published.lock().unwrap_or_else(PoisonError::into_inner) = Some(detail);
+        self.idle.store(idle, Ordering::Release);
     }
 }
 

@@ -9,18 +9,22 @@ impl Supervisor {
     /// ones beyond `max_sessions_in_memory`. Busy or recovering sessions refuse.
     pub(super) fn clean_up(&mut self, ctx: &mut Context<Self>) {
         let now = self.clock.now();
-        let mut quiet: Vec<(tokio::time::Instant, SessionKey)> = Vec::new();
+        let over = self.tracked().saturating_sub(self.fleet.max_sessions_in_memory);
+        let quiet_enough = |seen: tokio::time::Instant| now.duration_since(seen) >= self.fleet.idle_cleanup;
+        // Every 30 s over the whole fleet, with the registry's shards held (the pump
+        // waits on them): under the cap only the sessions quiet long enough are taken,
+        // and nothing is allocated for the others.
+        let mut quiet: Vec<(tokio::time::Instant, &str, Arc<str>)> = Vec::new();
         for (server, srv) in &self.servers {
-            let slots = srv.registry.slots.iter().filter(|s| s.evicting.is_none());
-            quiet.extend(slots.map(|s| (s.last_seen, (server.clone(), s.key().to_string()))));
+            let slots = srv.registry.slots.iter().filter(|s| s.evicting.is_none() && (over > 0 || quiet_enough(s.last_seen)));
+            quiet.extend(slots.map(|s| (s.last_seen, server.as_str(), Arc::clone(s.key()))));
         }
         quiet.sort();
-        let over = self.tracked().saturating_sub(self.fleet.max_sessions_in_memory);
-        let chosen: Vec<_> = quiet
+        let chosen: Vec<SessionKey> = quiet
             .into_iter()
             .enumerate()
-            .filter(|(i, (seen, _))| *i < over || now.duration_since(*seen) >= self.fleet.idle_cleanup)
-            .map(|(_, (_, k))| k)
+            .filter(|(i, (seen, ..))| *i < over || quiet_enough(*seen))
+            .map(|(_, (_, server, id))| (server.to_string(), id.to_string()))
             .collect();
         for key in chosen {
             let Some(registry) = self.registry(&key.0) else { continue };

@@ -87,6 +87,18 @@ impl Supervisor {
         let registry = self.registry(&r.server);
         let mut told = Vec::new();
         for slot in registry.iter().flat_map(|reg| reg.slots.iter()) {
+            // What the slot says alone decides first, as if its directory were checked
+            // (a session outside them is never told): on a periodic reading that is all
+            // an idle session — most of the fleet — costs here, with the shard held.
+            let known = LeftOut {
+                heard_since: slot.last_event > r.routed,
+                in_checked_directory: true,
+                after_connect: r.after_connect,
+                thinks_idle: slot.view.thinks_idle(),
+            };
+            if !known.is_told_idle() {
+                continue;
+            }
             let id: &str = slot.key();
             if busy_ids.contains(id) {
                 continue;
@@ -96,13 +108,7 @@ impl Supervisor {
                 .as_deref()
                 .or_else(|| infos.get(id).and_then(|i| i.directory.as_deref()))
                 .is_some_and(|d| checked_dirs.contains(d));
-            let left_out = LeftOut {
-                heard_since: slot.last_event > r.routed,
-                in_checked_directory,
-                after_connect: r.after_connect,
-                thinks_idle: slot.view.thinks_idle(),
-            };
-            if left_out.is_told_idle() {
+            if (LeftOut { in_checked_directory, ..known }).is_told_idle() {
                 told.push((Addr::clone(&slot.addr), id.to_string()));
             }
         }
