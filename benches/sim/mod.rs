@@ -333,7 +333,9 @@ pub struct SoakReport {
 struct World {
     sessions: Vec<SimSession>,
     index: HashMap<String, usize>,
-    by_dir: Vec<Vec<usize>>,
+    /// Each directory's busy sessions, as OpenCode keeps its statuses: a status read
+    /// costs what is busy, not the whole fleet (kept by `World::sync_busy`).
+    busy_by_dir: Vec<std::collections::BTreeSet<usize>>,
     dirs: Vec<String>,
     project: String,
     heap: BinaryHeap<Reverse<(Instant, usize, u32)>>,

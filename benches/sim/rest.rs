@@ -23,14 +23,11 @@ pub(super) async fn session_status(data: Data, q: web::Query<DirQuery>) -> HttpR
     w.count("GET /session/status");
     let dir = q.directory.as_deref().and_then(|d| w.dirs.iter().position(|x| x == d)).unwrap_or(0);
     let mut body = String::from("{");
-    for &idx in &w.by_dir[dir] {
-        let s = &w.sessions[idx];
-        if s.busy {
-            if body.len() > 1 {
-                body.push(',');
-            }
-            let _ = write!(body, r#""{}":{{"type":"busy"}}"#, s.id);
+    for &idx in &w.busy_by_dir[dir] {
+        if body.len() > 1 {
+            body.push(',');
         }
+        let _ = write!(body, r#""{}":{{"type":"busy"}}"#, w.sessions[idx].id);
     }
     body.push('}');
     HttpResponse::Ok().content_type("application/json").body(body)
@@ -105,6 +102,7 @@ pub(super) async fn abort(data: Data, path: web::Path<String>) -> HttpResponse {
             }
             s.busy = false;
             let kind = if s.kind == Kind::Stalling { Kind::Stalling } else { Kind::Idle };
+            w.sync_busy(idx);
             w.unexpected_aborts += unexpected as u64;
             w.latencies.extend(latency);
             w.stall_times.extend(times);
@@ -270,6 +268,7 @@ pub(super) async fn prompt_async(data: Data, path: web::Path<String>, body: web:
     } else {
         w.replan(idx, plan, CONTINUE_STEP, kind, Instant::now());
     }
+    w.sync_busy(idx);
     data.wake.notify_one();
     HttpResponse::NoContent().finish()
 }

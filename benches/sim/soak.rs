@@ -73,6 +73,7 @@ impl World {
             if s.kind == Kind::Working {
                 s.kind = Kind::Idle;
             }
+            self.sync_busy(idx);
             if was_busy {
                 self.counts.turns_cut += 1;
                 let last = self.sessions[idx].history.back();

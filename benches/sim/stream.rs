@@ -42,6 +42,7 @@ pub(super) fn generate(shared: Arc<Shared>) {
                     continue;
                 };
                 frames += w.render(idx, &step, &mut buf, &mut marks);
+                w.sync_busy(idx);
                 // A stall begins when this step's frames leave: mark it on this batch.
                 if w.sessions[idx].plan.front() == Some(&Beat::Stall) {
                     w.sessions[idx].plan.pop_front();

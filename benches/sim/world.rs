@@ -17,12 +17,10 @@ impl World {
         let dirs: Vec<String> = (0..cfg.directories.max(1)).map(|d| format!("/sim/project-{d:02}")).collect();
         let mut sessions = Vec::with_capacity(cfg.sessions);
         let mut index = HashMap::with_capacity(cfg.sessions);
-        let mut by_dir = vec![Vec::new(); dirs.len()];
         for i in 0..cfg.sessions {
             let id = make_id("ses_", base_ms, i as u64);
             let dir = i % dirs.len();
             index.insert(id.clone(), i);
-            by_dir[dir].push(i);
             sessions.push(SimSession {
                 id,
                 dir,
@@ -55,7 +53,7 @@ impl World {
         World {
             sessions,
             index,
-            by_dir,
+            busy_by_dir: vec![std::collections::BTreeSet::new(); dirs.len()],
             dirs,
             project: "34a087cc2cab9675f8102d62afcd43ca8afdd98e".into(),
             heap: BinaryHeap::new(),
@@ -98,6 +96,18 @@ impl World {
 
     pub(super) fn count(&mut self, what: &str) {
         *self.requests.entry(what.to_string()).or_default() += 1;
+    }
+
+    /// Brings the directory's busy set in line with the session (after anything that may
+    /// have changed whether it is busy).
+    pub(super) fn sync_busy(&mut self, idx: usize) {
+        let s = &self.sessions[idx];
+        let set = &mut self.busy_by_dir[s.dir];
+        if s.busy {
+            set.insert(idx);
+        } else {
+            set.remove(&idx);
+        }
     }
 
     pub(super) fn schedule(&mut self, idx: usize, at: Instant) {
