@@ -920,6 +920,26 @@ async fn periodic_discovery_tells_a_session_that_missed_its_idle_event() {
     assert!(!w.engine.calls().iter().any(|c| c.starts_with("abort")), "{:?}", w.engine.calls());
 }
 
+/// The other way round: a tracked session's busy event is lost; the next periodic
+/// discovery tells it (it thinks it is idle), and its stall is then seen.
+#[actix::test]
+async fn periodic_discovery_tells_an_idle_session_that_missed_its_busy_event() {
+    tokio::time::pause();
+    let w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.send(r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_B","status":{"type":"idle"}}}}"#);
+    settle().await;
+    let busy = |fleet: &shepherd_actors::supervisor::FleetView| fleet.sessions.iter().any(|s| s.id == "ses_B" && s.busy);
+    assert!(!busy(&w.supervisor.send(InspectFleet).await.unwrap()));
+    w.engine.busy.lock().unwrap().insert("ses_B".into(), Status::Busy); // its event was lost
+    tokio::time::sleep(SupervisorConfig::default().discovery_interval + Duration::from_secs(1)).await;
+    settle().await;
+    assert!(busy(&w.supervisor.send(InspectFleet).await.unwrap()), "discovery told it");
+    tokio::time::sleep(cfg().stall_timeout + Duration::from_secs(1)).await;
+    settle().await;
+    assert!(w.engine.calls().contains(&"abort ses_B".to_string()), "its stall is seen: {:?}", w.engine.calls());
+}
+
 /// The abort's own events, as OpenCode sends them once it lands.
 fn abort_events(w: &World, id: &str) {
     w.send(&format!(

@@ -21,7 +21,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -47,10 +47,16 @@ pub struct DetailCell {
     /// actor's address: a delta noted here touches this cell alone, and the address's
     /// channel was one more line of memory per delta.)
     stopped: AtomicBool,
-    /// The published detail says idle (neither busy nor retrying): read per session by
-    /// passes over the whole fleet, without the lock and the detail's own line.
-    idle: AtomicBool,
+    /// Whether the session is busy as the actor last knew it (0, the default, until it
+    /// says): read per session by passes over the whole fleet (discovery), without a
+    /// lock or the detail's own line.
+    run: AtomicU8,
 }
+
+/// [`DetailCell`]'s `run` once said: idle, busy, busy while OpenCode retries.
+const RUN_IDLE: u8 = 1;
+const RUN_BUSY: u8 = 2;
+const RUN_RETRY: u8 = 3;
 
 /// A message's deltas that went past the session's actor: a delta only says the session
 /// is active (`SessionCore::observe_streamed`), and at the fleet's rate a message to
@@ -84,10 +90,25 @@ impl DetailCell {
         self.published.lock().unwrap_or_else(PoisonError::into_inner).is_some()
     }
 
-    /// Whether the actor has published that its session is idle (neither busy nor
-    /// retrying); false before it published anything.
+    /// Whether the actor knows its session idle (neither busy nor retrying); false before
+    /// it said anything.
     pub fn thinks_idle(&self) -> bool {
-        self.idle.load(Ordering::Acquire)
+        self.run.load(Ordering::Acquire) == RUN_IDLE
+    }
+
+    /// Whether the actor knows its session busy (and not retrying a model call).
+    pub fn thinks_busy(&self) -> bool {
+        self.run.load(Ordering::Acquire) == RUN_BUSY
+    }
+
+    /// What the actor knows of its session's run, after every change (an atomic store).
+    pub(crate) fn set_run(&self, busy: bool, retrying: bool) {
+        let run = match (busy, retrying) {
+            (false, _) => RUN_IDLE,
+            (true, false) => RUN_BUSY,
+            (true, true) => RUN_RETRY,
+        };
+        self.run.store(run, Ordering::Release);
     }
 
     /// The session's silence is counted from `t` now.
@@ -128,9 +149,7 @@ impl DetailCell {
 
     /// `detail` replaces the published one.
     pub(crate) fn publish(&self, detail: Arc<PublishedDetail>) {
-        let idle = !detail.busy;
         *self.published.lock().unwrap_or_else(PoisonError::into_inner) = Some(detail);
-        self.idle.store(idle, Ordering::Release);
     }
 }
 

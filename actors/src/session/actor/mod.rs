@@ -161,6 +161,7 @@ impl SessionActor {
     /// moved.
     fn publish(&mut self) {
         self.view.set_silent_since(self.core.silent_since());
+        self.view.set_run(self.core.is_busy(), self.core.is_retrying());
         let fingerprint = view::fingerprint(&self.core, self.last_action);
         if self.shown == Some(fingerprint) {
             return;

@@ -313,6 +313,11 @@ impl SessionCore {
         self.busy != RunState::Idle
     }
 
+    /// Busy, but OpenCode is retrying a model call (no stall timer runs meanwhile).
+    pub fn is_retrying(&self) -> bool {
+        self.busy == RunState::Retry
+    }
+
     pub fn pause(&self) -> Option<Pause> {
         self.pause
     }
