@@ -32,6 +32,7 @@
 //!    passes over the fleet falls in the window — plus three heartbeats.
 //!
 //! Environment: `FLEET_SIZES` (default `1000,10000,100000`), `FLEET_IDLE_SECS` (default 30),
+//! `FLEET_DISCOVERY_SECS` (the supervisor's discovery interval, default 60),
 //! `FLEET_BURST_TURNS` (default 12 at 1k, 1 at 10k), `FLEET_BURST_STEP_US` (default 0:
 //! as fast as Shepherd reads), `FLEET_BACKGROUND_STEP_MS` (default 250; 0 = no
 //! background traffic during the stalls), `FLEET_EXIT_AT_END` (exit right after the
@@ -473,6 +474,11 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     // `FLEET_SERVER_THREADS` overrides `supervisor.server_threads` (default: one per core).
     if let Some(n) = std::env::var("FLEET_SERVER_THREADS").ok().and_then(|v| v.parse().ok()) {
         cfg.supervisor.server_threads = n;
+    }
+    // `FLEET_DISCOVERY_SECS` overrides `supervisor.discovery_interval` (default 60 s): a
+    // short one puts discoveries inside every phase, to see what they cost.
+    if let Some(secs) = std::env::var("FLEET_DISCOVERY_SECS").ok().and_then(|v| v.parse().ok()) {
+        cfg.supervisor.discovery_interval = Duration::from_secs(secs);
     }
     // `FLEET_PUMP_APART=0|1` overrides `supervisor.pump_apart` (default: on).
     if let Ok(v) = std::env::var("FLEET_PUMP_APART") {
