@@ -11,9 +11,9 @@ impl Supervisor {
         let now = self.clock.now();
         let over = self.tracked().saturating_sub(self.fleet.max_sessions_in_memory);
         let quiet_enough = |seen: tokio::time::Instant| now.duration_since(seen) >= self.fleet.idle_cleanup;
-        // Every 30 s over the whole fleet, with the registry's shards held (the pump
-        // waits on them): under the cap only the sessions quiet long enough are taken,
-        // and nothing is allocated for the others.
+        // Every cleanup interval over the whole fleet, with the registry's shards held
+        // (the pump waits on them): under the cap only the sessions quiet long enough
+        // are taken, and nothing is allocated for the others.
         let mut quiet: Vec<(tokio::time::Instant, &str, Arc<str>)> = Vec::new();
         for (server, srv) in &self.servers {
             let slots = srv.registry.slots.iter().filter(|s| s.evicting.is_none() && (over > 0 || quiet_enough(s.last_seen)));
