@@ -81,9 +81,8 @@ impl Toasts {
     pub fn set_config(&self, cfg: ToastsConfig) {
         if let Ok(mut s) = self.cfg.write() {
             if cfg.enabled && !s.cfg.enabled {
-                s.on_since_ms = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as i64);
+                // The journal's clock: records are stamped with it.
+                s.on_since_ms = shepherd_actors::ports::Clock::wall_ms(&shepherd_actors::ports::SystemClock);
             }
             s.cfg = cfg;
         }

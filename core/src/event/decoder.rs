@@ -258,7 +258,6 @@ pub fn decode_message_info(info: &str) -> Result<MessageInfo, DecodeError> {
     }
 }
 
-
 /// The longest event type name kept (OpenCode's longest is about 30).
 pub const MAX_KIND_LEN: usize = 64;
 

@@ -48,7 +48,6 @@ use crate::ids::{IdKind, Ids};
 /// The longest directory accepted with an event, bytes (Linux's `PATH_MAX`).
 pub const MAX_DIRECTORY_LEN: usize = 4096;
 
-
 /// One decoded frame: the event and the directory (instance) it came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Envelope {
