@@ -54,6 +54,7 @@ impl Supervisor {
                 HashMap::new()
             }
         };
+        let registry = self.registry(&r.server);
         let mut busy_ids = HashSet::new();
         let mut checked_dirs = HashSet::new();
         let statuses_read = r.survey.statuses.iter().all(|(_, result)| result.is_ok());
@@ -70,7 +71,6 @@ impl Supervisor {
                 srv.learn_directory(&dir, self.fleet.max_directories, &r.server);
             }
             checked_dirs.insert(dir.clone());
-            let registry = self.registry(&r.server);
             for (id, status) in map {
                 busy_ids.insert(id.clone());
                 // One look at the session's slot (at 10,000 busy sessions three cost
@@ -96,7 +96,6 @@ impl Supervisor {
         // are idle now (their idle event may have been lost while disconnected). The
         // registry's shards are only read here (the pump waits on them); the actors
         // are told after.
-        let registry = self.registry(&r.server);
         let mut told = Vec::new();
         for slot in registry.iter().flat_map(|reg| reg.slots.iter()) {
             // What the slot says alone decides first, as if its directory were checked
