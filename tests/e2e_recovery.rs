@@ -236,6 +236,76 @@ async fn after_the_stream_comes_back_a_session_that_stalled_unseen_is_found_and_
     Ok(())
 }
 
+/// The stream drops while an idle session runs a turn that writes its first todo list:
+/// once the stream is back Shepherd reads that list and nudges the session about it,
+/// while a session whose list nothing touched meanwhile costs no read (a reconnect
+/// used to re-read every list Shepherd knew of — at 100,000 sessions, up to 100,000
+/// requests — and never the list of a session that had none before).
+#[actix::test]
+async fn after_the_stream_comes_back_a_list_written_unseen_is_read_and_nudged_and_an_untouched_one_is_not_read(
+) -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    let mut proxy = None;
+    let mut rig = Rig::start_full(
+        |c| {
+            c.recovery = fast_recovery();
+            c.advisor = support::fast_advice();
+            // Nudged within a second of going idle (the nudge's own timing is tested in
+            // e2e_followup); no reviews, so the finished list asks for nothing.
+            c.advisor.new_session = Duration::ZERO;
+            c.nudge.user_quiet = Duration::ZERO;
+            c.nudge.idle_delay = Duration::from_millis(300);
+            c.review.enabled = false;
+        },
+        |o| o,
+        support::faulty_proxy::via(&mut proxy, support::faulty_proxy::FaultyProxy::start_clean),
+    )
+    .await?;
+    let faults = std::sync::Arc::clone(&proxy.as_ref().unwrap().faults);
+    let requests = || faults.requests.lock().unwrap().clone();
+    let knows = |sessions: &[shepherd_actors::control::SessionDetail], id: &str, todos: usize| {
+        sessions.iter().any(|s| s.id == id && s.todos.len() == todos)
+    };
+
+    // `done` plans and finishes its list in one turn; `moved` only says hello.
+    let done = rig.client.create_session(Some("done")).await?;
+    rig.client.prompt_async(&done, "[[fake:todo:create]][[fake:todo:done]] plan and finish", None, None, false).await?;
+    let moved = rig.client.create_session(Some("moved")).await?;
+    rig.client.prompt_async(&moved, "say hello", None, None, false).await?;
+    rig.client.wait_idle(&done, PATIENCE).await?;
+    rig.client.wait_idle(&moved, PATIENCE).await?;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !knows(&rig.daemon().ask_sessions().await, &done, 3) {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "Shepherd never saw done's list");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The stream drops; meanwhile `moved` plans three todos and stops.
+    faults.cut_events.store(true, Ordering::SeqCst);
+    while rig.daemon().fleet().await.servers.iter().any(|s| s.connected) {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the cut was never noticed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    rig.client.prompt_async(&moved, "[[fake:todo:create]] plan and stop", None, None, false).await?;
+    rig.client.wait_busy(&moved, PATIENCE).await?;
+    rig.client.wait_idle(&moved, PATIENCE).await?;
+    assert!(!knows(&rig.daemon().ask_sessions().await, &moved, 3), "blind while it planned");
+    let before = requests().len();
+
+    faults.cut_events.store(false, Ordering::SeqCst);
+    rig.wait_record(&moved, Action::Nudge, Outcome::Done, PATIENCE).await?;
+    let after: Vec<_> = requests()[before..].to_vec();
+    let read_list = |id: &str| after.iter().any(|r| r.starts_with(&format!("GET /session/{id}/todo")));
+    assert!(read_list(&moved), "the list written unseen is read: {after:#?}");
+    assert!(!read_list(&done), "a list nothing touched is not read again: {after:#?}");
+    let nudge = rig.client.messages(&moved).await?.into_iter().rfind(|m| m.role() == "user").unwrap();
+    assert_eq!(shepherd_tag(&nudge).unwrap()["kind"], "nudge");
+    assert!(rig.client.todos(&moved).await?.iter().all(|t| nudge.text().contains(&t.content)), "{}", nudge.text());
+    rig.stop().await;
+    drop(proxy);
+    Ok(())
+}
+
 #[actix::test]
 async fn a_password_protected_server_is_supervised_with_basic_auth_from_the_environment() -> anyhow::Result<()> {
     // The variable name is unique to this test; tests share one process environment.

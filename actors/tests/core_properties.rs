@@ -28,7 +28,7 @@ use shepherd_actors::event::{
     Todo, TodoStatus, Tokens, ToolStatus,
 };
 use shepherd_actors::ports::EngineError;
-use shepherd_actors::session::core::{CompactOrder, Pause};
+use shepherd_actors::session::core::{CompactOrder, Pause, TodoReread};
 use shepherd_actors::session::procedures::deliver::{Delivery, PromptOrder};
 use shepherd_actors::session::handoff::Phase;
 use shepherd_actors::session::procedures::hand_over::{HandoffOrder, StepReport};
@@ -150,8 +150,9 @@ enum Op {
     Interrupted {
         msg: u8,
     },
-    /// A todo list read by REST after a reconnect.
-    TodosRefreshed(Vec<TodoStatus>),
+    /// A todo list read by REST after a reconnect, for each of the reasons there are
+    /// (after a turn that ended unseen: as if the stream had missed a whole turn).
+    TodosRefreshed(Vec<TodoStatus>, u8),
     /// The clock moves on; `on_deadline` runs whenever the deadline comes (as the
     /// actor's timer does).
     Advance {
@@ -515,8 +516,9 @@ impl World {
                 let effects = self.core.on_interrupted(&msg_id(*msg), self.now());
                 self.take(effects)
             }
-            Op::TodosRefreshed(statuses) => {
-                let effects = self.core.on_todos_refreshed(todos(statuses), self.now());
+            Op::TodosRefreshed(statuses, why) => {
+                let why = [TodoReread::Busy, TodoReread::AfterUnseenTurn, TodoReread::NotListed][*why as usize % 3];
+                let effects = self.core.on_todos_refreshed(todos(statuses), why, None, self.now());
                 self.take(effects)
             }
             Op::Advance { ms } => self.advance(*ms),
@@ -754,7 +756,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => msg.clone().prop_map(|msg| Op::Tagged { msg }),
         2 => msg.prop_map(|msg| Op::Delta { msg }),
         2 => vec(todo_status.clone(), 0..4).prop_map(Op::Todos),
-        1 => vec(todo_status, 0..4).prop_map(Op::TodosRefreshed),
+        1 => (vec(todo_status, 0..4), 0..3u8).prop_map(|(statuses, why)| Op::TodosRefreshed(statuses, why)),
         1 => (0..4u8).prop_map(|msg| Op::Interrupted { msg }),
         2 => (0..2u8, any::<bool>()).prop_map(|(id, question)| Op::Ask { id, question }),
         2 => (0..2u8, any::<bool>()).prop_map(|(id, rejected)| Op::Answer { id, rejected }),

@@ -1256,7 +1256,7 @@ async fn a_server_restart_just_before_the_stall_timer_fires_continues_the_cut_of
     w.supervisor.do_send(StreamDown { server: "srv".into() });
     w.engine.busy.lock().unwrap().clear();
     *w.engine.last_turn.lock().unwrap() =
-        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false });
+        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false, reply: None });
     tokio::time::sleep(Duration::from_secs(60)).await; // past the stall deadline, still down
     settle().await;
     assert_eq!(w.drain(), vec![], "no stall decided while blind");
@@ -1293,7 +1293,7 @@ async fn a_periodic_reading_that_lands_while_the_stream_is_down_does_not_hide_th
     w.supervisor.do_send(StreamDown { server: "srv".into() });
     w.engine.busy.lock().unwrap().clear();
     *w.engine.last_turn.lock().unwrap() =
-        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false });
+        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false, reply: None });
     tokio::time::sleep(Duration::from_secs(20)).await; // it lands, the stream still down
     settle().await;
     assert_eq!(w.drain(), vec![]);
@@ -1347,7 +1347,7 @@ async fn a_cut_off_turn_whose_first_read_fails_after_the_reconnect_is_still_cont
     w.supervisor.do_send(StreamDown { server: "srv".into() });
     w.engine.busy.lock().unwrap().clear();
     *w.engine.last_turn.lock().unwrap() =
-        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false });
+        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false, reply: None });
     w.engine.failing_last_turns.store(2, SeqCst);
     tokio::time::sleep(Duration::from_secs(5)).await;
     settle().await;
@@ -1377,7 +1377,7 @@ async fn a_cut_off_turn_whose_first_read_times_out_after_the_reconnect_is_still_
     w.supervisor.do_send(StreamDown { server: "srv".into() });
     w.engine.busy.lock().unwrap().clear();
     *w.engine.last_turn.lock().unwrap() =
-        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false });
+        Some(LastTurn { message_id: "msg_cut".into(), completed: false, errored: false, running_task: false, reply: None });
     w.engine.timed_out_last_turns.store(1, SeqCst);
     tokio::time::sleep(Duration::from_secs(5)).await;
     settle().await;

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::event::{ModelRef, Role, ShepherdTag, ToolStatus};
+use crate::event::{MessageInfo, ModelRef, Role, ShepherdTag, ToolStatus};
 
 /// What went wrong talking to OpenCode. Callers branch on the kind: a session that no
 /// longer exists is not retried, an unreachable server is.
@@ -147,7 +147,7 @@ pub struct RepoState {
 }
 
 /// How the session's latest assistant turn ended, read from history.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LastTurn {
     pub message_id: String,
     /// `time.completed` is set.
@@ -156,6 +156,10 @@ pub struct LastTurn {
     pub errored: bool,
     /// A `task` tool part in it is still `running`.
     pub running_task: bool,
+    /// The message itself, as its `message.updated` event would have said it: a turn
+    /// that ended while the stream was down is taken in from here (its finish or error
+    /// decides what follows it).
+    pub reply: Option<Box<MessageInfo>>,
 }
 
 impl LastTurn {

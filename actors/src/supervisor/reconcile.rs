@@ -134,10 +134,12 @@ impl Supervisor {
             }
             addr.do_send(Observe(Event::SessionStatus { session_id: id, status: Status::Idle }));
         }
-        // Todo events may have been missed while disconnected.
+        // Todo events may have been missed while disconnected: each session re-reads its
+        // list if its listing says a turn may have changed it.
         if r.after_connect {
             for slot in registry.iter().flat_map(|reg| reg.slots.iter()) {
-                slot.addr.do_send(RefreshTodos);
+                let listed_updated_ms = infos.get(slot.key().as_ref()).and_then(|i| i.time.updated);
+                slot.addr.do_send(RefreshTodos { listed_updated_ms });
             }
         }
         // Every status is known again and every interrupted turn checked (the messages

@@ -185,10 +185,11 @@ impl Reads for OpenCodeClient {
                     && p.pointer("/state/status").and_then(|v| v.as_str()) == Some("running")
             });
             return Ok(Some(LastTurn {
-                message_id: info.id,
+                message_id: info.id.clone(),
                 completed: info.time.completed.is_some(),
                 errored: info.error.is_some(),
                 running_task,
+                reply: Some(Box::new(info)),
             }));
         }
         Ok(None)

@@ -106,30 +106,47 @@ impl Handler<Retire> for SessionActor {
     }
 }
 
-/// Re-read the todo list by REST (after a reconnect: `todo.updated` events may have
-/// been missed) and feed it in as if it had arrived as an event.
+/// Re-read the todo list by REST after a reconnect (`todo.updated` events may have been
+/// missed) and feed it in as if it had arrived as an event — where a turn may have
+/// changed it ([`SessionCore::todo_reread`](crate::session::core::SessionCore::todo_reread)).
+/// After a turn that ended unseen its last reply is read too: how it ended decides what
+/// follows it.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct RefreshTodos;
+pub struct RefreshTodos {
+    /// The session's `time.updated` in the listing read after the reconnect (`None`:
+    /// not listed).
+    pub listed_updated_ms: Option<i64>,
+}
 
 impl Handler<RefreshTodos> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, _: RefreshTodos, ctx: &mut Context<Self>) {
-        // Only where a missed update could matter: a session that is busy or has a list.
-        if !self.core.is_busy() && self.core.todos().is_empty() {
-            return;
-        }
+    fn handle(&mut self, msg: RefreshTodos, ctx: &mut Context<Self>) {
+        let Some(why) = self.core.todo_reread(msg.listed_updated_ms) else { return };
         let engine = Arc::clone(&self.env.engine);
         let id = self.core.id().to_string();
-        let work = async move { engine.todos(&id).await.map(|todos| (id, todos)) };
-        ctx.spawn(work.into_actor(self).map(|result, act, ctx| match result {
-            Ok((_, todos)) => {
-                let now = act.now();
-                let effects = act.core.on_todos_refreshed(todos, now);
-                act.apply(effects, ctx);
+        let work = async move {
+            let reply = match why {
+                TodoReread::AfterUnseenTurn => engine.last_turn(&id).await.map(|turn| turn.and_then(|t| t.reply)),
+                _ => Ok(None),
+            };
+            (engine.todos(&id).await, reply)
+        };
+        ctx.spawn(work.into_actor(self).map(move |(todos, reply), act, ctx| {
+            let reply = reply.unwrap_or_else(|e| {
+                tracing::debug!(server = %act.env.server, session = %act.core.id(), error = %e, "could not read the reply of a turn that ended unseen");
+                None
+            });
+            match todos {
+                Ok(todos) => {
+                    tracing::debug!(server = %act.env.server, session = %act.core.id(), why = ?why, todos = todos.len(), "todo list re-read after a reconnect");
+                    let now = act.now();
+                    let effects = act.core.on_todos_refreshed(todos, why, reply, now);
+                    act.apply(effects, ctx);
+                }
+                Err(e) => tracing::debug!(server = %act.env.server, session = %act.core.id(), error = %e, "could not re-read todos"),
             }
-            Err(e) => tracing::debug!(server = %act.env.server, session = %act.core.id(), error = %e, "could not re-read todos"),
         }));
     }
 }

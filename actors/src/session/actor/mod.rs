@@ -51,7 +51,7 @@ use crate::ledger::{DurableState, Intent, Ledger, LedgerError};
 use crate::ports::{Clock, Engine, Reads, Workspace};
 use crate::session::breaker::{Permit, ProviderBreaker};
 use crate::session::core::{
-    BreakerCall, CompactOrder, Effect, HoldScope, Now, Pause, RecoveryOrder, RecoveryReport, SessionCore,
+    BreakerCall, CompactOrder, Effect, HoldScope, Now, Pause, RecoveryOrder, RecoveryReport, SessionCore, TodoReread,
 };
 use crate::session::procedures::deliver::{Delivery, Outbound, PromptOrder};
 use crate::session::procedures::finish::{finish, same_action, FinishOrder, FinishReport};

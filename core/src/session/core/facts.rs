@@ -348,23 +348,64 @@ impl SessionCore {
         self.messages.set_role(message_key(message_id), role);
     }
 
-    /// A todo list read by REST (after a reconnect). Only a list that differs from
-    /// what the core knows is news; an unchanged one is not activity.
-    pub fn on_todos_refreshed(&mut self, todos: Vec<Todo>, now: Now) -> Vec<Effect> {
-        if followup::snapshot(&todos) == followup::snapshot(&self.todos) {
-            return Vec::new();
+    /// A todo list read by REST after a reconnect ([`SessionCore::todo_reread`] said
+    /// why), with the last reply when a turn ended unseen (`last_reply`: taken in as its
+    /// `message.updated` would have been). Only a list that differs from what the core
+    /// knows is news; an unchanged one is not activity. After a turn that ended unseen,
+    /// what its end would have brought is decided now, on the list and the reply as
+    /// they are: a nudge for open todos, the review of a finished list — otherwise the
+    /// session sits idle with open todos for good, with no idle edge to come.
+    pub fn on_todos_refreshed(
+        &mut self,
+        todos: Vec<Todo>,
+        why: TodoReread,
+        last_reply: Option<Box<MessageInfo>>,
+        now: Now,
+    ) -> Vec<Effect> {
+        let mut out = match last_reply {
+            Some(reply) => self.observe(&Event::MessageUpdated(reply), now),
+            None => Vec::new(),
+        };
+        if followup::snapshot(&todos) != followup::snapshot(&self.todos) {
+            let session_id = self.id.to_string();
+            out.extend(self.observe(&Event::TodoUpdated { session_id, todos }, now));
         }
-        let session_id = self.id.to_string();
-        self.observe(&Event::TodoUpdated { session_id, todos }, now)
+        if why == TodoReread::AfterUnseenTurn && self.busy == RunState::Idle && self.recovering.is_none() {
+            self.followup.on_idle_edge(now.mono, &self.todos, false, &self.cfg.nudge, &self.cfg.review);
+        }
+        out
     }
 
-    /// Learns the session's directory and creation time from its description.
+    /// Whether, and why, the todo list is re-read after a reconnect, given the session's
+    /// `time.updated` in a listing read after the stream came back (`None`: not listed).
+    /// A busy session's list may be changing. An idle one's changed only if it had a
+    /// turn (`todowrite` is a tool of a turn, and a turn moves `time.updated`): listed
+    /// as it was known before the outage, it had none — nothing to read. Not listed
+    /// (past the listing's limit: among the oldest; or the listing failed), it is
+    /// re-read if it has a list. Before, every list Shepherd knew of was re-read at
+    /// every reconnect — at 100,000 sessions up to 100,000 `GET /session/{id}/todo` —
+    /// and an idle session that wrote its first list while the stream was down never.
+    pub fn todo_reread(&self, listed_updated_ms: Option<i64>) -> Option<TodoReread> {
+        if self.busy != RunState::Idle {
+            return Some(TodoReread::Busy);
+        }
+        match listed_updated_ms {
+            Some(listed) if self.updated_ms == Some(listed) => None,
+            Some(_) => Some(TodoReread::AfterUnseenTurn),
+            None => (!self.todos.is_empty()).then_some(TodoReread::NotListed),
+        }
+    }
+
+    /// Learns the session's directory, creation and update times from its description.
     pub fn hydrate(&mut self, info: &SessionInfo) {
         if let Some(dir) = info.directory.as_deref().filter(|d| self.directory.as_deref() != Some(*d)) {
             self.directory = Some(dir.into());
         }
         if info.time.created.is_some() {
             self.created_ms = info.time.created;
+        }
+        if !self.blind {
+            self.updated_ms = self.updated_ms.max(info.time.updated);
         }
         if let Some(title) = info.title.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
             if self.title.as_deref() != Some(title) {
@@ -473,6 +514,18 @@ pub fn message_key(id: &str) -> u64 {
     h.finish()
 }
 
+/// Why a todo list is re-read after a reconnect ([`SessionCore::todo_reread`]), handed
+/// back with the list ([`SessionCore::on_todos_refreshed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TodoReread {
+    /// The session is busy: its list may be changing.
+    Busy,
+    /// Idle, and its `time.updated` moved while the stream was down: a turn ran unseen.
+    AfterUnseenTurn,
+    /// Idle with a list, and the listing did not show it.
+    NotListed,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,6 +581,70 @@ mod tests {
         assert_eq!(b.core.title(), Some("Fix the parser"));
         b.feed(2, r#"{"type":"session.updated","properties":{"info":{"id":"ses_A","title":"  ","time":{}}}}"#);
         assert_eq!(b.core.title(), Some("Fix the parser"), "a blank title changes nothing");
+    }
+
+    /// After an outage a todo list is re-read only where a turn may have changed it:
+    /// the listing's `time.updated` against the one known before the stream went down.
+    #[test]
+    fn after_an_outage_only_a_session_that_moved_or_is_busy_re_reads_its_todos() {
+        let updated = |ms: i64| {
+            format!(r#"{{"type":"session.updated","properties":{{"info":{{"id":"ses_A","time":{{"created":1,"updated":{ms}}}}}}}}}"#)
+        };
+        let mut b = Bench::new();
+        b.feed(0, &updated(500));
+        b.idle_ms(1000);
+        assert_eq!(b.core.todo_reread(Some(500)), None, "idle, listed as it was known: no turn meanwhile");
+        assert_eq!(b.core.todo_reread(Some(900)), Some(TodoReread::AfterUnseenTurn), "it may have written a first list");
+        assert_eq!(b.core.todo_reread(None), None, "not listed, no list: nothing to re-read");
+
+        // What the stream says after it comes back, before sight is regained, does not
+        // move the time compared with: the outage's turn would hide behind it.
+        b.core.on_blind();
+        b.feed(2, &updated(900));
+        assert_eq!(b.core.todo_reread(Some(900)), Some(TodoReread::AfterUnseenTurn));
+        b.core.on_sight(b.at_ms(3000));
+        b.feed(3, &updated(900));
+        assert_eq!(b.core.todo_reread(Some(900)), None, "seen once sight is back");
+
+        b.todos_ms(3100, &["pending"]);
+        assert_eq!(b.core.todo_reread(None), Some(TodoReread::NotListed), "not listed, with a list");
+        b.busy(4);
+        assert_eq!(b.core.todo_reread(Some(900)), Some(TodoReread::Busy), "its list may be changing");
+    }
+
+    /// A turn that ended while the stream was down left open todos: once the list and
+    /// the turn's reply are read the session is nudged as after any turn — it has no
+    /// idle edge to wait for — unless the reply says the turn did not end normally. The
+    /// same list read for another reason (not listed) brings no nudge.
+    #[test]
+    fn open_todos_found_after_an_unseen_turn_are_nudged_unless_its_reply_failed() {
+        let reply = |finish: &str, error: &str| {
+            let json = format!(
+                r#"{{"id":"msg_R","sessionID":"ses_A","role":"assistant","finish":"{finish}"{error},"time":{{"created":1,"completed":2}}}}"#
+            );
+            Box::new(crate::event::decode_message_info(&json).unwrap())
+        };
+        let open = || vec![Todo { content: "Add tests".into(), status: TodoStatus::Pending, priority: None }];
+        let after_outage = |last_reply| {
+            let mut b = bench_with_rules(unadvised(rules()));
+            b.turn_ms(0, "msg_B", "done for now", "stop");
+            b.idle_ms(100);
+            b.core.on_blind();
+            b.core.on_sight(b.at_ms(1_000));
+            let now = b.at_ms(1_100);
+            assert!(b.core.on_todos_refreshed(open(), TodoReread::NotListed, None, now).is_empty());
+            assert_eq!(b.core.deadline(), None, "no turn ended: nothing due");
+            let now = b.at_ms(1_200);
+            b.core.on_todos_refreshed(open(), TodoReread::AfterUnseenTurn, Some(last_reply), now);
+            let due = b.core.deadline().expect("the turn's follow-up is due");
+            let at = (due - b.t0).as_millis() as u64;
+            b.tick_ms(at)
+        };
+        let nudged = |effects: &[Effect]| effects.iter().any(|e| matches!(e, Effect::Prompt(o) if o.kind == PromptKind::Nudge));
+        let effects = after_outage(reply("stop", ""));
+        assert!(nudged(&effects), "{effects:?}");
+        let effects = after_outage(reply("unknown", r#","error":{"name":"APIError","data":{"message":"down"}}"#));
+        assert!(!nudged(&effects), "the unseen turn failed: {effects:?}");
     }
 
     #[test]

@@ -73,7 +73,7 @@ use crate::session::handoff::{Phase, Rollover, Step};
 pub use crate::session::effect::{BreakerCall, CompactOrder, Effect, RecoveryOrder, RecoveryReport};
 pub use crate::session::loops::Escalation;
 pub use crate::session::pause::Pause;
-pub use self::facts::message_key;
+pub use self::facts::{message_key, TodoReread};
 use crate::session::loops::{ContinueHistory, SpinVerdict, ToolSpin};
 use crate::session::outage::{classify, ErrorClass, Outage};
 use crate::session::planning::Planning;
@@ -141,6 +141,11 @@ pub struct SessionCore {
     /// shared like the directory.
     title: Option<Arc<str>>,
     created_ms: Option<i64>,
+    /// The session's `time.updated` as the server last described it (it moves with
+    /// every turn). Not moved while blind: after an outage it is what was known before
+    /// it, so a listing read after that says the same shows that nothing happened to
+    /// the session meanwhile ([`SessionCore::todos_may_have_changed`]).
+    updated_ms: Option<i64>,
     busy: RunState,
     last_activity: Instant,
     /// The last real progress (see [`SessionCore::real_progress`]); until the first, when
@@ -237,6 +242,7 @@ impl SessionCore {
             directory: None,
             title: None,
             created_ms: None,
+            updated_ms: None,
             busy: RunState::Idle,
             last_activity: now.mono,
             progress_at: now.mono,
