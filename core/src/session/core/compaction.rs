@@ -187,6 +187,25 @@ mod tests {
         assert_eq!(declined(&effects), vec!["within compaction.cooldown".to_string()]);
     }
 
+    /// A turn that ran while the stream was down took the context past
+    /// `compaction.proactive`: once its reply is read after the reconnect, the session is
+    /// compacted as at any turn's end.
+    #[test]
+    fn an_unseen_turn_past_proactive_is_compacted_once_its_reply_is_read() {
+        let mut b = bench_with_rules(compaction_rules());
+        b.busy(0);
+        assistant_with_tokens(&mut b, 10, "msg_1", 50_000, 0);
+        b.core.set_window(Some(200_000));
+        assert!(compactions(&b.idle_ms(100)).is_empty());
+        b.core.on_blind();
+        b.core.on_sight(b.at_ms(5_000));
+        let json = r#"{"id":"msg_2","sessionID":"ses_A","role":"assistant","providerID":"fake","modelID":"fake-model","finish":"stop","tokens":{"input":150000,"output":5,"cache":{"read":0,"write":0}},"time":{"created":1,"completed":2}}"#;
+        let reply = Box::new(crate::event::decode_message_info(json).unwrap());
+        let now = b.at_ms(5_100);
+        let effects = b.core.on_todos_refreshed(Vec::new(), TodoReread::AfterUnseenTurn, Some(reply), now);
+        assert_eq!(compactions(&effects), vec!["idle past compaction.proactive of the context window".to_string()]);
+    }
+
     #[test]
     fn below_proactive_nothing_is_compacted() {
         let mut b = bench_with_rules(rules());

@@ -352,9 +352,10 @@ impl SessionCore {
     /// why), with the last reply when a turn ended unseen (`last_reply`: taken in as its
     /// `message.updated` would have been). Only a list that differs from what the core
     /// knows is news; an unchanged one is not activity. After a turn that ended unseen,
-    /// what its end would have brought is decided now, on the list and the reply as
-    /// they are: a nudge for open todos, the review of a finished list — otherwise the
-    /// session sits idle with open todos for good, with no idle edge to come.
+    /// its idle edge is taken now, on the list and the reply as they are — whatever a
+    /// turn's end brings, in its precedence: a hand-off or compaction past a threshold
+    /// the turn crossed, a nudge for open todos, the review of a finished list.
+    /// Otherwise the session sits idle with open todos for good: no idle edge is coming.
     pub fn on_todos_refreshed(
         &mut self,
         todos: Vec<Todo>,
@@ -371,7 +372,7 @@ impl SessionCore {
             out.extend(self.observe(&Event::TodoUpdated { session_id, todos }, now));
         }
         if why == TodoReread::AfterUnseenTurn && self.busy == RunState::Idle && self.recovering.is_none() {
-            self.followup.on_idle_edge(now.mono, &self.todos, false, &self.cfg.nudge, &self.cfg.review);
+            self.on_idle_edge(now, &mut out);
         }
         out
     }
