@@ -205,3 +205,52 @@ async fn a_shepherd_restart_between_a_completion_and_its_review_sends_exactly_on
     rig.stop().await;
     Ok(())
 }
+
+/// Shepherd is stopped; meanwhile a session it knew runs a turn that ends with open
+/// todos. The restarted Shepherd catches up: the session is nudged, once. A session
+/// nothing happened to meanwhile costs the restart no request.
+#[actix::test]
+async fn a_turn_that_ended_while_shepherd_was_stopped_is_nudged_after_the_restart() -> anyhow::Result<()> {
+    let state = tempfile::TempDir::new()?;
+    let ledger = state.path().join("ledger.sqlite3").display().to_string();
+    let mut proxy = None;
+    let mut rig = Rig::start_full(
+        |c| {
+            quick(c);
+            c.store.backend = shepherd_actors::config::StoreBackend::Sqlite;
+            c.store.path = ledger;
+        },
+        |o| o,
+        support::faulty_proxy::via(&mut proxy, support::faulty_proxy::FaultyProxy::start_clean),
+    )
+    .await?;
+    let faults = std::sync::Arc::clone(&proxy.as_ref().unwrap().faults);
+    let requests = || faults.requests.lock().unwrap().clone();
+
+    let quiet = rig.client.create_session(Some("quiet")).await?;
+    rig.client.prompt_async(&quiet, "say hello", None, None, false).await?;
+    let moved = rig.client.create_session(Some("moved")).await?;
+    rig.client.prompt_async(&moved, "say hello", None, None, false).await?;
+    settle(&rig, &quiet).await?;
+    settle(&rig, &moved).await?;
+    // Past the margin allowed for clocks: `quiet` was last updated while watched.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    rig.stop_daemon().await;
+    rig.client.prompt_async(&moved, "[[fake:todo:create]] plan and stop", None, None, false).await?;
+    rig.client.wait_busy(&moved, PATIENCE).await?;
+    rig.client.wait_idle(&moved, PATIENCE).await?;
+    let before = requests().len();
+    rig.start_daemon_again().await?;
+
+    rig.wait_record(&moved, Action::Nudge, Outcome::Done, PATIENCE).await?;
+    settle(&rig, &moved).await?;
+    let nudges = prompts_of_kind(&rig, &moved, "nudge").await?;
+    assert_eq!(nudges.len(), 1, "{nudges:?}");
+    assert!(nudges[0].contains("3 of 3 todos still open"), "{}", nudges[0]);
+    let about_quiet: Vec<_> = requests()[before..].iter().filter(|r| r.contains(quiet.as_str())).cloned().collect();
+    assert!(about_quiet.is_empty(), "nothing happened to it: {about_quiet:?}");
+    rig.stop().await;
+    drop(proxy);
+    Ok(())
+}

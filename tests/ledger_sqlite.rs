@@ -118,6 +118,26 @@ async fn the_fleet_pause_is_kept_across_a_restart_until_it_is_lifted() {
     assert_eq!(SqliteLedger::open(&path).unwrap().fleet_pause().await.unwrap(), None);
 }
 
+/// Until when each server's stream was watched survives a restart, per server: what
+/// the restarted daemon catches up with starts there.
+#[tokio::test]
+async fn until_when_each_server_was_watched_is_kept_across_a_restart() {
+    use shepherd_actors::ledger::FleetSettings;
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    {
+        let ledger = SqliteLedger::open(&path).unwrap();
+        assert_eq!(ledger.watched_until("local").await.unwrap(), None, "a first start");
+        ledger.set_watched_until("local", 1_000).await.unwrap();
+        ledger.set_watched_until("local", 2_000).await.unwrap();
+        ledger.set_watched_until("other", 5_000).await.unwrap();
+    }
+    let again = SqliteLedger::open(&path).unwrap();
+    assert_eq!(again.watched_until("local").await.unwrap(), Some(2_000));
+    assert_eq!(again.watched_until("other").await.unwrap(), Some(5_000));
+    assert_eq!(again.watched_until("third").await.unwrap(), None);
+}
+
 #[tokio::test]
 async fn the_journal_keeps_its_order_and_history_returns_the_newest_n_oldest_first() {
     let ledger = SqliteLedger::open_in_memory().unwrap();

@@ -45,6 +45,8 @@ pub struct MemoryLedger {
     fleet_pause: Mutex<Option<FleetPause>>,
     /// Notification keys and when each was sent (`NotifyLedger`).
     notified: Mutex<HashMap<String, i64>>,
+    /// Server → until when its stream was watched (`FleetSettings::watched_until`).
+    watched_until: Mutex<HashMap<String, i64>>,
 }
 
 #[async_trait]
@@ -55,6 +57,15 @@ impl FleetSettings for MemoryLedger {
 
     async fn set_fleet_pause(&self, pause: Option<&FleetPause>) -> Result<(), LedgerError> {
         *self.fleet_pause.lock().map_err(|e| LedgerError::Storage(e.to_string()))? = pause.cloned();
+        Ok(())
+    }
+
+    async fn watched_until(&self, server: &str) -> Result<Option<i64>, LedgerError> {
+        Ok(self.watched_until.lock().map_err(|e| LedgerError::Storage(e.to_string()))?.get(server).copied())
+    }
+
+    async fn set_watched_until(&self, server: &str, wall_ms: i64) -> Result<(), LedgerError> {
+        self.watched_until.lock().map_err(|e| LedgerError::Storage(e.to_string()))?.insert(server.to_string(), wall_ms);
         Ok(())
     }
 }
@@ -187,6 +198,12 @@ pub trait FleetSettings: Send + Sync + 'static {
     async fn fleet_pause(&self) -> Result<Option<FleetPause>, LedgerError>;
     /// Sets (or with `None` lifts) the fleet-wide pause.
     async fn set_fleet_pause(&self, pause: Option<&FleetPause>) -> Result<(), LedgerError>;
+    /// Until when (wall ms) Shepherd last knew it saw every event of `server`'s stream:
+    /// what the server's sessions did after it, no Shepherd saw ([`None`]: never
+    /// recorded — a first start).
+    async fn watched_until(&self, server: &str) -> Result<Option<i64>, LedgerError>;
+    /// Records until when `server`'s stream was watched.
+    async fn set_watched_until(&self, server: &str, wall_ms: i64) -> Result<(), LedgerError>;
 }
 
 /// Where intents are kept: beside the ledger, written (and awaited) before each step.

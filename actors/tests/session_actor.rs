@@ -58,6 +58,8 @@ struct FakeEngine {
     slow_statuses: Mutex<std::collections::VecDeque<SlowRead>>,
     /// The title a session's description gives (`None`: none).
     title: Mutex<Option<String>>,
+    /// What `GET /experimental/session` lists.
+    listed: Mutex<Vec<SessionInfo>>,
 }
 
 /// A slow `GET /session/status`.
@@ -111,7 +113,8 @@ impl Reads for FakeEngine {
             metadata: None,
         })
     }
-    async fn todos(&self, _: &str) -> Result<Vec<Todo>, EngineError> {
+    async fn todos(&self, id: &str) -> Result<Vec<Todo>, EngineError> {
+        self.log(format!("todos {id}"));
         Ok(self.todos.lock().unwrap().clone())
     }
     async fn last_turn_settings(&self, _: &str) -> Result<TurnSettings, EngineError> {
@@ -205,7 +208,7 @@ impl Lifecycle for FakeEngine {}
 #[async_trait]
 impl Discovery for FakeEngine {
     async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
-        Ok(vec![])
+        Ok(self.listed.lock().unwrap().clone())
     }
     async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
         self.log("windows".into());
@@ -1098,6 +1101,12 @@ impl FleetSettings for FlakyLedger {
     async fn set_fleet_pause(&self, pause: Option<&FleetPause>) -> Result<(), LedgerError> {
         self.inner.set_fleet_pause(pause).await
     }
+    async fn watched_until(&self, server: &str) -> Result<Option<i64>, LedgerError> {
+        self.inner.watched_until(server).await
+    }
+    async fn set_watched_until(&self, server: &str, wall_ms: i64) -> Result<(), LedgerError> {
+        self.inner.set_watched_until(server, wall_ms).await
+    }
 }
 
 #[async_trait]
@@ -1270,6 +1279,48 @@ async fn a_server_restart_just_before_the_stall_timer_fires_continues_the_cut_of
     let calls = w.engine.calls();
     assert!(!calls.iter().any(|c| c.starts_with("abort")), "{calls:?}");
     assert_eq!(calls.iter().filter(|c| *c == "prompt ses_A").count(), 1);
+}
+
+/// A session no actor tracks (never seen, or evicted) runs a turn while the stream is
+/// down: the reconnect's listing shows it updated since the stream went down, so it gets
+/// an actor that reads its todo list and the turn's reply (and takes the turn's idle
+/// edge). One last updated before the outage costs nothing; so does everything on a
+/// first start, when nothing says since when nobody watched.
+#[actix::test]
+async fn a_session_without_an_actor_updated_while_the_stream_was_down_is_caught_up_after_the_reconnect() {
+    tokio::time::pause();
+    let ledger = Arc::new(MemoryLedger::default());
+    let w = world_with_ledger(cfg(), ledger.clone());
+    let listed = |id: &str, updated: i64| SessionInfo {
+        id: id.into(),
+        parent_id: None,
+        directory: Some("/p".into()),
+        title: None,
+        time: shepherd_actors::event::Times { created: Some(1), updated: Some(updated), completed: None },
+        metadata: None,
+    };
+    *w.engine.listed.lock().unwrap() = vec![listed("ses_before", 1_000)];
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    settle().await;
+    let tracked = |fleet: &shepherd_actors::supervisor::FleetView, id: &str| fleet.sessions.iter().any(|s| s.id == id);
+    assert!(!tracked(&w.supervisor.send(InspectFleet).await.unwrap(), "ses_before"), "a first start catches up nothing");
+    let reads = |id: &str| w.engine.calls().iter().filter(|c| **c == format!("todos {id}") || **c == format!("last_turn {id}")).count();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+
+    w.supervisor.do_send(StreamDown { server: "srv".into() });
+    settle().await;
+    let down_ms = ledger.watched_until("srv").await.unwrap().expect("recorded as the stream went down");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    *w.engine.listed.lock().unwrap() = vec![listed("ses_before", down_ms - 60_000), listed("ses_U", down_ms + 20_000)];
+    *w.engine.todos.lock().unwrap() = vec![serde_json::from_str(r#"{"content":"t","status":"pending"}"#).unwrap()];
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    settle().await;
+
+    let fleet = w.supervisor.send(InspectFleet).await.unwrap();
+    assert!(tracked(&fleet, "ses_U") && !tracked(&fleet, "ses_before"), "{:?}", fleet.sessions);
+    assert_eq!(reads("ses_U"), 2, "its list and its last turn: {:?}", w.engine.calls());
+    assert_eq!(reads("ses_before"), 0);
+    assert!(ledger.watched_until("srv").await.unwrap().unwrap() > down_ms, "watched again from the reconnect");
 }
 
 /// The same, with the first read of the cut-off turn answered 503 after the reconnect:

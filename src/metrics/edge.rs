@@ -70,6 +70,15 @@ impl FleetSettings for CountingLedger {
         let r = self.inner.set_fleet_pause(pause).await;
         self.count("set_fleet_pause", r)
     }
+
+    async fn watched_until(&self, server: &str) -> Result<Option<i64>, LedgerError> {
+        self.inner.watched_until(server).await
+    }
+
+    async fn set_watched_until(&self, server: &str, wall_ms: i64) -> Result<(), LedgerError> {
+        let r = self.inner.set_watched_until(server, wall_ms).await;
+        self.count("set_watched_until", r)
+    }
 }
 
 #[async_trait]
@@ -200,6 +209,12 @@ mod tests {
             Ok(None)
         }
         async fn set_fleet_pause(&self, _: Option<&FleetPause>) -> Result<(), LedgerError> {
+            Err(LedgerError::Storage("disk full".into()))
+        }
+        async fn watched_until(&self, _: &str) -> Result<Option<i64>, LedgerError> {
+            Ok(None)
+        }
+        async fn set_watched_until(&self, _: &str, _: i64) -> Result<(), LedgerError> {
             Err(LedgerError::Storage("disk full".into()))
         }
     }

@@ -249,10 +249,21 @@ impl Rig {
     /// Stops Shepherd (gracefully) and starts a new one with the same configuration —
     /// a Shepherd restart, with OpenCode left running.
     pub async fn restart_daemon(&mut self) -> anyhow::Result<()> {
+        self.stop_daemon().await;
+        self.start_daemon_again().await
+    }
+
+    /// Stops Shepherd (gracefully), OpenCode left running, until
+    /// [`Rig::start_daemon_again`].
+    pub async fn stop_daemon(&mut self) {
         if let Some(d) = self.daemon.take() {
             d.shutdown().await;
         }
         self.pull();
+    }
+
+    /// Starts a new Shepherd with the same configuration after [`Rig::stop_daemon`].
+    pub async fn start_daemon_again(&mut self) -> anyhow::Result<()> {
         let daemon = Daemon::start(&self.cfg)?;
         self.records = daemon.journal().subscribe();
         self.daemon = Some(daemon);

@@ -17,9 +17,15 @@ impl Supervisor {
         let read_windows = srv.windows_stale;
         let (epoch, routed) = (srv.epoch, srv.registry.routed());
         let server = server.to_string();
+        let (ledger, now_ms) = (Arc::clone(&self.ledger), self.clock.wall_ms());
         let work = async move {
+            // Read before the listing, so that nothing the listing shows is older.
+            let unwatched_since = match after_connect {
+                true => unwatched_since(&*ledger, &server, now_ms).await,
+                false => None,
+            };
             let survey = survey(&*engine, &*engine, limit, directories, read_windows).await;
-            Reconciled { server, survey, after_connect, epoch, routed }
+            Reconciled { server, survey, after_connect, epoch, routed, unwatched_since }
         };
         ctx.spawn(work.into_actor(self).map(|r, act, ctx| act.apply_reconciliation(r, ctx)));
     }
@@ -134,12 +140,28 @@ impl Supervisor {
             }
             addr.do_send(Observe(Event::SessionStatus { session_id: id, status: Status::Idle }));
         }
+        // Sessions without an actor that were updated while nobody watched (Shepherd was
+        // down, or the stream): a turn ended unseen, which left them idle — with open
+        // todos, say, and no idle edge to come. Each gets its actor, which catches up below.
+        let mut caught_up = 0usize;
+        if let (true, Some(since)) = (r.after_connect, r.unwatched_since) {
+            for info in infos.values() {
+                let moved = info.parent_id.is_none() && info.time.updated.is_some_and(|u| u >= since);
+                let tracked = registry.as_ref().is_some_and(|reg| reg.slots.get(info.id.as_str()).is_some_and(|s| s.addr.connected()));
+                if !moved || tracked || busy_ids.contains(&info.id) {
+                    continue;
+                }
+                tracing::info!(server = %r.server, session = %info.id, updated_ms = info.time.updated, unwatched_since_ms = since, "updated while nobody watched: tracking it to catch up");
+                self.session(&r.server, &info.id, Some(info), info.directory.as_deref(), ctx);
+                caught_up += 1;
+            }
+        }
         // Todo events may have been missed while disconnected: each session re-reads its
         // list if its listing says a turn may have changed it.
         if r.after_connect {
             for slot in registry.iter().flat_map(|reg| reg.slots.iter()) {
                 let listed_updated_ms = infos.get(slot.key().as_ref()).and_then(|i| i.time.updated);
-                slot.addr.do_send(RefreshTodos { listed_updated_ms });
+                slot.addr.do_send(RefreshTodos { listed_updated_ms, unwatched_since: r.unwatched_since });
             }
         }
         // Every status is known again and every interrupted turn checked (the messages
@@ -165,11 +187,29 @@ impl Supervisor {
             srv.retry_next = srv.retry_initial;
             srv.reconciled = true;
         }
-        tracing::info!(server = %r.server, directories = checked_dirs.len(), busy = busy_ids.len(), "reconciled after stream connect");
+        // Every event of the server up to now was seen or made up for.
+        self.record_watched(&r.server, ctx);
+        tracing::info!(server = %r.server, directories = checked_dirs.len(), busy = busy_ids.len(), caught_up, "reconciled after stream connect");
     }
 }
 
 impl Supervisor {
+    /// Records in the ledger that `server`'s stream was watched until now: after a
+    /// restart, or when it next comes back, what its sessions did since is looked for
+    /// ([`unwatched_since`]). Written at every complete reading, every
+    /// [`WATCH_MARK_INTERVAL`], when the stream goes down, and at shutdown.
+    pub(super) fn record_watched(&self, server: &str, ctx: &mut Context<Self>) {
+        let (ledger, server, now_ms) = (Arc::clone(&self.ledger), server.to_string(), self.clock.wall_ms());
+        ctx.spawn(
+            async move {
+                if let Err(e) = ledger.set_watched_until(&server, now_ms).await {
+                    tracing::warn!(server = %server, error = %e, "ledger: could not record until when the stream was watched");
+                }
+            }
+            .into_actor(self),
+        );
+    }
+
     /// After an outage: the server's sessions count silence from now.
     fn regain_sight(&mut self, server: &str) {
         let Some(srv) = self.servers.get_mut(server) else { return };
@@ -179,6 +219,34 @@ impl Supervisor {
         srv.blind = false;
         for slot in srv.registry.slots.iter() {
             slot.addr.do_send(Sighted);
+        }
+    }
+}
+
+/// How often a watched server's "watched until" is recorded while all is well: after a
+/// crash, a restart catches up with sessions updated since — the last few seconds
+/// Shepherd did see included (their follow-ups are decided again from the ledger's
+/// state; a nudge only armed in memory when it crashed is not lost).
+pub(super) const WATCH_MARK_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How much earlier than the ledger's "watched until" a session's `time.updated` still
+/// counts as unseen: OpenCode stamps it with its own clock, Shepherd the other with its.
+const CLOCK_MARGIN_MS: i64 = 5_000;
+
+/// How far back a restart catches up with sessions no actor tracks: a turn that ended
+/// longer ago than this while nobody watched is left to the person (after a long
+/// shutdown, a nudge for it would be news to no one, and there may be many).
+const CATCH_UP_LOOKBACK_MS: i64 = 60 * 60 * 1000;
+
+/// Since when nobody watched `server`'s stream, as far as the ledger knows, less
+/// [`CLOCK_MARGIN_MS`] and at most [`CATCH_UP_LOOKBACK_MS`] before `now_ms`; `None` on a
+/// first start (or when the ledger cannot say: nothing is caught up then).
+async fn unwatched_since(ledger: &dyn Ledger, server: &str, now_ms: i64) -> Option<i64> {
+    match ledger.watched_until(server).await {
+        Ok(until) => until.map(|until| (until - CLOCK_MARGIN_MS).max(now_ms - CATCH_UP_LOOKBACK_MS)),
+        Err(e) => {
+            tracing::warn!(server = %server, error = %e, "ledger: could not read until when the stream was watched; sessions updated meanwhile are not caught up");
+            None
         }
     }
 }
@@ -272,6 +340,8 @@ struct Reconciled {
     epoch: u64,
     /// [`Supervisor::routed`] when the reading started.
     routed: u64,
+    /// After a connect: since when nobody watched the stream, if known ([`unwatched_since`]).
+    unwatched_since: Option<i64>,
 }
 
 #[cfg(test)]

@@ -219,14 +219,20 @@ pub struct StreamDown {
 impl Handler<StreamDown> for Supervisor {
     type Result = ();
 
-    fn handle(&mut self, msg: StreamDown, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: StreamDown, ctx: &mut Context<Self>) {
         let Some(srv) = self.servers.get_mut(&msg.server) else { return };
         srv.connected = false;
-        srv.reconciled = false;
+        let watched = std::mem::replace(&mut srv.reconciled, false);
         srv.epoch += 1;
         if srv.blind {
             return; // a failed reconnect: the sessions know already
         }
+        // Until now every event was seen — if the connect's reconciliation had made up
+        // for what came before it (else the ledger's older mark stays, and is read next).
+        if watched {
+            self.record_watched(&msg.server, ctx);
+        }
+        let Some(srv) = self.servers.get_mut(&msg.server) else { return };
         // Being blind is not the session being silent: stop the clocks that measure
         // silence. One message per session per outage; an idle one arms nothing.
         srv.blind = true;

@@ -1,4 +1,5 @@
-//! Table `setting`: fleet-wide settings by key, as JSON; for now the fleet-wide pause.
+//! Table `setting`: fleet-wide settings by key, as JSON: the fleet-wide pause, and until
+//! when each server's stream was watched.
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -12,7 +13,7 @@ const FLEET_PAUSE_KEY: &str = "fleet_pause";
 #[async_trait]
 impl FleetSettings for SqliteLedger {
     async fn fleet_pause(&self) -> Result<Option<FleetPause>, LedgerError> {
-        let json = self.ask(|reply| Command::GetSetting { key: FLEET_PAUSE_KEY, reply }).await?;
+        let json = self.ask(|reply| Command::GetSetting { key: FLEET_PAUSE_KEY.into(), reply }).await?;
         json.map(|j| {
             serde_json::from_str(&j).map_err(|e| LedgerError::Storage(format!("setting {FLEET_PAUSE_KEY}: {e}")))
         })
@@ -25,8 +26,24 @@ impl FleetSettings for SqliteLedger {
                 serde_json::to_string(p).map_err(|e| LedgerError::Storage(format!("setting {FLEET_PAUSE_KEY}: {e}")))
             })
             .transpose()?;
-        self.ask(|reply| Command::PutSetting { key: FLEET_PAUSE_KEY, value_json, reply }).await
+        self.ask(|reply| Command::PutSetting { key: FLEET_PAUSE_KEY.into(), value_json, reply }).await
     }
+
+    async fn watched_until(&self, server: &str) -> Result<Option<i64>, LedgerError> {
+        let key = watched_until_key(server);
+        let json = self.ask(|reply| Command::GetSetting { key: key.clone(), reply }).await?;
+        json.map(|j| j.parse::<i64>().map_err(|e| LedgerError::Storage(format!("setting {key}: {e}")))).transpose()
+    }
+
+    async fn set_watched_until(&self, server: &str, wall_ms: i64) -> Result<(), LedgerError> {
+        let key = watched_until_key(server);
+        self.ask(|reply| Command::PutSetting { key, value_json: Some(wall_ms.to_string()), reply }).await
+    }
+}
+
+/// The `setting` key of until when `server`'s stream was watched (one per server).
+fn watched_until_key(server: &str) -> String {
+    format!("watched_until/{server}")
 }
 
 pub(super) fn get_setting(conn: &Connection, key: &str) -> Result<Option<String>, LedgerError> {

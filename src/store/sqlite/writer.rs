@@ -84,12 +84,12 @@ pub(in crate::store) enum Command {
         reply: Reply<Vec<String>>,
     },
     GetSetting {
-        key: &'static str,
+        key: String,
         reply: Reply<Option<String>>,
     },
     /// `None` removes the setting.
     PutSetting {
-        key: &'static str,
+        key: String,
         value_json: Option<String>,
         reply: Reply<()>,
     },
@@ -189,9 +189,9 @@ impl Command {
                 read(reply, intent::open_intents(conn, &server, session.as_deref()))
             }
             Command::ScheduledResumes { server, reply } => read(reply, session_state::scheduled_resumes(conn, &server)),
-            Command::GetSetting { key, reply } => read(reply, setting::get_setting(conn, key)),
+            Command::GetSetting { key, reply } => read(reply, setting::get_setting(conn, &key)),
             Command::PutSetting { key, value_json, reply } => {
-                Finished::Write(reply, setting::put_setting(conn, key, value_json.as_deref()))
+                Finished::Write(reply, setting::put_setting(conn, &key, value_json.as_deref()))
             }
             Command::Job(job) => job.run(conn),
             Command::Claim { id, session, reply } => match handoff::claim(conn, &id, &session) {

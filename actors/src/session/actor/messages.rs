@@ -117,13 +117,16 @@ pub struct RefreshTodos {
     /// The session's `time.updated` in the listing read after the reconnect (`None`:
     /// not listed).
     pub listed_updated_ms: Option<i64>,
+    /// Since when nobody watched the server's stream, when known (less a margin for
+    /// clocks): see `Server::unwatched_since`.
+    pub unwatched_since: Option<i64>,
 }
 
 impl Handler<RefreshTodos> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: RefreshTodos, ctx: &mut Context<Self>) {
-        let Some(why) = self.core.todo_reread(msg.listed_updated_ms) else { return };
+        let Some(why) = self.core.todo_reread(msg.listed_updated_ms, msg.unwatched_since) else { return };
         let engine = Arc::clone(&self.env.engine);
         let id = self.core.id().to_string();
         let work = async move {

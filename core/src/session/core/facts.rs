@@ -17,7 +17,12 @@ impl SessionCore {
         let mut out = Vec::new();
         let waited_on = if self.waits_on_person() { self.waits_on() } else { None }; // no allocation in the usual case
         match event {
-            Event::SessionCreated(info) | Event::SessionUpdated(info) => self.hydrate(info),
+            Event::SessionCreated(info) | Event::SessionUpdated(info) => {
+                self.hydrate(info);
+                if !self.blind {
+                    self.updated_ms = self.updated_ms.max(info.time.updated);
+                }
+            }
             Event::SessionDeleted(_) => out.push(Effect::Stop),
             Event::SessionStatus { status, .. } => self.on_status(status, now, &mut out),
             Event::SessionIdle { .. } => self.on_status(&Status::Idle, now, &mut out),
@@ -378,35 +383,43 @@ impl SessionCore {
     }
 
     /// Whether, and why, the todo list is re-read after a reconnect, given the session's
-    /// `time.updated` in a listing read after the stream came back (`None`: not listed).
+    /// `time.updated` in a listing read after the stream came back (`None`: not listed)
+    /// and, when Shepherd knows it, since when nobody watched the server's stream
+    /// (`unwatched_since`: a restart, or the outage's start; less a margin for clocks).
     /// A busy session's list may be changing. An idle one's changed only if it had a
-    /// turn (`todowrite` is a tool of a turn, and a turn moves `time.updated`): listed
-    /// as it was known before the outage, it had none — nothing to read. Not listed
-    /// (past the listing's limit: among the oldest; or the listing failed), it is
-    /// re-read if it has a list. Before, every list Shepherd knew of was re-read at
-    /// every reconnect — at 100,000 sessions up to 100,000 `GET /session/{id}/todo` —
-    /// and an idle session that wrote its first list while the stream was down never.
-    pub fn todo_reread(&self, listed_updated_ms: Option<i64>) -> Option<TodoReread> {
+    /// turn (`todowrite` is a tool of a turn, and a turn moves `time.updated`): listed as
+    /// the stream showed it before the outage, it had none; listed otherwise, a turn
+    /// ended unseen. A session whose time the stream never showed (an actor started at
+    /// the reconnect) had one if it was updated since nobody watched. Not listed (past
+    /// the listing's limit: among the oldest; or the listing failed), it is re-read if
+    /// it has a list. Before, every list Shepherd knew of was re-read at every
+    /// reconnect — at 100,000 sessions up to 100,000 `GET /session/{id}/todo` — and an
+    /// idle session that wrote its first list while the stream was down never.
+    pub fn todo_reread(&self, listed_updated_ms: Option<i64>, unwatched_since: Option<i64>) -> Option<TodoReread> {
         if self.busy != RunState::Idle {
             return Some(TodoReread::Busy);
         }
-        match listed_updated_ms {
-            Some(listed) if self.updated_ms == Some(listed) => None,
-            Some(_) => Some(TodoReread::AfterUnseenTurn),
-            None => (!self.todos.is_empty()).then_some(TodoReread::NotListed),
+        let moved = match (listed_updated_ms, self.updated_ms) {
+            (Some(listed), Some(known)) => listed != known,
+            (Some(listed), None) => unwatched_since.is_some_and(|since| listed >= since),
+            (None, _) => false,
+        };
+        if moved {
+            Some(TodoReread::AfterUnseenTurn)
+        } else if listed_updated_ms.is_none() && !self.todos.is_empty() {
+            Some(TodoReread::NotListed)
+        } else {
+            None
         }
     }
 
-    /// Learns the session's directory, creation and update times from its description.
+    /// Learns the session's directory and creation time from its description.
     pub fn hydrate(&mut self, info: &SessionInfo) {
         if let Some(dir) = info.directory.as_deref().filter(|d| self.directory.as_deref() != Some(*d)) {
             self.directory = Some(dir.into());
         }
         if info.time.created.is_some() {
             self.created_ms = info.time.created;
-        }
-        if !self.blind {
-            self.updated_ms = self.updated_ms.max(info.time.updated);
         }
         if let Some(title) = info.title.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
             if self.title.as_deref() != Some(title) {
@@ -585,32 +598,40 @@ mod tests {
     }
 
     /// After an outage a todo list is re-read only where a turn may have changed it:
-    /// the listing's `time.updated` against the one known before the stream went down.
+    /// the listing's `time.updated` against the one the stream showed before the outage,
+    /// or, where the stream never showed one, against since when nobody watched.
     #[test]
     fn after_an_outage_only_a_session_that_moved_or_is_busy_re_reads_its_todos() {
         let updated = |ms: i64| {
             format!(r#"{{"type":"session.updated","properties":{{"info":{{"id":"ses_A","time":{{"created":1,"updated":{ms}}}}}}}}}"#)
         };
         let mut b = Bench::new();
+        b.idle_ms(0);
+        assert_eq!(b.core.todo_reread(Some(500), None), None, "never shown, watch unknown: a first start");
+        assert_eq!(b.core.todo_reread(Some(500), Some(600)), None, "not updated since nobody watched");
+        assert_eq!(b.core.todo_reread(Some(500), Some(400)), Some(TodoReread::AfterUnseenTurn), "updated since");
         b.feed(0, &updated(500));
-        b.idle_ms(1000);
-        assert_eq!(b.core.todo_reread(Some(500)), None, "idle, listed as it was known: no turn meanwhile");
-        assert_eq!(b.core.todo_reread(Some(900)), Some(TodoReread::AfterUnseenTurn), "it may have written a first list");
-        assert_eq!(b.core.todo_reread(None), None, "not listed, no list: nothing to re-read");
+        assert_eq!(b.core.todo_reread(Some(500), Some(400)), None, "listed as the stream showed it: no turn meanwhile");
+        assert_eq!(b.core.todo_reread(Some(900), None), Some(TodoReread::AfterUnseenTurn), "it may have written a first list");
+        assert_eq!(b.core.todo_reread(None, Some(400)), None, "not listed, no list: nothing to re-read");
 
         // What the stream says after it comes back, before sight is regained, does not
-        // move the time compared with: the outage's turn would hide behind it.
+        // move the time compared with: the outage's turn would hide behind it. Nor does
+        // a description read by REST.
         b.core.on_blind();
         b.feed(2, &updated(900));
-        assert_eq!(b.core.todo_reread(Some(900)), Some(TodoReread::AfterUnseenTurn));
+        assert_eq!(b.core.todo_reread(Some(900), None), Some(TodoReread::AfterUnseenTurn));
         b.core.on_sight(b.at_ms(3000));
+        let listed: SessionInfo = serde_json::from_str(r#"{"id":"ses_A","time":{"created":1,"updated":900}}"#).unwrap();
+        b.core.hydrate(&listed);
+        assert_eq!(b.core.todo_reread(Some(900), None), Some(TodoReread::AfterUnseenTurn));
         b.feed(3, &updated(900));
-        assert_eq!(b.core.todo_reread(Some(900)), None, "seen once sight is back");
+        assert_eq!(b.core.todo_reread(Some(900), None), None, "shown once sight is back");
 
         b.todos_ms(3100, &["pending"]);
-        assert_eq!(b.core.todo_reread(None), Some(TodoReread::NotListed), "not listed, with a list");
+        assert_eq!(b.core.todo_reread(None, None), Some(TodoReread::NotListed), "not listed, with a list");
         b.busy(4);
-        assert_eq!(b.core.todo_reread(Some(900)), Some(TodoReread::Busy), "its list may be changing");
+        assert_eq!(b.core.todo_reread(Some(900), None), Some(TodoReread::Busy), "its list may be changing");
     }
 
     /// A turn that ended while the stream was down left open todos: once the list and

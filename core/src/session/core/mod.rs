@@ -141,10 +141,11 @@ pub struct SessionCore {
     /// shared like the directory.
     title: Option<Arc<str>>,
     created_ms: Option<i64>,
-    /// The session's `time.updated` as the server last described it (it moves with
-    /// every turn). Not moved while blind: after an outage it is what was known before
-    /// it, so a listing read after that says the same shows that nothing happened to
-    /// the session meanwhile ([`SessionCore::todos_may_have_changed`]).
+    /// The session's `time.updated` as the stream last showed it (it moves with every
+    /// turn); not from REST descriptions, and not moved while blind: after an outage it
+    /// is what the stream showed before it, so a listing read after that which says the
+    /// same shows that nothing happened to the session meanwhile
+    /// ([`SessionCore::todo_reread`]).
     updated_ms: Option<i64>,
     busy: RunState,
     last_activity: Instant,
