@@ -306,6 +306,54 @@ async fn after_the_stream_comes_back_a_list_written_unseen_is_read_and_nudged_an
     Ok(())
 }
 
+/// The stream drops; meanwhile a session asks the person a question — busy and silent
+/// by design. When the stream is back Shepherd finds the question (`GET /question`):
+/// the session is never aborted, however long it waits, and goes on once answered.
+#[actix::test]
+async fn a_question_asked_while_the_stream_was_down_is_found_and_its_session_never_aborted() -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    let mut proxy = None;
+    let mut rig = Rig::start_via(
+        fast_recovery(),
+        |o| o,
+        support::faulty_proxy::via(&mut proxy, support::faulty_proxy::FaultyProxy::start_clean),
+    )
+    .await?;
+    let faults = std::sync::Arc::clone(&proxy.as_ref().unwrap().faults);
+    let id = rig.client.create_session(Some("question unseen")).await?;
+    rig.client.wait_idle(&id, PATIENCE).await?;
+
+    faults.cut_events.store(true, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while rig.daemon().fleet().await.servers.iter().any(|s| s.connected) {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the cut was never noticed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    rig.client.prompt_async(&id, "[[fake:question]] ask me", None, None, false).await?;
+    let dir = rig.opencode.project_dir().to_string_lossy().to_string();
+    let question = shepherd_testbed::client::wait_until("a pending question", PATIENCE, || async {
+        rig.client.questions(Some(&dir)).await.map(|q| q.into_iter().next())
+    })
+    .await?;
+    faults.cut_events.store(false, Ordering::SeqCst);
+    rig.wait_connected().await?;
+
+    // Three stall timeouts of silence: still busy, never touched.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(rig.client.is_busy(&id).await?);
+    let acted: Vec<_> =
+        rig.records_for(&id).into_iter().filter(|(a, _, _)| *a != Action::WaitsOnPerson).collect();
+    assert!(acted.is_empty(), "no action on a session waiting for a person: {acted:?}");
+
+    let qid = question["id"].as_str().unwrap().to_string();
+    rig.client.reply_question(&qid, &[vec!["A".to_string()]]).await?;
+    rig.client.wait_idle(&id, PATIENCE).await?;
+    assert!(rig.client.messages(&id).await?.iter().all(|m| m.error_name().is_none()), "nothing was aborted");
+    rig.stop().await;
+    drop(proxy);
+    Ok(())
+}
+
 #[actix::test]
 async fn a_password_protected_server_is_supervised_with_basic_auth_from_the_environment() -> anyhow::Result<()> {
     // The variable name is unique to this test; tests share one process environment.

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use crate::event::{ModelRef, SessionInfo, ShepherdSessionMark, Status, Todo};
+use crate::event::{Event, ModelRef, SessionInfo, ShepherdSessionMark, Status, Todo};
 
 /// The session's working directory as Shepherd can see it (read-only).
 #[async_trait]
@@ -159,6 +159,11 @@ pub trait Discovery: Send + Sync + 'static {
     /// Context windows of the configured models (`GET /config/providers`), keyed
     /// `provider/model`.
     async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError>;
+    /// What the sessions of `directory` wait on the person for — its pending questions
+    /// and permission requests (`GET /question`, `GET /permission`) — as the events that
+    /// asked them: a reconnect finds the asks whose events it missed (a session waiting
+    /// on the person is busy and silent by design, never stalled).
+    async fn pending_asks(&self, directory: &str) -> Result<Vec<Event>, EngineError>;
 }
 
 fn unsupported(what: &str) -> EngineError {

@@ -337,6 +337,9 @@ impl Discovery for Fleet {
     async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
         Ok(HashMap::new())
     }
+    async fn pending_asks(&self, _: &str) -> Result<Vec<shepherd_actors::event::Event>, EngineError> {
+        Ok(vec![])
+    }
 }
 
 struct PausedClock(tokio::time::Instant);

@@ -12,7 +12,7 @@ use shepherd_actors::control::{
     ControlError, CustomPromptRequest, GetSession, ListSessions, PauseTarget, SendCustomPrompt, SessionDetail, SetPause, StartHandoff,
 };
 use shepherd_actors::session::actor::{Inspect, StopSession};
-use shepherd_actors::event::{decode, ModelRef, Role, SessionInfo, Status, Todo};
+use shepherd_actors::event::{decode, Event, ModelRef, Role, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
 use shepherd_actors::ledger::{
     Claim, DurableState, FleetPause, FleetSettings, Intent, IntentLog, Ledger, LedgerError, MemoryLedger, Snapshot,
@@ -60,6 +60,8 @@ struct FakeEngine {
     title: Mutex<Option<String>>,
     /// What `GET /experimental/session` lists.
     listed: Mutex<Vec<SessionInfo>>,
+    /// What `GET /question` and `GET /permission` answer, as the events that asked.
+    asks: Mutex<Vec<Event>>,
 }
 
 /// A slow `GET /session/status`.
@@ -209,6 +211,10 @@ impl Lifecycle for FakeEngine {}
 impl Discovery for FakeEngine {
     async fn list_sessions(&self, _: u32) -> Result<Vec<SessionInfo>, EngineError> {
         Ok(self.listed.lock().unwrap().clone())
+    }
+    async fn pending_asks(&self, directory: &str) -> Result<Vec<Event>, EngineError> {
+        self.log(format!("asks {directory}"));
+        Ok(self.asks.lock().unwrap().clone())
     }
     async fn model_windows(&self) -> Result<HashMap<String, u64>, EngineError> {
         self.log("windows".into());
@@ -1321,6 +1327,28 @@ async fn a_session_without_an_actor_updated_while_the_stream_was_down_is_caught_
     assert_eq!(reads("ses_U"), 2, "its list and its last turn: {:?}", w.engine.calls());
     assert_eq!(reads("ses_before"), 0);
     assert!(ledger.watched_until("srv").await.unwrap().unwrap() > down_ms, "watched again from the reconnect");
+}
+
+/// A busy session asks the person a question while the stream is down: the reconnect
+/// reads the directory's pending asks, so the session is known to wait (busy and silent
+/// by design) and is never aborted, however long it waits.
+#[actix::test]
+async fn a_question_asked_while_the_stream_was_down_keeps_its_session_from_being_aborted() {
+    tokio::time::pause();
+    let w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.busy("ses_A");
+    settle().await;
+    w.supervisor.do_send(StreamDown { server: "srv".into() });
+    *w.engine.asks.lock().unwrap() = vec![Event::QuestionAsked { id: "que_1".into(), session_id: "ses_A".into() }];
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    settle().await;
+    tokio::time::sleep(3 * cfg().stall_timeout).await;
+    settle().await;
+    let calls = w.engine.calls();
+    assert!(calls.contains(&"asks /p".to_string()), "{calls:?}");
+    assert!(!calls.iter().any(|c| c.starts_with("abort")), "{calls:?}");
 }
 
 /// The same, with the first read of the cut-off turn answered 503 after the reconnect:

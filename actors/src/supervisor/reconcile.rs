@@ -24,7 +24,7 @@ impl Supervisor {
                 true => unwatched_since(&*ledger, &server, now_ms).await,
                 false => None,
             };
-            let survey = survey(&*engine, &*engine, limit, directories, read_windows).await;
+            let survey = survey(&*engine, &*engine, limit, directories, read_windows, after_connect).await;
             Reconciled { server, survey, after_connect, epoch, routed, unwatched_since }
         };
         ctx.spawn(work.into_actor(self).map(|r, act, ctx| act.apply_reconciliation(r, ctx)));
@@ -95,6 +95,28 @@ impl Supervisor {
                 };
                 if let (Some(addr), false) = (addr, knows) {
                     addr.do_send(Observe(Event::SessionStatus { session_id: id, status }));
+                }
+            }
+        }
+        // Questions and permission requests asked while the stream was down: their
+        // sessions wait on the person (busy and silent by design) and must not be taken
+        // for stalled. A session the stream spoke of since the reading began keeps the
+        // stream's word (the ask may have been answered meanwhile).
+        for (dir, result) in r.survey.asks {
+            let asks = match result {
+                Ok(asks) => asks,
+                Err(e) => {
+                    tracing::warn!(server = %r.server, directory = %dir, error = %e, "reconcile: could not read what sessions wait on the person for");
+                    failed = true;
+                    continue;
+                }
+            };
+            for ask in asks {
+                let Some(id) = ask.session_id().filter(|id| busy_ids.contains(*id)) else { continue };
+                let slot = registry.as_ref().and_then(|reg| reg.slots.get(id).map(|slot| SlotNow::of(&slot, r.routed)));
+                if let Some(addr) = slot.filter(|s| !s.heard_since).and_then(|s| s.ready) {
+                    tracing::info!(server = %r.server, session = %id, kind = ask.kind(), "reconcile: waits on the person (asked while the stream was down)");
+                    addr.do_send(Observe(ask));
                 }
             }
         }
@@ -306,6 +328,7 @@ async fn survey(
     limit: u32,
     mut directories: HashSet<String>,
     read_windows: bool,
+    after_connect: bool,
 ) -> Survey {
     let windows = if read_windows { Some(discovery.model_windows().await) } else { None };
     let listed = discovery.list_sessions(limit).await;
@@ -313,11 +336,18 @@ async fn survey(
         directories.extend(infos.iter().filter_map(|i| i.directory.clone()));
     }
     let mut statuses = Vec::new();
+    let mut asks = Vec::new();
     for dir in directories {
         let result = reads.statuses(&dir).await;
+        // After a connect, where a session is busy: what it may wait on the person for,
+        // asked while the stream was down (read after the statuses: an ask listed here
+        // belongs to a session that was busy when they were read).
+        if after_connect && result.as_ref().is_ok_and(|busy| !busy.is_empty()) {
+            asks.push((dir.clone(), discovery.pending_asks(&dir).await));
+        }
         statuses.push((dir, result));
     }
-    Survey { windows, listed, statuses }
+    Survey { windows, listed, statuses, asks }
 }
 
 /// One server as [`survey`] read it.
@@ -326,6 +356,8 @@ struct Survey {
     windows: Option<Result<HashMap<String, u64>, EngineError>>,
     listed: Result<Vec<SessionInfo>, EngineError>,
     statuses: Vec<DirectoryStatuses>,
+    /// After a connect, per directory with a busy session: its pending asks, as events.
+    asks: Vec<(String, Result<Vec<Event>, EngineError>)>,
 }
 
 /// The statuses of one directory, or why they could not be read.

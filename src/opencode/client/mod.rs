@@ -17,6 +17,7 @@
 //! path or in an answer). The impls below ([`Reads`], [`Control`], [`Lifecycle`],
 //! [`Discovery`]) are the ports, call by call.
 
+mod asks;
 mod messages;
 mod session_ids;
 mod status;
@@ -29,7 +30,7 @@ use async_trait::async_trait;
 use reqwest::Method;
 use serde_json::json;
 use shepherd_actors::config::ServerConfig;
-use shepherd_actors::event::{ModelRef, Role, SessionInfo, ShepherdSessionMark, Status, Todo};
+use shepherd_actors::event::{Event, ModelRef, Role, SessionInfo, ShepherdSessionMark, Status, Todo};
 use shepherd_actors::ids::{self, IdKind};
 use shepherd_actors::ports::{
     Control, Discovery, EngineError, HistoryMessage, LastTurn, Lifecycle, Prompt, Reads, Recent, TurnSettings,
@@ -320,6 +321,10 @@ impl Discovery for OpenCodeClient {
             }
         }
         Ok(out)
+    }
+
+    async fn pending_asks(&self, directory: &str) -> Result<Vec<Event>, EngineError> {
+        self.asks_of(directory).await
     }
 }
 
