@@ -20,6 +20,7 @@ impl SessionCore {
     pub(super) fn on_idle_edge(&mut self, now: Now, out: &mut Vec<Effect>) {
         let ours = self.recovering.is_some();
         self.busy = RunState::Idle;
+        self.idle_edge_since_blind = true;
         // OpenCode's own compaction ends with the turn (also when our abort
         // ended it: its bound must not outlive it into the next turn).
         self.compacting = None;

@@ -361,6 +361,8 @@ impl SessionCore {
     /// turn's end brings, in its precedence: a hand-off or compaction past a threshold
     /// the turn crossed, a nudge for open todos, the review of a finished list.
     /// Otherwise the session sits idle with open todos for good: no idle edge is coming.
+    /// Unless one came since the stream went down (a session busy then is told idle by
+    /// the reconciliation; a turn may have been seen since): one edge per turn.
     pub fn on_todos_refreshed(
         &mut self,
         todos: Vec<Todo>,
@@ -376,7 +378,8 @@ impl SessionCore {
             let session_id = self.id.to_string();
             out.extend(self.observe(&Event::TodoUpdated { session_id, todos }, now));
         }
-        if why == TodoReread::AfterUnseenTurn && self.busy == RunState::Idle && self.recovering.is_none() {
+        let edge_due = !self.idle_edge_since_blind && self.busy == RunState::Idle && self.recovering.is_none();
+        if why == TodoReread::AfterUnseenTurn && edge_due {
             self.on_idle_edge(now, &mut out);
         }
         out
@@ -667,6 +670,25 @@ mod tests {
         assert!(nudged(&effects), "{effects:?}");
         let effects = after_outage(reply("unknown", r#","error":{"name":"APIError","data":{"message":"down"}}"#));
         assert!(!nudged(&effects), "the unseen turn failed: {effects:?}");
+    }
+
+    /// A session busy when the stream went down and idle after it had its turn's idle
+    /// edge from the reconciliation's idle status; reading its list and reply after that
+    /// does not give it a second (the nudge armed by the first is not pushed back).
+    #[test]
+    fn a_turn_whose_end_the_reconciliation_told_gets_no_second_idle_edge() {
+        let mut b = bench_with_rules(unadvised(rules()));
+        b.busy(0);
+        b.todos_ms(100, &["pending"]);
+        b.core.on_blind();
+        b.idle_ms(1_000); // the reconciliation: idle now
+        b.core.on_sight(b.at_ms(1_100));
+        let first = b.core.deadline();
+        let open = vec![Todo { content: "t".into(), status: TodoStatus::Pending, priority: None }];
+        let now = b.at_ms(5_000);
+        b.core.on_todos_refreshed(open, TodoReread::AfterUnseenTurn, None, now);
+        assert!(first.is_some());
+        assert_eq!(b.core.deadline(), first, "the nudge is due as the first edge armed it");
     }
 
     #[test]

@@ -156,6 +156,10 @@ pub struct SessionCore {
     /// The server's event stream is down: what the session does is unknown, so no clock
     /// that measures its silence runs (stall, nudge, review, orphan).
     blind: bool,
+    /// An idle edge was taken since the stream last went down (or since this core was
+    /// made): a turn that ended unseen has had its edge — from the reconciliation's idle
+    /// status, or a turn seen after the reconnect — and is not given a second.
+    idle_edge_since_blind: bool,
     /// When sight came back (the stream reconnected and the reconciliation ran): silence
     /// is counted from here at the earliest.
     sighted_at: Option<Instant>,
@@ -248,6 +252,7 @@ impl SessionCore {
             last_activity: now.mono,
             progress_at: now.mono,
             blind: false,
+            idle_edge_since_blind: false,
             sighted_at: None,
             running_tools: Open::default(),
             waiting_on_person: Open::default(),

@@ -32,6 +32,7 @@ impl SessionCore {
     /// [`SessionCore::on_sight`]; what the session does meanwhile is unknown, not quiet.
     pub fn on_blind(&mut self) {
         self.blind = true;
+        self.idle_edge_since_blind = false;
     }
 
     /// The stream is back and the reconciliation has run (statuses applied, interrupted
