@@ -306,21 +306,31 @@ async fn after_the_stream_comes_back_a_list_written_unseen_is_read_and_nudged_an
     Ok(())
 }
 
-/// The stream drops; meanwhile a session asks the person a question — busy and silent
-/// by design. When the stream is back Shepherd finds the question (`GET /question`):
-/// the session is never aborted, however long it waits, and goes on once answered.
-#[actix::test]
-async fn a_question_asked_while_the_stream_was_down_is_found_and_its_session_never_aborted() -> anyhow::Result<()> {
+/// What a session can wait on the person for.
+#[derive(Clone, Copy, PartialEq)]
+enum Ask {
+    Question,
+    Permission,
+}
+
+/// The stream drops; meanwhile a session asks the person something — busy and silent by
+/// design. When the stream is back Shepherd finds the ask (`GET /question`, `GET
+/// /permission`): the session is never aborted, however long it waits, and goes on once
+/// answered. (Before, its silence ran out the stall timeout and it was aborted.)
+async fn asked_while_the_stream_was_down_the_session_is_never_aborted(ask: Ask) -> anyhow::Result<()> {
     use std::sync::atomic::Ordering;
     let mut proxy = None;
     let mut rig = Rig::start_via(
         fast_recovery(),
-        |o| o,
+        |o| match ask {
+            Ask::Permission => o.config("permission", serde_json::json!({"bash": "ask"})),
+            Ask::Question => o,
+        },
         support::faulty_proxy::via(&mut proxy, support::faulty_proxy::FaultyProxy::start_clean),
     )
     .await?;
     let faults = std::sync::Arc::clone(&proxy.as_ref().unwrap().faults);
-    let id = rig.client.create_session(Some("question unseen")).await?;
+    let id = rig.client.create_session(Some("asked unseen")).await?;
     rig.client.wait_idle(&id, PATIENCE).await?;
 
     faults.cut_events.store(true, Ordering::SeqCst);
@@ -329,10 +339,18 @@ async fn a_question_asked_while_the_stream_was_down_is_found_and_its_session_nev
         anyhow::ensure!(tokio::time::Instant::now() < deadline, "the cut was never noticed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    rig.client.prompt_async(&id, "[[fake:question]] ask me", None, None, false).await?;
+    let prompt = match ask {
+        Ask::Question => "[[fake:question]] ask me",
+        Ask::Permission => "[[fake:bash:echo hello]] run it",
+    };
+    rig.client.prompt_async(&id, prompt, None, None, false).await?;
     let dir = rig.opencode.project_dir().to_string_lossy().to_string();
-    let question = shepherd_testbed::client::wait_until("a pending question", PATIENCE, || async {
-        rig.client.questions(Some(&dir)).await.map(|q| q.into_iter().next())
+    let pending = shepherd_testbed::client::wait_until("a pending ask", PATIENCE, || async {
+        let asks = match ask {
+            Ask::Question => rig.client.questions(Some(&dir)).await,
+            Ask::Permission => rig.client.permissions(Some(&dir)).await,
+        };
+        asks.map(|a| a.into_iter().next())
     })
     .await?;
     faults.cut_events.store(false, Ordering::SeqCst);
@@ -345,13 +363,27 @@ async fn a_question_asked_while_the_stream_was_down_is_found_and_its_session_nev
         rig.records_for(&id).into_iter().filter(|(a, _, _)| *a != Action::WaitsOnPerson).collect();
     assert!(acted.is_empty(), "no action on a session waiting for a person: {acted:?}");
 
-    let qid = question["id"].as_str().unwrap().to_string();
-    rig.client.reply_question(&qid, &[vec!["A".to_string()]]).await?;
+    let ask_id = pending["id"].as_str().unwrap().to_string();
+    match ask {
+        Ask::Question => rig.client.reply_question(&ask_id, &[vec!["A".to_string()]]).await?,
+        Ask::Permission => rig.client.reply_permission(&ask_id, "once", None).await?,
+    }
     rig.client.wait_idle(&id, PATIENCE).await?;
     assert!(rig.client.messages(&id).await?.iter().all(|m| m.error_name().is_none()), "nothing was aborted");
     rig.stop().await;
     drop(proxy);
     Ok(())
+}
+
+#[actix::test]
+async fn a_question_asked_while_the_stream_was_down_is_found_and_its_session_never_aborted() -> anyhow::Result<()> {
+    asked_while_the_stream_was_down_the_session_is_never_aborted(Ask::Question).await
+}
+
+#[actix::test]
+async fn a_permission_requested_while_the_stream_was_down_is_found_and_its_session_never_aborted(
+) -> anyhow::Result<()> {
+    asked_while_the_stream_was_down_the_session_is_never_aborted(Ask::Permission).await
 }
 
 #[actix::test]
