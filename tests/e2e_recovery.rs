@@ -386,6 +386,36 @@ async fn a_permission_requested_while_the_stream_was_down_is_found_and_its_sessi
     asked_while_the_stream_was_down_the_session_is_never_aborted(Ask::Permission).await
 }
 
+/// Shepherd restarts while a session waits on a question it saw asked (only its memory
+/// knew): the restarted Shepherd reads the pending asks at its first connect, and the
+/// session, busy and silent, is never aborted. (Before, it was, a stall timeout after
+/// every restart.)
+#[actix::test]
+async fn a_session_waiting_on_a_question_across_a_shepherd_restart_is_never_aborted() -> anyhow::Result<()> {
+    let mut rig = Rig::start(fast_recovery()).await?;
+    let id = rig.client.create_session(Some("question across a restart")).await?;
+    rig.client.prompt_async(&id, "[[fake:question]] ask me", None, None, false).await?;
+    let dir = rig.opencode.project_dir().to_string_lossy().to_string();
+    let question = shepherd_testbed::client::wait_until("a pending question", PATIENCE, || async {
+        rig.client.questions(Some(&dir)).await.map(|q| q.into_iter().next())
+    })
+    .await?;
+    rig.wait_record(&id, Action::WaitsOnPerson, Outcome::Done, PATIENCE).await?;
+    rig.restart_daemon().await?;
+
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(rig.client.is_busy(&id).await?);
+    let acted: Vec<_> =
+        rig.records_for(&id).into_iter().filter(|(a, _, _)| *a != Action::WaitsOnPerson).collect();
+    assert!(acted.is_empty(), "no action on a session waiting for a person: {acted:?}");
+    let qid = question["id"].as_str().unwrap().to_string();
+    rig.client.reply_question(&qid, &[vec!["A".to_string()]]).await?;
+    rig.client.wait_idle(&id, PATIENCE).await?;
+    assert!(rig.client.messages(&id).await?.iter().all(|m| m.error_name().is_none()), "nothing was aborted");
+    rig.stop().await;
+    Ok(())
+}
+
 #[actix::test]
 async fn a_password_protected_server_is_supervised_with_basic_auth_from_the_environment() -> anyhow::Result<()> {
     // The variable name is unique to this test; tests share one process environment.
