@@ -118,6 +118,27 @@ async fn a_long_running_tool_is_not_aborted_before_the_grace() -> anyhow::Result
     Ok(())
 }
 
+/// Shepherd restarts while a session runs a long tool (only its memory knew the tool
+/// runs): the restarted Shepherd learns of the running tool at its first connect and
+/// gives it the tool's grace, so the session is not aborted before the tool ends.
+#[actix::test]
+async fn a_long_running_tool_across_a_shepherd_restart_is_not_aborted_before_the_grace() -> anyhow::Result<()> {
+    // stall_timeout 4 s × grace 4 = 16 s; the tool runs 12 s, three stall timeouts.
+    let mut rig = Rig::start(fast_recovery()).await?;
+    let id = rig.client.create_session(Some("long tool across a restart")).await?;
+    rig.client.prompt_async(&id, "[[fake:bash:sleep 12]] run it", None, None, false).await?;
+    rig.client.wait_busy(&id, PATIENCE).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rig.restart_daemon().await?;
+    rig.client.wait_idle(&id, PATIENCE).await?;
+    let messages = rig.client.messages(&id).await?;
+    assert!(messages.iter().all(|m| m.error_name().is_none()), "nothing was aborted");
+    assert!(messages.iter().any(|m| m.tools().iter().any(|(t, s)| t == "bash" && s == "completed")));
+    assert_eq!(rig.records_for(&id), vec![]);
+    rig.stop().await;
+    Ok(())
+}
+
 #[actix::test]
 async fn a_user_abort_stops_automation_until_the_user_writes_again() -> anyhow::Result<()> {
     let mut rig = Rig::start(fast_recovery()).await?;

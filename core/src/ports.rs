@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::event::{MessageInfo, ModelRef, Role, ShepherdTag, ToolStatus};
+use crate::event::{Event, MessageInfo, ModelRef, Role, ShepherdTag, ToolStatus};
 
 /// What went wrong talking to OpenCode. Callers branch on the kind: a session that no
 /// longer exists is not retried, an unreachable server is.
@@ -160,6 +160,9 @@ pub struct LastTurn {
     /// that ended while the stream was down is taken in from here (its finish or error
     /// decides what follows it).
     pub reply: Option<Box<MessageInfo>>,
+    /// Its tool parts still running, as the `message.part.updated` events that said so:
+    /// after a restart or an outage, a busy session's long tool gets its grace.
+    pub running: Vec<Event>,
 }
 
 impl LastTurn {

@@ -180,16 +180,17 @@ impl Reads for OpenCodeClient {
             if info.role != Role::Assistant {
                 continue;
             }
-            let running_task = m.parts.iter().any(|p| {
-                p["type"] == "tool"
-                    && p["tool"] == "task"
-                    && p.pointer("/state/status").and_then(|v| v.as_str()) == Some("running")
-            });
+            let running_parts: Vec<&serde_json::Value> = m
+                .parts
+                .iter()
+                .filter(|p| p["type"] == "tool" && p.pointer("/state/status").and_then(|v| v.as_str()) == Some("running"))
+                .collect();
             return Ok(Some(LastTurn {
                 message_id: info.id.clone(),
                 completed: info.time.completed.is_some(),
                 errored: info.error.is_some(),
-                running_task,
+                running_task: running_parts.iter().any(|p| p["tool"] == "task"),
+                running: running_parts.into_iter().filter_map(|p| running_part(session_id, p)).collect(),
                 reply: Some(Box::new(info)),
             }));
         }
@@ -198,6 +199,20 @@ impl Reads for OpenCodeClient {
 
     async fn history(&self, session_id: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
         Ok(self.messages(session_id, limit).await?.iter().filter_map(history_message).collect())
+    }
+}
+
+/// A running tool part of a message read by REST, as the `message.part.updated` event
+/// that said it runs: read by the stream's own decoder (the same checks), or dropped.
+fn running_part(session_id: &str, part: &serde_json::Value) -> Option<Event> {
+    let frame = json!({"payload": {"type": "message.part.updated", "properties": {"sessionID": session_id, "part": part}}});
+    match shepherd_actors::event::decode(&frame.to_string()) {
+        Ok(envelope) if matches!(envelope.event, Event::PartUpdated(_)) => Some(envelope.event),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!(session = %session_id, error = %e, "dropping a running tool part that does not read as its event");
+            None
+        }
     }
 }
 

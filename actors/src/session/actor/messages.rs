@@ -109,8 +109,8 @@ impl Handler<Retire> for SessionActor {
 /// Re-read the todo list by REST after a reconnect (`todo.updated` events may have been
 /// missed) and feed it in as if it had arrived as an event — where a turn may have
 /// changed it ([`SessionCore::todo_reread`](crate::session::core::SessionCore::todo_reread)).
-/// After a turn that ended unseen its last reply is read too: how it ended decides what
-/// follows it.
+/// The session's last turn is read too: a busy session's running tools get their grace,
+/// and after a turn that ended unseen, how it ended decides what follows it.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct RefreshTodos {
@@ -130,22 +130,23 @@ impl Handler<RefreshTodos> for SessionActor {
         let engine = Arc::clone(&self.env.engine);
         let id = self.core.id().to_string();
         let work = async move {
-            let reply = match why {
-                TodoReread::AfterUnseenTurn => engine.last_turn(&id).await.map(|turn| turn.and_then(|t| t.reply)),
-                _ => Ok(None),
+            // The turn too: a busy one's running tools, an unseen one's reply.
+            let turn = match why {
+                TodoReread::Busy | TodoReread::AfterUnseenTurn => engine.last_turn(&id).await,
+                TodoReread::NotListed => Ok(None),
             };
-            (engine.todos(&id).await, reply)
+            (engine.todos(&id).await, turn)
         };
-        ctx.spawn(work.into_actor(self).map(move |(todos, reply), act, ctx| {
-            let reply = reply.unwrap_or_else(|e| {
-                tracing::debug!(server = %act.env.server, session = %act.core.id(), error = %e, "could not read the reply of a turn that ended unseen");
+        ctx.spawn(work.into_actor(self).map(move |(todos, turn), act, ctx| {
+            let turn = turn.unwrap_or_else(|e| {
+                tracing::debug!(server = %act.env.server, session = %act.core.id(), error = %e, "could not read the last turn after a reconnect");
                 None
             });
             match todos {
                 Ok(todos) => {
                     tracing::debug!(server = %act.env.server, session = %act.core.id(), why = ?why, todos = todos.len(), "todo list re-read after a reconnect");
                     let now = act.now();
-                    let effects = act.core.on_todos_refreshed(todos, why, reply, now);
+                    let effects = act.core.on_todos_refreshed(todos, why, turn, now);
                     act.apply(effects, ctx);
                 }
                 Err(e) => tracing::debug!(server = %act.env.server, session = %act.core.id(), error = %e, "could not re-read todos"),

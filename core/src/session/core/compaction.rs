@@ -202,7 +202,15 @@ mod tests {
         let json = r#"{"id":"msg_2","sessionID":"ses_A","role":"assistant","providerID":"fake","modelID":"fake-model","finish":"stop","tokens":{"input":150000,"output":5,"cache":{"read":0,"write":0}},"time":{"created":1,"completed":2}}"#;
         let reply = Box::new(crate::event::decode_message_info(json).unwrap());
         let now = b.at_ms(5_100);
-        let effects = b.core.on_todos_refreshed(Vec::new(), TodoReread::AfterUnseenTurn, Some(reply), now);
+        let turn = crate::ports::LastTurn {
+            message_id: "msg_2".into(),
+            completed: true,
+            errored: false,
+            running_task: false,
+            reply: Some(reply),
+            running: Vec::new(),
+        };
+        let effects = b.core.on_todos_refreshed(Vec::new(), TodoReread::AfterUnseenTurn, Some(turn), now);
         assert_eq!(compactions(&effects), vec!["idle past compaction.proactive of the context window".to_string()]);
     }
 

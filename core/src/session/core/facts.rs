@@ -354,8 +354,10 @@ impl SessionCore {
     }
 
     /// A todo list read by REST after a reconnect ([`SessionCore::todo_reread`] said
-    /// why), with the last reply when a turn ended unseen (`last_reply`: taken in as its
-    /// `message.updated` would have been). Only a list that differs from what the core
+    /// why), with the session's last turn as read beside it: for a busy session, its
+    /// tools still running are taken in as their events (a long tool gets its grace:
+    /// what ran before the outage or a restart is not in memory); after a turn that ended
+    /// unseen, its reply, as its `message.updated` would have been. Only a list that differs from what the core
     /// knows is news; an unchanged one is not activity. After a turn that ended unseen,
     /// its idle edge is taken now, on the list and the reply as they are — whatever a
     /// turn's end brings, in its precedence: a hand-off or compaction past a threshold
@@ -367,13 +369,26 @@ impl SessionCore {
         &mut self,
         todos: Vec<Todo>,
         why: TodoReread,
-        last_reply: Option<Box<MessageInfo>>,
+        last_turn: Option<LastTurn>,
         now: Now,
     ) -> Vec<Effect> {
-        let mut out = match last_reply {
-            Some(reply) => self.observe(&Event::MessageUpdated(reply), now),
-            None => Vec::new(),
-        };
+        let mut out = Vec::new();
+        if let Some(turn) = last_turn {
+            match why {
+                TodoReread::Busy if self.busy != RunState::Idle => {
+                    let id = Arc::clone(&self.id);
+                    for part in turn.running.iter().filter(|e| e.session_id() == Some(&*id)) {
+                        out.extend(self.observe(part, now));
+                    }
+                }
+                TodoReread::AfterUnseenTurn => {
+                    if let Some(reply) = turn.reply {
+                        out.extend(self.observe(&Event::MessageUpdated(reply), now));
+                    }
+                }
+                _ => {}
+            }
+        }
         if followup::snapshot(&todos) != followup::snapshot(&self.todos) {
             let session_id = self.id.to_string();
             out.extend(self.observe(&Event::TodoUpdated { session_id, todos }, now));
@@ -650,6 +665,14 @@ mod tests {
             Box::new(crate::event::decode_message_info(&json).unwrap())
         };
         let open = || vec![Todo { content: "Add tests".into(), status: TodoStatus::Pending, priority: None }];
+        let turn = |reply: Box<MessageInfo>| LastTurn {
+            message_id: reply.id.clone(),
+            completed: true,
+            errored: reply.error.is_some(),
+            running_task: false,
+            reply: Some(reply),
+            running: Vec::new(),
+        };
         let after_outage = |last_reply| {
             let mut b = bench_with_rules(unadvised(rules()));
             b.turn_ms(0, "msg_B", "done for now", "stop");
@@ -660,7 +683,7 @@ mod tests {
             assert!(b.core.on_todos_refreshed(open(), TodoReread::NotListed, None, now).is_empty());
             assert_eq!(b.core.deadline(), None, "no turn ended: nothing due");
             let now = b.at_ms(1_200);
-            b.core.on_todos_refreshed(open(), TodoReread::AfterUnseenTurn, Some(last_reply), now);
+            b.core.on_todos_refreshed(open(), TodoReread::AfterUnseenTurn, Some(turn(last_reply)), now);
             let due = b.core.deadline().expect("the turn's follow-up is due");
             let at = (due - b.t0).as_millis() as u64;
             b.tick_ms(at)
@@ -689,6 +712,34 @@ mod tests {
         b.core.on_todos_refreshed(open, TodoReread::AfterUnseenTurn, None, now);
         assert!(first.is_some());
         assert_eq!(b.core.deadline(), first, "the nudge is due as the first edge armed it");
+    }
+
+    /// After a restart a busy session's actor knows nothing of the tool it runs: read
+    /// with its last turn, the running tool gives it the tool's grace, not the stall
+    /// timeout. Another session's part is not taken.
+    #[test]
+    fn a_running_tool_read_after_a_reconnect_gets_the_tools_grace() {
+        let running = |session: &str| {
+            let frame = format!(
+                r#"{{"payload":{{"type":"message.part.updated","properties":{{"sessionID":"{session}","part":{{"id":"prt_T","messageID":"msg_B","sessionID":"{session}","type":"tool","tool":"bash","state":{{"status":"running"}}}}}}}}}}"#
+            );
+            crate::event::decode(&frame).unwrap().event
+        };
+        let turn = |running: Vec<Event>| LastTurn {
+            message_id: "msg_B".into(),
+            completed: false,
+            errored: false,
+            running_task: false,
+            reply: None,
+            running,
+        };
+        let mut b = Bench::new();
+        b.busy(0);
+        let stall = b.core.deadline();
+        b.core.on_todos_refreshed(Vec::new(), TodoReread::Busy, Some(turn(vec![running("ses_other")])), b.at(0));
+        assert_eq!(b.core.deadline(), stall, "another session's tool is not this one's");
+        b.core.on_todos_refreshed(Vec::new(), TodoReread::Busy, Some(turn(vec![running("ses_A")])), b.at(0));
+        assert_eq!(b.core.deadline(), Some(b.t0 + Duration::from_secs(720)), "the running tool's grace");
     }
 
     #[test]

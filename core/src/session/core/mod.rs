@@ -63,7 +63,7 @@ use crate::event::{
 };
 use crate::journal::{Action, ActionRecord, Numbers, Outcome};
 use crate::ledger::{DurableState, Intent, IntentKind, OutageMemory};
-use crate::ports::{EngineError, TurnSettings};
+use crate::ports::{EngineError, LastTurn, TurnSettings};
 use crate::session::effect::{
     Delivery, FinishOrder, FinishReport, HandoffOrder, PromptKind, PromptOrder, StepReport, ToolTextScan,
 };
