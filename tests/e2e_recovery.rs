@@ -302,11 +302,7 @@ async fn after_the_stream_comes_back_a_list_written_unseen_is_read_and_nudged_an
     }
 
     // The stream drops; meanwhile `moved` plans three todos and stops.
-    faults.cut_events.store(true, Ordering::SeqCst);
-    while rig.daemon().fleet().await.servers.iter().any(|s| s.connected) {
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the cut was never noticed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    cut_the_stream(&rig, &faults).await?;
     rig.client.prompt_async(&moved, "[[fake:todo:create]] plan and stop", None, None, false).await?;
     rig.client.wait_busy(&moved, PATIENCE).await?;
     rig.client.wait_idle(&moved, PATIENCE).await?;
@@ -354,45 +350,60 @@ async fn asked_while_the_stream_was_down_the_session_is_never_aborted(ask: Ask) 
     let id = rig.client.create_session(Some("asked unseen")).await?;
     rig.client.wait_idle(&id, PATIENCE).await?;
 
-    faults.cut_events.store(true, Ordering::SeqCst);
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while rig.daemon().fleet().await.servers.iter().any(|s| s.connected) {
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the cut was never noticed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    cut_the_stream(&rig, &faults).await?;
     let prompt = match ask {
         Ask::Question => "[[fake:question]] ask me",
         Ask::Permission => "[[fake:bash:echo hello]] run it",
     };
     rig.client.prompt_async(&id, prompt, None, None, false).await?;
+    let pending = pending_ask(&rig, ask).await?;
+    faults.cut_events.store(false, Ordering::SeqCst);
+    rig.wait_connected().await?;
+    untouched_while_it_waits_then_answered(&mut rig, &id, ask, &pending).await?;
+    rig.stop().await;
+    drop(proxy);
+    Ok(())
+}
+
+/// Cuts the event stream at the proxy and waits until Shepherd has noticed.
+async fn cut_the_stream(rig: &Rig, faults: &support::faulty_proxy::Faults) -> anyhow::Result<()> {
+    faults.cut_events.store(true, std::sync::atomic::Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while rig.daemon().fleet().await.servers.iter().any(|s| s.connected) {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the cut was never noticed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// The first pending ask of `kind` in the project's directory, once there is one.
+async fn pending_ask(rig: &Rig, kind: Ask) -> anyhow::Result<Value> {
     let dir = rig.opencode.project_dir().to_string_lossy().to_string();
-    let pending = shepherd_testbed::client::wait_until("a pending ask", PATIENCE, || async {
-        let asks = match ask {
+    shepherd_testbed::client::wait_until("a pending ask", PATIENCE, || async {
+        let asks = match kind {
             Ask::Question => rig.client.questions(Some(&dir)).await,
             Ask::Permission => rig.client.permissions(Some(&dir)).await,
         };
         asks.map(|a| a.into_iter().next())
     })
-    .await?;
-    faults.cut_events.store(false, Ordering::SeqCst);
-    rig.wait_connected().await?;
+    .await
+}
 
-    // Three stall timeouts of silence: still busy, never touched.
+/// Three stall timeouts of silence pass: the session is still busy and Shepherd took no
+/// action on it (only noted that it waits). Answered, it goes on and finishes with no
+/// message aborted.
+async fn untouched_while_it_waits_then_answered(rig: &mut Rig, id: &str, kind: Ask, pending: &Value) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(12)).await;
-    assert!(rig.client.is_busy(&id).await?);
-    let acted: Vec<_> =
-        rig.records_for(&id).into_iter().filter(|(a, _, _)| *a != Action::WaitsOnPerson).collect();
+    assert!(rig.client.is_busy(id).await?);
+    let acted: Vec<_> = rig.records_for(id).into_iter().filter(|(a, _, _)| *a != Action::WaitsOnPerson).collect();
     assert!(acted.is_empty(), "no action on a session waiting for a person: {acted:?}");
-
     let ask_id = pending["id"].as_str().unwrap().to_string();
-    match ask {
+    match kind {
         Ask::Question => rig.client.reply_question(&ask_id, &[vec!["A".to_string()]]).await?,
         Ask::Permission => rig.client.reply_permission(&ask_id, "once", None).await?,
     }
-    rig.client.wait_idle(&id, PATIENCE).await?;
-    assert!(rig.client.messages(&id).await?.iter().all(|m| m.error_name().is_none()), "nothing was aborted");
-    rig.stop().await;
-    drop(proxy);
+    rig.client.wait_idle(id, PATIENCE).await?;
+    assert!(rig.client.messages(id).await?.iter().all(|m| m.error_name().is_none()), "nothing was aborted");
     Ok(())
 }
 
@@ -416,23 +427,10 @@ async fn a_session_waiting_on_a_question_across_a_shepherd_restart_is_never_abor
     let mut rig = Rig::start(fast_recovery()).await?;
     let id = rig.client.create_session(Some("question across a restart")).await?;
     rig.client.prompt_async(&id, "[[fake:question]] ask me", None, None, false).await?;
-    let dir = rig.opencode.project_dir().to_string_lossy().to_string();
-    let question = shepherd_testbed::client::wait_until("a pending question", PATIENCE, || async {
-        rig.client.questions(Some(&dir)).await.map(|q| q.into_iter().next())
-    })
-    .await?;
+    let question = pending_ask(&rig, Ask::Question).await?;
     rig.wait_record(&id, Action::WaitsOnPerson, Outcome::Done, PATIENCE).await?;
     rig.restart_daemon().await?;
-
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    assert!(rig.client.is_busy(&id).await?);
-    let acted: Vec<_> =
-        rig.records_for(&id).into_iter().filter(|(a, _, _)| *a != Action::WaitsOnPerson).collect();
-    assert!(acted.is_empty(), "no action on a session waiting for a person: {acted:?}");
-    let qid = question["id"].as_str().unwrap().to_string();
-    rig.client.reply_question(&qid, &[vec!["A".to_string()]]).await?;
-    rig.client.wait_idle(&id, PATIENCE).await?;
-    assert!(rig.client.messages(&id).await?.iter().all(|m| m.error_name().is_none()), "nothing was aborted");
+    untouched_while_it_waits_then_answered(&mut rig, &id, Ask::Question, &question).await?;
     rig.stop().await;
     Ok(())
 }

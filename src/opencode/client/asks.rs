@@ -8,10 +8,18 @@
 
 use reqwest::Method;
 use serde_json::value::RawValue;
-use shepherd_actors::event::{decode, Event};
+use shepherd_actors::event::{decode, DecodeError, Event};
 use shepherd_actors::ports::EngineError;
 
 use super::OpenCodeClient;
+
+/// What a REST answer says in the shape of one of the stream's events (`kind`, with
+/// these `properties`), read by the stream's own decoder: the same checks of ids and
+/// shapes as any event.
+pub(super) fn as_event(kind: &str, properties: &str) -> Result<Event, DecodeError> {
+    let frame = format!(r#"{{"payload":{{"type":"{kind}","properties":{properties}}}}}"#);
+    decode(&frame).map(|envelope| envelope.event)
+}
 
 impl OpenCodeClient {
     /// The pending questions, then permission requests, of `directory` as the events
@@ -32,8 +40,7 @@ impl OpenCodeClient {
 fn asked(entries: &[Box<RawValue>], kind: &str, what: &str) -> Vec<Event> {
     let mut events = Vec::with_capacity(entries.len());
     for entry in entries {
-        let frame = format!(r#"{{"payload":{{"type":"{kind}","properties":{}}}}}"#, entry.get());
-        match decode(&frame).map(|envelope| envelope.event) {
+        match as_event(kind, entry.get()) {
             Ok(event @ (Event::QuestionAsked { .. } | Event::PermissionAsked { .. })) => events.push(event),
             Ok(_) => {}
             Err(e) => tracing::warn!(what, error = %e, "dropping a pending ask that does not read as its event"),

@@ -205,9 +205,9 @@ impl Reads for OpenCodeClient {
 /// A running tool part of a message read by REST, as the `message.part.updated` event
 /// that said it runs: read by the stream's own decoder (the same checks), or dropped.
 fn running_part(session_id: &str, part: &serde_json::Value) -> Option<Event> {
-    let frame = json!({"payload": {"type": "message.part.updated", "properties": {"sessionID": session_id, "part": part}}});
-    match shepherd_actors::event::decode(&frame.to_string()) {
-        Ok(envelope) if matches!(envelope.event, Event::PartUpdated(_)) => Some(envelope.event),
+    let properties = json!({"sessionID": session_id, "part": part});
+    match asks::as_event("message.part.updated", &properties.to_string()) {
+        Ok(event @ Event::PartUpdated(_)) => Some(event),
         Ok(_) => None,
         Err(e) => {
             tracing::warn!(session = %session_id, error = %e, "dropping a running tool part that does not read as its event");
