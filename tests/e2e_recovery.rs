@@ -102,13 +102,19 @@ async fn a_session_waiting_on_a_question_is_never_aborted() -> anyhow::Result<()
     Ok(())
 }
 
-#[actix::test]
-async fn a_long_running_tool_is_not_aborted_before_the_grace() -> anyhow::Result<()> {
-    // stall_timeout 4 s × grace 4 = 16 s; the tool runs 8 s, twice the stall timeout.
+/// A tool that runs `secs` (stall timeout 4 s × grace 4 = 16 s) ends by itself: no
+/// stall is detected, nothing is aborted. With `restart`, Shepherd restarts a second
+/// into it — only the stopped Shepherd's memory knew the tool ran; the restarted one
+/// learns of it at its first connect.
+async fn a_long_tool_runs_its_course(secs: u32, restart: bool) -> anyhow::Result<()> {
     let mut rig = Rig::start(fast_recovery()).await?;
     let id = rig.client.create_session(Some("long tool")).await?;
-    rig.client.prompt_async(&id, "[[fake:bash:sleep 8]] run it", None, None, false).await?;
+    rig.client.prompt_async(&id, &format!("[[fake:bash:sleep {secs}]] run it"), None, None, false).await?;
     rig.client.wait_busy(&id, PATIENCE).await?;
+    if restart {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        rig.restart_daemon().await?;
+    }
     rig.client.wait_idle(&id, PATIENCE).await?;
     let messages = rig.client.messages(&id).await?;
     assert!(messages.iter().all(|m| m.error_name().is_none()), "nothing was aborted");
@@ -118,25 +124,14 @@ async fn a_long_running_tool_is_not_aborted_before_the_grace() -> anyhow::Result
     Ok(())
 }
 
-/// Shepherd restarts while a session runs a long tool (only its memory knew the tool
-/// runs): the restarted Shepherd learns of the running tool at its first connect and
-/// gives it the tool's grace, so the session is not aborted before the tool ends.
+#[actix::test]
+async fn a_long_running_tool_is_not_aborted_before_the_grace() -> anyhow::Result<()> {
+    a_long_tool_runs_its_course(8, false).await // twice the stall timeout
+}
+
 #[actix::test]
 async fn a_long_running_tool_across_a_shepherd_restart_is_not_aborted_before_the_grace() -> anyhow::Result<()> {
-    // stall_timeout 4 s × grace 4 = 16 s; the tool runs 12 s, three stall timeouts.
-    let mut rig = Rig::start(fast_recovery()).await?;
-    let id = rig.client.create_session(Some("long tool across a restart")).await?;
-    rig.client.prompt_async(&id, "[[fake:bash:sleep 12]] run it", None, None, false).await?;
-    rig.client.wait_busy(&id, PATIENCE).await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    rig.restart_daemon().await?;
-    rig.client.wait_idle(&id, PATIENCE).await?;
-    let messages = rig.client.messages(&id).await?;
-    assert!(messages.iter().all(|m| m.error_name().is_none()), "nothing was aborted");
-    assert!(messages.iter().any(|m| m.tools().iter().any(|(t, s)| t == "bash" && s == "completed")));
-    assert_eq!(rig.records_for(&id), vec![]);
-    rig.stop().await;
-    Ok(())
+    a_long_tool_runs_its_course(12, true).await // three stall timeouts
 }
 
 #[actix::test]
