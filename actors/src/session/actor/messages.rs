@@ -117,8 +117,8 @@ pub struct RefreshTodos {
     /// The session's `time.updated` in the listing read after the reconnect (`None`:
     /// not listed).
     pub listed_updated_ms: Option<i64>,
-    /// Since when nobody watched the server's stream, when known (less a margin for
-    /// clocks): see `Server::unwatched_since`.
+    /// Since when nobody watched the server's stream, when the ledger knows (its
+    /// `watched_until`, less a margin for clocks, at most an hour back).
     pub unwatched_since: Option<i64>,
 }
 

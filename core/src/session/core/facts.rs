@@ -356,9 +356,10 @@ impl SessionCore {
     /// A todo list read by REST after a reconnect ([`SessionCore::todo_reread`] said
     /// why), with the session's last turn as read beside it: for a busy session, its
     /// tools still running are taken in as their events (a long tool gets its grace:
-    /// what ran before the outage or a restart is not in memory); after a turn that ended
-    /// unseen, its reply, as its `message.updated` would have been. Only a list that differs from what the core
-    /// knows is news; an unchanged one is not activity. After a turn that ended unseen,
+    /// what ran before the outage or a restart is not in memory); after a turn that
+    /// ended unseen, its reply, as its `message.updated` would have been. Only a list
+    /// that differs from what the core knows is news; an unchanged one is not
+    /// activity. After a turn that ended unseen,
     /// its idle edge is taken now, on the list and the reply as they are — whatever a
     /// turn's end brings, in its precedence: a hand-off or compaction past a threshold
     /// the turn crossed, a nudge for open todos, the review of a finished list.
