@@ -174,32 +174,44 @@ impl Reads for OpenCodeClient {
     }
 
     async fn last_turn(&self, session_id: &str) -> Result<Option<LastTurn>, EngineError> {
-        let messages = self.recent_messages(session_id).await?;
-        for m in messages.iter().rev() {
-            let Some(info) = decode_message(&m.info) else { continue };
-            if info.role != Role::Assistant {
-                continue;
-            }
-            let running_parts: Vec<&serde_json::Value> = m
-                .parts
-                .iter()
-                .filter(|p| p["type"] == "tool" && p.pointer("/state/status").and_then(|v| v.as_str()) == Some("running"))
-                .collect();
-            return Ok(Some(LastTurn {
-                message_id: info.id.clone(),
-                completed: info.time.completed.is_some(),
-                errored: info.error.is_some(),
-                running_task: running_parts.iter().any(|p| p["tool"] == "task"),
-                running: running_parts.into_iter().filter_map(|p| running_part(session_id, p)).collect(),
-                reply: Some(Box::new(info)),
-            }));
-        }
-        Ok(None)
+        Ok(last_turn_of(session_id, &self.recent_messages(session_id).await?))
+    }
+
+    async fn latest_turn(&self, session_id: &str) -> Result<Option<LastTurn>, EngineError> {
+        Ok(last_turn_of(session_id, &self.messages(session_id, LATEST_TURN_MESSAGES).await?))
     }
 
     async fn history(&self, session_id: &str, limit: u32) -> Result<Vec<HistoryMessage>, EngineError> {
         Ok(self.messages(session_id, limit).await?.iter().filter_map(history_message).collect())
     }
+}
+
+/// How many of a session's newest messages [`Reads::latest_turn`] reads: the turn, and a
+/// prompt queued behind it.
+const LATEST_TURN_MESSAGES: u32 = 2;
+
+/// The latest assistant message among `messages` (oldest first), as a [`LastTurn`].
+fn last_turn_of(session_id: &str, messages: &[MessageWithParts]) -> Option<LastTurn> {
+    for m in messages.iter().rev() {
+        let Some(info) = decode_message(&m.info) else { continue };
+        if info.role != Role::Assistant {
+            continue;
+        }
+        let running_parts: Vec<&serde_json::Value> = m
+            .parts
+            .iter()
+            .filter(|p| p["type"] == "tool" && p.pointer("/state/status").and_then(|v| v.as_str()) == Some("running"))
+            .collect();
+        return Some(LastTurn {
+            message_id: info.id.clone(),
+            completed: info.time.completed.is_some(),
+            errored: info.error.is_some(),
+            running_task: running_parts.iter().any(|p| p["tool"] == "task"),
+            running: running_parts.into_iter().filter_map(|p| running_part(session_id, p)).collect(),
+            reply: Some(Box::new(info)),
+        });
+    }
+    None
 }
 
 /// A running tool part of a message read by REST, as the `message.part.updated` event

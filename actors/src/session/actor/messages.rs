@@ -132,7 +132,7 @@ impl Handler<RefreshTodos> for SessionActor {
         let work = async move {
             // The turn too: a busy one's running tools, an unseen one's reply.
             let turn = match why {
-                TodoReread::Busy | TodoReread::AfterUnseenTurn => engine.last_turn(&id).await,
+                TodoReread::Busy | TodoReread::AfterUnseenTurn => engine.latest_turn(&id).await,
                 TodoReread::NotListed => Ok(None),
             };
             (engine.todos(&id).await, turn)
