@@ -417,6 +417,39 @@ mod tests {
         assert!(requests[0].contains(&format!("limit={TURN_LOOKBACK_MESSAGES}")), "{requests:?}");
     }
 
+    /// What every connect reads of a busy session: its newest two messages (not the
+    /// thirty of a cut-off turn's check), the latest assistant one found behind a prompt
+    /// queued after it, its running tools as their events (a finished one is not), and
+    /// the reply itself.
+    #[tokio::test]
+    async fn the_latest_turn_is_read_from_two_messages_with_its_running_tools() {
+        let tool = |id: &str, status: &str| {
+            json!({"id": id, "messageID": "msg_2", "sessionID": "ses_A", "type": "tool", "tool": "bash", "state": {"status": status}})
+        };
+        let history = json!([
+            {"info": {"id": "msg_2", "sessionID": "ses_A", "role": "assistant", "time": {"created": 1}},
+             "parts": [tool("prt_done", "completed"), tool("prt_run", "running")]},
+            {"info": {"id": "msg_3", "sessionID": "ses_A", "role": "user", "time": {"created": 2}}, "parts": []},
+        ]);
+        let (url, seen) = recording_server(serde_json::to_vec(&history).unwrap(), false).await;
+        let client = OpenCodeClient::new(&ServerConfig::new("a", &url), None).unwrap();
+        let turn = client.latest_turn("ses_A").await.unwrap().expect("the assistant message behind the queued prompt");
+        assert_eq!(turn.message_id, "msg_2");
+        assert!(!turn.completed && !turn.running_task);
+        let running: Vec<_> = turn
+            .running
+            .iter()
+            .map(|e| match e {
+                Event::PartUpdated(p) => p.id.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(running, ["prt_run"]);
+        assert_eq!(turn.reply.map(|r| r.id), Some("msg_2".to_string()));
+        let requests = seen.lock().unwrap().clone();
+        assert!(requests[0].contains(&format!("limit={LATEST_TURN_MESSAGES}")), "{requests:?}");
+    }
+
     #[test]
     fn credentials_never_print_the_password() {
         let c = Credentials { username: "u".into(), password: "hunter2".into() };
