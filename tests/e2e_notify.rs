@@ -86,6 +86,13 @@ async fn a_paused_session_is_one_webhook_post_with_its_fields_redacted_and_a_res
     assert!(v["directory"].as_str().is_some_and(|d| d.starts_with('/')), "{v}");
     assert!(v["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{v}");
     assert!(!post.body.contains(SECRET));
+    // Counted once the receiver's answer is back, a moment after the receiver saw the
+    // POST (under load, after this line would run).
+    let deadline = Instant::now() + PATIENCE;
+    while notifications(&rig, "webhook", "paused", "sent") == 0 {
+        assert!(Instant::now() < deadline, "the sent notification was never counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(notifications(&rig, "webhook", "paused", "sent"), 1);
     let logs = support::logs::logged();
     assert!(logs.contains("notification sent") && logs.contains(&id), "one log event per notification");
