@@ -23,15 +23,12 @@ impl Handler<Shutdown> for Supervisor {
             tracing::info!(recoveries = pending, "shutdown: waiting for recoveries under way to send their continue");
         }
         // Servers whose every event was seen: watched until now (see `record_watched`).
-        let watched: Vec<String> =
-            self.servers.iter().filter(|(_, s)| s.reconciled && !s.blind).map(|(name, _)| name.clone()).collect();
+        let watched = self.watched_servers();
         let (ledger, now_ms) = (Arc::clone(&self.ledger), self.clock.wall_ms());
         Box::pin(
             async move {
                 for server in watched {
-                    if let Err(e) = ledger.set_watched_until(&server, now_ms).await {
-                        tracing::warn!(server = %server, error = %e, "ledger: could not record until when the stream was watched");
-                    }
+                    super::reconcile::mark_watched(&*ledger, &server, now_ms).await;
                 }
                 let _ = tokio::time::timeout(msg.grace, in_flight.drained()).await;
                 in_flight.count()

@@ -378,9 +378,7 @@ impl Supervisor {
         // Until when each server was watched, for a restart after a crash to catch up from
         // (a clean shutdown records it last; so does the stream going down).
         let watch_mark = ctx.run_interval(reconcile::WATCH_MARK_INTERVAL, |act, ctx| {
-            let watched: Vec<_> =
-                act.servers.iter().filter(|(_, s)| s.reconciled && !s.blind).map(|(n, _)| n.clone()).collect();
-            for server in watched {
+            for server in act.watched_servers() {
                 act.record_watched(&server, ctx);
             }
         });

@@ -61,6 +61,8 @@ impl Supervisor {
             }
         };
         let registry = self.registry(&r.server);
+        // One look at a listed session's slot, all a reading needs of it at once.
+        let slot_now = |id: &str| registry.as_ref().and_then(|reg| reg.slots.get(id).map(|slot| SlotNow::of(&slot, r.routed)));
         let mut busy_ids = HashSet::new();
         let mut checked_dirs = HashSet::new();
         let statuses_read = r.survey.statuses.iter().all(|(_, result)| result.is_ok());
@@ -81,7 +83,7 @@ impl Supervisor {
                 busy_ids.insert(id.clone());
                 // One look at the session's slot (at 10,000 busy sessions three cost
                 // the supervisor's thread 15–20 ms).
-                let slot = registry.as_ref().and_then(|reg| reg.slots.get(id.as_str()).map(|slot| SlotNow::of(&slot, r.routed)));
+                let slot = slot_now(&id);
                 if slot.as_ref().is_some_and(|s| s.heard_since) {
                     continue; // the stream spoke of it after the statuses were asked for
                 }
@@ -113,7 +115,7 @@ impl Supervisor {
             };
             for ask in asks {
                 let Some(id) = ask.session_id().filter(|id| busy_ids.contains(*id)) else { continue };
-                let slot = registry.as_ref().and_then(|reg| reg.slots.get(id).map(|slot| SlotNow::of(&slot, r.routed)));
+                let slot = slot_now(id);
                 if let Some(addr) = slot.filter(|s| !s.heard_since).and_then(|s| s.ready) {
                     tracing::info!(server = %r.server, session = %id, kind = ask.kind(), "reconcile: waits on the person (asked while the stream was down)");
                     addr.do_send(Observe(ask));
@@ -209,8 +211,11 @@ impl Supervisor {
             srv.retry_next = srv.retry_initial;
             srv.reconciled = true;
         }
-        // Every event of the server up to now was seen or made up for.
-        self.record_watched(&r.server, ctx);
+        // After a connect, every event of the server up to now was seen or made up for
+        // (later, the mark's own interval records it).
+        if r.after_connect {
+            self.record_watched(&r.server, ctx);
+        }
         tracing::info!(server = %r.server, directories = checked_dirs.len(), busy = busy_ids.len(), caught_up, "reconciled after stream connect");
     }
 }
@@ -218,18 +223,16 @@ impl Supervisor {
 impl Supervisor {
     /// Records in the ledger that `server`'s stream was watched until now: after a
     /// restart, or when it next comes back, what its sessions did since is looked for
-    /// ([`unwatched_since`]). Written at every complete reading, every
+    /// ([`unwatched_since`]). Written once a connect's reading is complete, every
     /// [`WATCH_MARK_INTERVAL`], when the stream goes down, and at shutdown.
     pub(super) fn record_watched(&self, server: &str, ctx: &mut Context<Self>) {
         let (ledger, server, now_ms) = (Arc::clone(&self.ledger), server.to_string(), self.clock.wall_ms());
-        ctx.spawn(
-            async move {
-                if let Err(e) = ledger.set_watched_until(&server, now_ms).await {
-                    tracing::warn!(server = %server, error = %e, "ledger: could not record until when the stream was watched");
-                }
-            }
-            .into_actor(self),
-        );
+        ctx.spawn(async move { mark_watched(&*ledger, &server, now_ms).await }.into_actor(self));
+    }
+
+    /// The servers whose every event was seen: connected and reconciled, not blind.
+    pub(super) fn watched_servers(&self) -> Vec<String> {
+        self.servers.iter().filter(|(_, s)| s.reconciled && !s.blind).map(|(name, _)| name.clone()).collect()
     }
 
     /// After an outage: the server's sessions count silence from now.
@@ -259,6 +262,14 @@ const CLOCK_MARGIN_MS: i64 = 5_000;
 /// longer ago than this while nobody watched is left to the person (after a long
 /// shutdown, a nudge for it would be news to no one, and there may be many).
 const CATCH_UP_LOOKBACK_MS: i64 = 60 * 60 * 1000;
+
+/// Records that `server`'s stream was watched until `now_ms` (a failure is logged: the
+/// older mark stays, and a restart catches up a little more than it needs to).
+pub(super) async fn mark_watched(ledger: &dyn Ledger, server: &str, now_ms: i64) {
+    if let Err(e) = ledger.set_watched_until(server, now_ms).await {
+        tracing::warn!(server = %server, error = %e, "ledger: could not record until when the stream was watched");
+    }
+}
 
 /// Since when nobody watched `server`'s stream, as far as the ledger knows, less
 /// [`CLOCK_MARGIN_MS`] and at most [`CATCH_UP_LOOKBACK_MS`] before `now_ms`; `None` on a
