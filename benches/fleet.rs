@@ -493,6 +493,9 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     remove_ledger(&ledger);
     cfg.store.path = ledger.display().to_string();
     cfg.status.path = std::env::temp_dir().join(format!("shepherd-fleet-bench-{n}.status.json")).display().to_string();
+    if std::env::var_os("FLEET_NO_STATUS").is_some() {
+        cfg.status.enabled = false;
+    }
     cfg.validate().map_err(|e| anyhow::anyhow!("bench config: {e}"))?;
     let daemon_started = Instant::now();
     let daemon = Daemon::start(&cfg)?;

@@ -185,12 +185,13 @@ impl Running {
     fn start_server(&mut self, p: Prepared) {
         let Prepared { server, auth, client } = p;
         let pump = EventPump::new(server.clone(), auth, self.supervisor.clone());
-        let (pump_thread, thread, apart) = match self.threads.len() {
-            0 => (None, None, false),
+        let (pump_thread, threads, apart) = match self.threads.len() {
+            0 => (None, Vec::new(), false),
             n => {
                 let (pump, sessions) = threads_of(self.next_thread, n, self.cfg.supervisor.pump_apart);
                 self.next_thread += 1;
-                (Some(self.threads[pump].clone()), Some(self.threads[sessions].clone()), pump != sessions)
+                let apart = !sessions.contains(&pump);
+                (Some(self.threads[pump].clone()), sessions.into_iter().map(|t| self.threads[t].clone()).collect(), apart)
             }
         };
         self.toasts.attach(&server.name, client.clone());
@@ -203,7 +204,7 @@ impl Running {
             retry_max: server.reconnect_max,
             stream: Arc::clone(&pump.stats().clock),
             registry: pump.registry(),
-            thread: thread.clone(),
+            threads,
         });
         let (stop, stop_rx) = watch::channel(false);
         if let Ok(mut stats) = self.pump_stats.write() {
@@ -372,16 +373,18 @@ pub(crate) fn serve(requests: Requests, running: Arc<tokio::sync::Mutex<Running>
     });
 }
 
-/// The threads (of `n`) the `k`-th server attached runs on: its pump's, its sessions'.
-/// Apart, they are neighbours and servers take pairs in turn (with two threads every
-/// server's pump shares one, its sessions the other: each core does one kind of work);
-/// otherwise both take the `k`-th in turn.
-fn threads_of(k: usize, n: usize, apart: bool) -> (usize, usize) {
+/// The threads (of `n`) the `k`-th server attached runs on: its pump's, and those its
+/// sessions are spread over. Apart, the pump takes an odd thread (servers in turn) and
+/// the sessions every other one, so one server's fleet decides on every core but the
+/// one reading its stream (with two threads every server's pump shares one, its
+/// sessions the other: each core does one kind of work); otherwise the pump and its
+/// sessions share the `k`-th thread in turn.
+fn threads_of(k: usize, n: usize, apart: bool) -> (usize, Vec<usize>) {
     if apart && n >= 2 {
-        let sessions = (2 * k) % n;
-        ((sessions + 1) % n, sessions)
+        let pump = (2 * k + 1) % n;
+        (pump, (0..n).filter(|&t| t != pump).collect())
     } else {
-        (k % n, k % n)
+        (k % n, vec![k % n])
     }
 }
 
@@ -422,19 +425,21 @@ mod thread_tests {
     use super::threads_of;
 
     /// A server's pump and sessions are on different threads whenever there are two to
-    /// choose from and `pump_apart` is on; the load spreads over every thread.
+    /// choose from and `pump_apart` is on, and its sessions then take every thread but
+    /// the pump's; pumps spread over the threads.
     #[test]
     fn a_servers_pump_and_sessions_take_different_threads_when_apart() {
-        assert_eq!(threads_of(0, 1, true), (0, 0), "one thread: shared");
-        assert_eq!(threads_of(0, 2, true), (1, 0));
-        assert_eq!(threads_of(1, 2, true), (1, 0), "two threads: pumps on one, sessions on the other");
-        assert_eq!([0, 1].map(|k| threads_of(k, 4, true)), [(1, 0), (3, 2)]);
+        assert_eq!(threads_of(0, 1, true), (0, vec![0]), "one thread: shared");
+        assert_eq!(threads_of(0, 2, true), (1, vec![0]));
+        assert_eq!(threads_of(1, 2, true), (1, vec![0]), "two threads: pumps on one, sessions on the other");
+        assert_eq!([0, 1].map(|k| threads_of(k, 4, true)), [(1, vec![0, 2, 3]), (3, vec![0, 1, 2])]);
         for n in 2..9 {
             for k in 0..20 {
                 let (pump, sessions) = threads_of(k, n, true);
-                assert!(pump != sessions && pump < n && sessions < n, "{k} of {n}");
+                assert!(pump < n && !sessions.contains(&pump), "{k} of {n}");
+                assert_eq!(sessions.len(), n - 1, "every other thread decides: {k} of {n}");
             }
         }
-        assert_eq!([0, 1, 2].map(|k| threads_of(k, 2, false)), [(0, 0), (1, 1), (0, 0)], "together, in turn");
+        assert_eq!([0, 1, 2].map(|k| threads_of(k, 2, false)), [(0, vec![0]), (1, vec![1]), (0, vec![0])], "together, in turn");
     }
 }

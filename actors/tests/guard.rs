@@ -415,7 +415,7 @@ async fn a_burst_of_sessions_stopping_with_open_todos_is_nudged_every_one_within
         retry_max: Duration::from_secs(30),
         stream: Arc::default(),
         registry: Default::default(),
-        thread: None,
+        threads: Vec::new(),
     });
     let ids: Vec<String> = (0..SESSIONS).map(|i| format!("ses_{i:03}")).collect();
     let stopped = tokio::time::Instant::now();

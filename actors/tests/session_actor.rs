@@ -255,6 +255,11 @@ fn world(cfg: RecoveryConfig) -> World {
 /// A supervisor with one server (`srv`, a fresh fake engine), a fresh journal and a
 /// paused clock, over `ledger` (tests of eviction and restarts pass the same one twice).
 fn world_with_ledger(cfg: RecoveryConfig, ledger: Arc<dyn Ledger>) -> World {
+    world_on(cfg, ledger, Vec::new())
+}
+
+/// The same, the server's sessions spread over `threads` (none: the test's own).
+fn world_on(cfg: RecoveryConfig, ledger: Arc<dyn Ledger>, threads: Vec<ArbiterHandle>) -> World {
     let engine = Arc::new(FakeEngine::default());
     let journal = Journal::new();
     let records = journal.subscribe();
@@ -272,7 +277,7 @@ fn world_with_ledger(cfg: RecoveryConfig, ledger: Arc<dyn Ledger>) -> World {
         retry_max: Duration::from_secs(30),
         stream: Arc::clone(&stream),
         registry: Arc::clone(&registry),
-        thread: None,
+        threads,
     });
     World { engine, stream, registry, supervisor, records }
 }
@@ -536,6 +541,74 @@ async fn a_pump_apart_hands_a_reads_events_over_together_and_before_anything_goe
         assert_eq!(busy, n < 8, "read {n}: crossed only at the eighth");
     }
     drop(read);
+}
+
+/// Polls `done` (real time: for actors on threads of their own) for up to ten seconds.
+async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    for _ in 0..1000 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("not within 10 s: {what}");
+}
+
+/// A server's sessions are spread over its sessions' threads, each always on the one
+/// [`Registry::thread_of`] names: its actor starts there, and the pump's batches and the
+/// supervisor's sends for it go there, behind one another (its events keep their
+/// order). Stopping one thread shows it: exactly the sessions it held stop, and the
+/// others still get every event, straight or the long way.
+#[actix::test]
+async fn a_servers_sessions_are_spread_over_its_threads_each_always_on_the_same() {
+    let threads: Vec<Arbiter> = (0..3).map(|_| Arbiter::new()).collect();
+    let w = world_on(cfg(), Arc::new(MemoryLedger::default()), threads.iter().map(Arbiter::handle).collect());
+    w.stream.connected(None);
+    let mut route = RouteState::new(true);
+    let read: ReadToken = Arc::new(w.stream.mark(None).await);
+    let ids: Vec<String> = (0..60).map(|i| format!("ses_{i:03}")).collect();
+    for id in &ids {
+        assert!(!w.route(&mut route, &status_frame(id, "busy"), &read), "first sight: the long way");
+    }
+    eventually("every session tracked", async || ids.iter().all(|id| w.registry.is_published(id))).await;
+    let on: Vec<usize> = ids.iter().map(|id| w.registry.thread_of(id)).collect();
+    for t in 0..3 {
+        assert!(on.contains(&t), "thread {t} holds sessions: {on:?}");
+    }
+    let busy = |id: &String| {
+        let addr = w.registry.actor(id).expect("tracked");
+        async move { addr.send(Inspect).await.map(|d| d.busy).ok() }
+    };
+
+    threads[1].stop();
+    let live = |t: &usize| *t != 1;
+    eventually("the stopped thread's sessions, and only those, stopped", async || {
+        ids.iter().zip(&on).all(|(id, t)| w.registry.actor(id).is_some_and(|a| a.connected()) == live(t))
+    })
+    .await;
+    assert_eq!(on, ids.iter().map(|id| w.registry.thread_of(id)).collect::<Vec<_>>(), "always the same thread");
+
+    // Straight, in one batch per thread: every live session takes its idle.
+    for (id, t) in ids.iter().zip(&on).filter(|(_, t)| live(t)) {
+        assert!(w.route(&mut route, &status_frame(id, "idle"), &read), "{id} on thread {t}: straight");
+    }
+    w.registry.end_of_read(&mut route, false);
+    for (id, _) in ids.iter().zip(&on).filter(|(_, t)| live(t)) {
+        eventually(&format!("{id} idle"), async || busy(id).await == Some(false)).await;
+    }
+    // The long way (a directory the supervisor has not seen, one per session): its send
+    // goes to the session's thread too.
+    for (id, _) in ids.iter().zip(&on).filter(|(_, t)| live(t)) {
+        let frame = status_frame(id, "busy").replace(r#""directory":"/p""#, &format!(r#""directory":"/q/{id}""#));
+        assert!(!w.route(&mut route, &frame, &read), "{id}: a new directory goes the long way");
+    }
+    for (id, _) in ids.iter().zip(&on).filter(|(_, t)| live(t)) {
+        eventually(&format!("{id} busy again"), async || busy(id).await == Some(true)).await;
+    }
+    drop(read);
+    for t in &threads {
+        t.stop();
+    }
 }
 
 /// A pump apart from the sessions (its events cross in batches) and a read's mark, with

@@ -52,13 +52,13 @@ impl Supervisor {
                 let dir = slot.and_then(|s| s.directory);
                 if let Some(addr) = self.session(&key.0, &key.1, None, dir.as_deref(), ctx) {
                     for e in waiting {
-                        registry.dispatch(addr.clone(), Observe(e));
+                        registry.dispatch(&key.1, addr.clone(), Observe(e));
                     }
                 }
             }
         } else {
             for e in waiting {
-                registry.dispatch(addr.clone(), Observe(e));
+                registry.dispatch(&key.1, addr.clone(), Observe(e));
             }
         }
     }

@@ -19,9 +19,10 @@ pub struct AttachServer {
     pub stream: Arc<crate::stream_clock::StreamClock>,
     /// The server's tracked sessions, which its pump routes events through.
     pub registry: Arc<Registry>,
-    /// The thread the server's sessions' actors run on (none: the supervisor's own);
-    /// its pump runs there too or on another (`supervisor.pump_apart`).
-    pub thread: Option<ArbiterHandle>,
+    /// The threads the server's sessions' actors are spread over (none: the
+    /// supervisor's own); its pump runs on one of them or on another
+    /// (`supervisor.pump_apart`).
+    pub threads: Vec<ArbiterHandle>,
 }
 
 impl Handler<AttachServer> for Supervisor {
@@ -29,9 +30,7 @@ impl Handler<AttachServer> for Supervisor {
 
     fn handle(&mut self, msg: AttachServer, _: &mut Context<Self>) {
         msg.registry.set_kind_cap(self.fleet.max_event_types);
-        if let Some(thread) = &msg.thread {
-            let _ = msg.registry.thread.set(thread.clone());
-        }
+        msg.registry.set_threads(msg.threads.clone());
         let env = Arc::new(SessionEnv {
             server: msg.name.as_str().into(),
             engine: msg.engine,

@@ -288,7 +288,7 @@ impl Supervisor {
         let shared_id: Arc<str> = id.into();
         let actor = SessionActor::with_shared_id(Arc::clone(&shared_id), Arc::clone(&self.cfg), Arc::clone(&srv.env));
         let view = actor.view();
-        let addr = match srv.registry.thread.get() {
+        let addr = match srv.registry.thread_for(id) {
             Some(thread) => SessionActor::start_in_arbiter(thread, move |_| actor),
             None => actor.start(),
         };

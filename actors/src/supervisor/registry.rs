@@ -10,17 +10,20 @@
 //! link the supervisor has not seen, it deletes the session, or its session is a
 //! subagent whose parent hears of it too.
 //!
-//! A server's sessions' actors run on one of the server threads
-//! (`supervisor.server_threads`), its pump on another (`supervisor.pump_apart`, the
-//! default with two threads or more) or on the same. Apart, the pump reads, frames,
-//! decodes and routes on one core while the sessions decide on another: the events a
-//! read routes straight cross to the sessions' thread together, one crossing per read
+//! A server's sessions' actors are spread over the server threads
+//! (`supervisor.server_threads`) other than its pump's (`supervisor.pump_apart`, the
+//! default with two threads or more), a session always on the same one
+//! ([`Registry::thread_of`]: a hash of its id), so one server's fleet decides on every
+//! core but the one that reads its stream; without `pump_apart` (or with one thread)
+//! the pump and its sessions share one. Apart, the pump reads, frames, decodes and
+//! routes on one core while the sessions decide on the others: the events a read routes
+//! straight cross to each sessions' thread together, one crossing per thread per read
 //! or, while the next read is already waiting, per few reads ([`Registry::end_of_read`],
 //! [`Registry::flush`]), not one wake-up per event. Together, an event routed straight
 //! is a send on the same thread. Either way the supervisor's mailbox, on the main
 //! thread, carries only the long way, and what the supervisor routes it sends from the
-//! sessions' thread ([`Registry::dispatch`]), behind whatever the pump sent before (the
-//! pump flushes before anything goes the long way).
+//! session's own thread ([`Registry::dispatch`]), behind whatever the pump sent it
+//! before (the pump flushes before anything goes the long way).
 //!
 //! A delta is not sent at all: it only says the session is active, so the pump notes
 //! it in the session's cell ([`SessionSlot::stream_past`]) and the actor takes it in
@@ -38,6 +41,7 @@
 //! would wait forever.
 
 use std::collections::BTreeMap;
+use std::hash::BuildHasher as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -135,9 +139,14 @@ pub struct Registry {
     kinds: Mutex<KindCounts>,
     /// `supervisor.max_event_types`, kept here by the supervisor for the pump's counts.
     kind_cap: AtomicUsize,
-    /// The thread the server's sessions' actors run on (set as the server is attached;
-    /// unset: the supervisor's own).
-    pub(crate) thread: OnceLock<ArbiterHandle>,
+    /// The threads the server's sessions' actors run on (set as the server is attached;
+    /// unset: the supervisor's own), a session always on the same one
+    /// ([`Registry::thread_of`]).
+    threads: OnceLock<Box<[ArbiterHandle]>>,
+    /// Spreads the sessions over `threads`: seeded per registry, so ids an outsider
+    /// chose do not land on one thread by design (at worst, all on one: the layout
+    /// with a single sessions' thread).
+    spread: RandomState,
 }
 
 /// The stream's event types and how often each came.
@@ -164,7 +173,8 @@ impl Registry {
             long_handled: AtomicU64::new(0),
             kinds: Mutex::default(),
             kind_cap: AtomicUsize::new(kind_cap),
-            thread: OnceLock::new(),
+            threads: OnceLock::new(),
+            spread: RandomState::default(),
         }
     }
 }
@@ -185,9 +195,10 @@ pub struct RouteState {
     /// The size of `long` past which it is pruned next.
     prune_at: usize,
     /// The pump runs on another thread than the sessions' actors: events routed
-    /// straight wait here and cross to the sessions' thread together ([`Registry::flush`]).
+    /// straight wait here, one batch per sessions' thread ([`Registry::thread_of`]), and
+    /// cross to it together ([`Registry::flush`]).
     batching: bool,
-    batch: Vec<(SharedAddr, ObserveRead)>,
+    batches: Vec<Vec<(SharedAddr, ObserveRead)>>,
     /// Reads whose events are in `batch`.
     batched_reads: usize,
 }
@@ -205,7 +216,7 @@ impl RouteState {
 
     /// Events routed straight and waiting to cross to the sessions' thread.
     pub fn waiting(&self) -> usize {
-        self.batch.len()
+        self.batches.iter().map(Vec::len).sum()
     }
 }
 
@@ -311,10 +322,14 @@ impl Registry {
             if let Some(mut slot) = self.slots.get_mut(id) {
                 if !slot.child && slot.addr.connected() {
                     let stamp = self.next_routed();
+                    let thread = if state.batching { self.thread_of(id) } else { 0 };
                     if let Some(event) = slot.heard(now, stamp, envelope.event) {
                         let msg = ObserveRead(event, ReadToken::clone(read));
                         if state.batching {
-                            state.batch.push((Arc::clone(&slot.addr), msg));
+                            if state.batches.len() <= thread {
+                                state.batches.resize_with(thread + 1, Vec::new);
+                            }
+                            state.batches[thread].push((Arc::clone(&slot.addr), msg));
                         } else {
                             slot.addr.do_send(msg);
                         }
@@ -355,7 +370,7 @@ impl Registry {
     }
 
     /// Sends the events routed straight since the last flush to their sessions, in one
-    /// crossing to the sessions' thread. The pump flushes at the end of a read
+    /// crossing to each sessions' thread. The pump flushes at the end of a read
     /// ([`Registry::end_of_read`]) and when its connection ends; [`send`] flushes
     /// before anything goes the long way (so a session's events keep their
     /// order).
@@ -363,43 +378,77 @@ impl Registry {
     /// [`send`]: Registry::send
     pub fn flush(&self, state: &mut RouteState) {
         state.batched_reads = 0;
-        if state.batch.is_empty() {
-            return;
-        }
-        let batch = std::mem::take(&mut state.batch);
-        self.on_thread(move || {
-            for (addr, msg) in batch {
-                addr.do_send(msg);
+        for (thread, waiting) in state.batches.iter_mut().enumerate() {
+            if waiting.is_empty() {
+                continue;
             }
-        });
+            // The next batch is about as large: it starts with room for it.
+            let batch = std::mem::replace(waiting, Vec::with_capacity(waiting.len()));
+            self.on_thread(thread, move || {
+                for (addr, msg) in batch {
+                    addr.do_send(msg);
+                }
+            });
+        }
     }
 
-    /// Sends `msg` to a session's actor from the server's thread: the supervisor sends
-    /// what it routes this way, so it lands behind every event the pump sent before.
-    pub(crate) fn dispatch<M>(&self, addr: Addr<SessionActor>, msg: M)
+    /// Sends `msg` to session `id`'s actor from the session's thread: the supervisor
+    /// sends what it routes this way, so it lands behind every event the pump sent the
+    /// session before.
+    pub(crate) fn dispatch<M>(&self, id: &str, addr: Addr<SessionActor>, msg: M)
     where
         M: Message<Result = ()> + Send + 'static,
         SessionActor: Handler<M>,
     {
-        self.on_thread(move || addr.do_send(msg));
+        self.on_thread(self.thread_of(id), move || addr.do_send(msg));
     }
 
     /// The supervisor is done with the event sent the long way as `seq`: once what it
-    /// dispatched for it has been sent (on the server's thread, in order), the session's
-    /// next events may go straight again.
+    /// dispatched for it has been sent (on the sessions' threads, each in order), the
+    /// session's next events may go straight again. The mark passes every sessions'
+    /// thread in turn, behind what each had queued, and is set after the last.
     pub(crate) fn handled(self: &Arc<Self>, seq: u64) {
-        let registry = Arc::clone(self);
-        self.on_thread(move || {
-            registry.long_handled.fetch_max(seq, Ordering::Release);
-        });
+        fn pass(registry: Arc<Registry>, seq: u64, thread: usize) {
+            match registry.threads.get().and_then(|threads| threads.get(thread)).cloned() {
+                Some(handle) => {
+                    handle.spawn_fn(move || pass(registry, seq, thread + 1));
+                }
+                None => {
+                    registry.long_handled.fetch_max(seq, Ordering::Release);
+                }
+            }
+        }
+        pass(Arc::clone(self), seq, 0);
     }
 
-    /// Runs `f` on the sessions' thread, behind what was queued there before (now, when
-    /// the server has no thread of its own).
-    fn on_thread(&self, f: impl FnOnce() + Send + 'static) {
-        match self.thread.get() {
-            Some(thread) => {
-                thread.spawn_fn(f);
+    /// The sessions' threads, as the server is attached (once; none: the supervisor's).
+    pub(crate) fn set_threads(&self, threads: Vec<ArbiterHandle>) {
+        if !threads.is_empty() {
+            let _ = self.threads.set(threads.into_boxed_slice());
+        }
+    }
+
+    /// Which of the sessions' threads session `id`'s actor runs on: always the same for
+    /// the same id (its events are sent there, in order, by the pump and the supervisor
+    /// alike). 0 with one thread or none.
+    pub fn thread_of(&self, id: &str) -> usize {
+        match self.threads.get().map_or(0, |threads| threads.len()) {
+            0 | 1 => 0,
+            n => (self.spread.hash_one(id) % n as u64) as usize,
+        }
+    }
+
+    /// The thread session `id`'s actor is started on (`None`: the supervisor's own).
+    pub(crate) fn thread_for(&self, id: &str) -> Option<&ArbiterHandle> {
+        self.threads.get().and_then(|threads| threads.get(self.thread_of(id)))
+    }
+
+    /// Runs `f` on the `thread`-th sessions' thread, behind what was queued there before
+    /// (now, when the server has no thread of its own).
+    fn on_thread(&self, thread: usize, f: impl FnOnce() + Send + 'static) {
+        match self.threads.get().and_then(|threads| threads.get(thread)) {
+            Some(handle) => {
+                handle.spawn_fn(f);
             }
             None => f(),
         }

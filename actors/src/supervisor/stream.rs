@@ -97,7 +97,7 @@ impl Supervisor {
         if let Event::SessionDeleted(_) = event {
             self.parents.remove(key(&(server, &id)));
             if let Some((_, slot)) = registry.slots.remove(id.as_str()) {
-                registry.dispatch(Addr::clone(&slot.addr), Observe(event));
+                registry.dispatch(&id, Addr::clone(&slot.addr), Observe(event));
             }
             return;
         }
@@ -108,7 +108,7 @@ impl Supervisor {
         self.learn_family(server, &id, &event, info.as_deref());
         if let Some(parent) = self.parents.get(key(&(server, &id))).cloned() {
             if let Some(addr) = self.session(server, &parent, None, directory.as_deref(), ctx) {
-                registry.dispatch(addr, ChildObserve { child: id.clone(), event: event.clone() });
+                registry.dispatch(&parent, addr, ChildObserve { child: id.clone(), event: event.clone() });
             }
         }
         let now = self.clock.now();
@@ -125,8 +125,8 @@ impl Supervisor {
                 slot.last_event = routed;
             }
             match read {
-                Some(read) => registry.dispatch(addr, ObserveRead(event, read)),
-                None => registry.dispatch(addr, Observe(event)),
+                Some(read) => registry.dispatch(&id, addr, ObserveRead(event, read)),
+                None => registry.dispatch(&id, addr, Observe(event)),
             }
         }
     }

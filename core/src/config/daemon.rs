@@ -38,10 +38,11 @@ pub struct SupervisorConfig {
     /// servers than threads share them in turn. 0 = one per CPU core. The supervisor, the
     /// guard, the advisor and the control API keep the main thread. Read at start-up.
     pub server_threads: usize,
-    /// A server's event pump (reading, framing, decoding, routing) runs on another of
-    /// the server threads than its sessions' actors (their decisions), so one server's
-    /// stream uses two cores; the events of one read cross to the sessions' thread
-    /// together. Off, or with one thread, they share a thread and no event crosses.
+    /// A server's event pump (reading, framing, decoding, routing) runs on one of the
+    /// server threads and its sessions' actors (their decisions) are spread over all the
+    /// others, each session always on the same one, so one server's stream uses every
+    /// core; the events of one read cross to each sessions' thread together. Off, or
+    /// with one thread, the pump and its sessions share a thread and no event crosses.
     /// Read at start-up.
     pub pump_apart: bool,
 }
