@@ -133,6 +133,10 @@ impl Rig {
             ..Config::default()
         };
         cfg.control.enabled = false;
+        // The sessions spread over three threads (the pump on a fourth), however many
+        // cores the machine has: every suite runs the layout of a large machine, where a
+        // session's events, its parent's and the supervisor's sends cross between threads.
+        cfg.supervisor.server_threads = 4;
         // Tests restart servers: reconnect within seconds, not the production 30 s cap.
         cfg.servers[0].reconnect_max = Duration::from_secs(2);
         // Never the user's own ledger; tests that need persistence set a temp path.
