@@ -35,7 +35,9 @@
 //! `FLEET_DISCOVERY_SECS` (the supervisor's discovery interval, default 60),
 //! `FLEET_BURST_TURNS` (default 12 at 1k, 1 at 10k), `FLEET_BURST_STEP_US` (default 0:
 //! as fast as Shepherd reads), `FLEET_BACKGROUND_STEP_MS` (default 250; 0 = no
-//! background traffic during the stalls), `FLEET_EXIT_AT_END` (exit right after the
+//! background traffic during the stalls), `FLEET_SERVER_THREADS` and `FLEET_PUMP_APART`
+//! (`supervisor.server_threads`, `supervisor.pump_apart`), `FLEET_NO_STATUS` (no status
+//! file: what its writes cost the others), `FLEET_EXIT_AT_END` (exit right after the
 //! last measurement, without shutting down: under `heaptrack`, whatever Shepherd still
 //! holds is then reported as leaked — run the child directly, e.g.
 //! `heaptrack target/release/deps/fleet-… --fleet-scale 1000`).
