@@ -1002,6 +1002,37 @@ async fn periodic_discovery_tells_a_session_that_missed_its_idle_event() {
     assert!(!w.engine.calls().iter().any(|c| c.starts_with("abort")), "{:?}", w.engine.calls());
 }
 
+/// A periodic discovery looks only at the sessions whose actor does not think them
+/// idle (at 100,000 sessions a pass over all of them held the supervisor's thread):
+/// each actor keeps its own entry as it learns its session busy or idle, and takes it
+/// away when it stops.
+#[actix::test]
+async fn the_sessions_not_thought_idle_are_kept_as_their_actors_learn() {
+    tokio::time::pause();
+    let w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    let status = |id: &str, status: &str| {
+        w.send(&format!(
+            r#"{{"directory":"/p","payload":{{"type":"session.status","properties":{{"sessionID":"{id}","status":{{"type":"{status}"}}}}}}}}"#
+        ));
+    };
+    status("ses_A", "busy");
+    status("ses_B", "idle");
+    status("ses_C", "busy");
+    settle().await;
+    assert_eq!(w.registry.len(), 3);
+    assert_eq!(w.registry.not_idle().len(), 2, "the two busy ones");
+    status("ses_A", "idle");
+    settle().await;
+    assert_eq!(w.registry.not_idle().len(), 1, "ses_C");
+    status("ses_B", "busy");
+    settle().await;
+    assert_eq!(w.registry.not_idle().len(), 2, "ses_B and ses_C");
+    w.registry.actor("ses_C").expect("tracked").do_send(StopSession);
+    settle().await;
+    assert_eq!(w.registry.not_idle().len(), 1, "a stopped actor leaves: ses_B");
+}
+
 /// The other way round: a tracked session's busy event is lost; the next periodic
 /// discovery tells it (it thinks it is idle), and its stall is then seen.
 #[actix::test]

@@ -46,6 +46,7 @@ impl Handler<AttachServer> for Supervisor {
             advisor: self.advisor.clone(),
             breaker: Arc::default(),
             stream: msg.stream,
+            not_idle: Arc::clone(&msg.registry.not_idle),
         });
         self.servers.insert(
             msg.name,

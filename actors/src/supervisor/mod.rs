@@ -18,6 +18,7 @@
 mod bounds;
 mod cleanup;
 mod commands;
+mod crossing;
 mod inspect;
 mod lifecycle;
 mod pause;

@@ -125,24 +125,21 @@ impl Supervisor {
         // Tracked sessions of a checked directory that the status endpoint left out
         // are idle now (their idle event may have been lost while disconnected). The
         // registry's shards are only read here (the pump waits on them); the actors
-        // are told after.
+        // are told after. After a connect every tracked session is looked at; a
+        // periodic reading looks only at those whose actor does not think them idle
+        // (`NotIdle`): an idle session — most of the fleet — costs nothing here.
         let mut told = Vec::new();
-        for slot in registry.iter().flat_map(|reg| reg.slots.iter()) {
+        let mut consider = |slot: &SessionSlot, id: &str| {
             // What the slot says alone decides first, as if its directory were checked
-            // (a session outside them is never told): on a periodic reading that is all
-            // an idle session — most of the fleet — costs here, with the shard held.
+            // (a session outside them is never told).
             let known = LeftOut {
                 heard_since: slot.last_event > r.routed,
                 in_checked_directory: true,
                 after_connect: r.after_connect,
                 thinks_idle: slot.view.thinks_idle(),
             };
-            if !known.is_told_idle() {
-                continue;
-            }
-            let id: &str = slot.key();
-            if busy_ids.contains(id) {
-                continue;
+            if !known.is_told_idle() || busy_ids.contains(id) {
+                return;
             }
             let in_checked_directory = slot
                 .directory
@@ -151,6 +148,19 @@ impl Supervisor {
                 .is_some_and(|d| checked_dirs.contains(d));
             if (LeftOut { in_checked_directory, ..known }).is_told_idle() {
                 told.push((Addr::clone(&slot.addr), id.to_string()));
+            }
+        };
+        if let Some(reg) = &registry {
+            if r.after_connect {
+                for slot in reg.slots.iter() {
+                    consider(&slot, slot.key());
+                }
+            } else {
+                for id in reg.not_idle.ids() {
+                    if let Some(slot) = reg.slots.get(&*id) {
+                        consider(&slot, &id);
+                    }
+                }
             }
         }
         for (addr, id) in told {

@@ -41,11 +41,10 @@
 //! would wait forever.
 
 use std::collections::BTreeMap;
-use std::hash::BuildHasher as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use actix::{Addr, ArbiterHandle, Handler, Message};
+use actix::{Addr, ArbiterHandle};
 use dashmap::DashMap;
 use foldhash::quality::RandomState;
 use tokio::time::Instant;
@@ -134,7 +133,7 @@ pub struct Registry {
     routed: AtomicU64,
     /// Events sent the long way, and how many of them the supervisor has handled.
     long_sent: AtomicU64,
-    long_handled: AtomicU64,
+    pub(super) long_handled: AtomicU64,
     /// Event types seen on the stream, with counts (capped: [`super::bounds`]).
     kinds: Mutex<KindCounts>,
     /// `supervisor.max_event_types`, kept here by the supervisor for the pump's counts.
@@ -142,11 +141,13 @@ pub struct Registry {
     /// The threads the server's sessions' actors run on (set as the server is attached;
     /// unset: the supervisor's own), a session always on the same one
     /// ([`Registry::thread_of`]).
-    threads: OnceLock<Box<[ArbiterHandle]>>,
+    pub(super) threads: OnceLock<Box<[ArbiterHandle]>>,
+    /// The sessions whose actor does not think them idle ([`crate::session::view::NotIdle`]).
+    pub(crate) not_idle: Arc<crate::session::view::NotIdle>,
     /// Spreads the sessions over `threads`: seeded per registry, so ids an outsider
     /// chose do not land on one thread by design (at worst, all on one: the layout
     /// with a single sessions' thread).
-    spread: RandomState,
+    pub(super) spread: RandomState,
 }
 
 /// The stream's event types and how often each came.
@@ -174,6 +175,7 @@ impl Registry {
             kinds: Mutex::default(),
             kind_cap: AtomicUsize::new(kind_cap),
             threads: OnceLock::new(),
+            not_idle: Arc::default(),
             spread: RandomState::default(),
         }
     }
@@ -198,9 +200,9 @@ pub struct RouteState {
     /// straight wait here, one batch per sessions' thread ([`Registry::thread_of`]), and
     /// cross to it together ([`Registry::flush`]).
     batching: bool,
-    batches: Vec<Vec<(SharedAddr, ObserveRead)>>,
+    pub(super) batches: Vec<Vec<(SharedAddr, ObserveRead)>>,
     /// Reads whose events are in `batch`.
-    batched_reads: usize,
+    pub(super) batched_reads: usize,
 }
 
 /// A batch crosses to the sessions' thread after at most this many reads even while
@@ -369,91 +371,6 @@ impl Registry {
         }
     }
 
-    /// Sends the events routed straight since the last flush to their sessions, in one
-    /// crossing to each sessions' thread. The pump flushes at the end of a read
-    /// ([`Registry::end_of_read`]) and when its connection ends; [`send`] flushes
-    /// before anything goes the long way (so a session's events keep their
-    /// order).
-    ///
-    /// [`send`]: Registry::send
-    pub fn flush(&self, state: &mut RouteState) {
-        state.batched_reads = 0;
-        for (thread, waiting) in state.batches.iter_mut().enumerate() {
-            if waiting.is_empty() {
-                continue;
-            }
-            // The next batch is about as large: it starts with room for it.
-            let batch = std::mem::replace(waiting, Vec::with_capacity(waiting.len()));
-            self.on_thread(thread, move || {
-                for (addr, msg) in batch {
-                    addr.do_send(msg);
-                }
-            });
-        }
-    }
-
-    /// Sends `msg` to session `id`'s actor from the session's thread: the supervisor
-    /// sends what it routes this way, so it lands behind every event the pump sent the
-    /// session before.
-    pub(crate) fn dispatch<M>(&self, id: &str, addr: Addr<SessionActor>, msg: M)
-    where
-        M: Message<Result = ()> + Send + 'static,
-        SessionActor: Handler<M>,
-    {
-        self.on_thread(self.thread_of(id), move || addr.do_send(msg));
-    }
-
-    /// The supervisor is done with the event sent the long way as `seq`: once what it
-    /// dispatched for it has been sent (on the sessions' threads, each in order), the
-    /// session's next events may go straight again. The mark passes every sessions'
-    /// thread in turn, behind what each had queued, and is set after the last.
-    pub(crate) fn handled(self: &Arc<Self>, seq: u64) {
-        fn pass(registry: Arc<Registry>, seq: u64, thread: usize) {
-            match registry.threads.get().and_then(|threads| threads.get(thread)).cloned() {
-                Some(handle) => {
-                    handle.spawn_fn(move || pass(registry, seq, thread + 1));
-                }
-                None => {
-                    registry.long_handled.fetch_max(seq, Ordering::Release);
-                }
-            }
-        }
-        pass(Arc::clone(self), seq, 0);
-    }
-
-    /// The sessions' threads, as the server is attached (once; none: the supervisor's).
-    pub(crate) fn set_threads(&self, threads: Vec<ArbiterHandle>) {
-        if !threads.is_empty() {
-            let _ = self.threads.set(threads.into_boxed_slice());
-        }
-    }
-
-    /// Which of the sessions' threads session `id`'s actor runs on: always the same for
-    /// the same id (its events are sent there, in order, by the pump and the supervisor
-    /// alike). 0 with one thread or none.
-    pub fn thread_of(&self, id: &str) -> usize {
-        match self.threads.get().map_or(0, |threads| threads.len()) {
-            0 | 1 => 0,
-            n => (self.spread.hash_one(id) % n as u64) as usize,
-        }
-    }
-
-    /// The thread session `id`'s actor is started on (`None`: the supervisor's own).
-    pub(crate) fn thread_for(&self, id: &str) -> Option<&ArbiterHandle> {
-        self.threads.get().and_then(|threads| threads.get(self.thread_of(id)))
-    }
-
-    /// Runs `f` on the `thread`-th sessions' thread, behind what was queued there before
-    /// (now, when the server has no thread of its own).
-    fn on_thread(&self, thread: usize, f: impl FnOnce() + Send + 'static) {
-        match self.threads.get().and_then(|threads| threads.get(thread)) {
-            Some(handle) => {
-                handle.spawn_fn(f);
-            }
-            None => f(),
-        }
-    }
-
     /// Notes a delta in its session's cell — read from its frame's head
     /// ([`read_head`]), or decoded when its frame was not in OpenCode's exact form: the
     /// one way a delta is noted. `false` when it cannot be (the session has no actor
@@ -593,6 +510,11 @@ impl Registry {
             (Arc::clone(&slot.view), Addr::clone(&slot.addr))
         };
         Some(cell.detail(server, id.to_string(), now).ok_or(addr))
+    }
+
+    /// The sessions whose actor does not think them idle.
+    pub fn not_idle(&self) -> &crate::session::view::NotIdle {
+        &self.not_idle
     }
 
     /// How many sessions are tracked.

@@ -29,6 +29,9 @@ pub struct SessionEnv {
     pub breaker: Arc<ProviderBreaker>,
     /// Up to when this server's events are handled: deadlines fall due in it.
     pub stream: Arc<crate::stream_clock::StreamClock>,
+    /// The server's sessions whose actor does not think them idle (the registry's):
+    /// each actor keeps its own entry as its view changes.
+    pub not_idle: Arc<crate::session::view::NotIdle>,
 }
 
 /// Context windows of one server's models (`provider/model` → tokens), read by the

@@ -106,6 +106,7 @@ impl SessionActor {
 
     /// [`SessionActor::new`] with the id the registry keys the session by (one copy).
     pub fn with_shared_id(id: Arc<str>, cfg: Arc<SessionRules>, env: Arc<SessionEnv>) -> Self {
+        env.not_idle.enter(&id); // not idle until it says so
         let core = SessionCore::with_shared_id(Arc::clone(&env.server), id, cfg, env.now());
         Self {
             core,
@@ -161,7 +162,11 @@ impl SessionActor {
     /// moved.
     fn publish(&mut self) {
         self.view.set_silent_since(self.core.silent_since());
-        self.view.set_run(self.core.is_busy(), self.core.is_retrying());
+        match self.view.set_run(self.core.is_busy(), self.core.is_retrying()) {
+            Some(true) => self.env.not_idle.leave(self.core.id()),
+            Some(false) => self.env.not_idle.enter(self.core.shared_id()),
+            None => {}
+        }
         let fingerprint = view::fingerprint(&self.core, self.last_action);
         if self.shown == Some(fingerprint) {
             return;
@@ -231,5 +236,8 @@ impl Actor for SessionActor {
     /// The pump notes no more deltas for this actor (they would never be taken).
     fn stopped(&mut self, _: &mut Context<Self>) {
         self.view.stop();
+        if !self.view.thinks_idle() {
+            self.env.not_idle.leave(self.core.id());
+        }
     }
 }

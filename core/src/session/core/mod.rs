@@ -317,6 +317,11 @@ impl SessionCore {
         &self.id
     }
 
+    /// The id as shared with the session's registry slot (one copy per session).
+    pub fn shared_id(&self) -> &Arc<str> {
+        &self.id
+    }
+
     pub fn directory(&self) -> Option<&str> {
         self.directory.as_deref()
     }
