@@ -110,7 +110,13 @@ impl DetailCell {
             (true, false) => RUN_BUSY,
             (true, true) => RUN_RETRY,
         };
-        let was = self.run.swap(run, Ordering::AcqRel);
+        // The actor alone writes it: a load, and a store only on a change (most
+        // events change nothing here).
+        let was = self.run.load(Ordering::Acquire);
+        if was == run {
+            return None;
+        }
+        self.run.store(run, Ordering::Release);
         ((was == RUN_IDLE) != (run == RUN_IDLE)).then_some(run == RUN_IDLE)
     }
 
@@ -328,7 +334,8 @@ pub fn fingerprint(core: &SessionCore, last_action: Option<LastAction>) -> NonZe
 pub struct NotIdle(dashmap::DashMap<Arc<str>, u32, foldhash::quality::RandomState>);
 
 impl NotIdle {
-    /// An actor of session `id` does not think it idle (it starts so).
+    /// An actor of session `id` does not think it idle (it starts so, and enters as it
+    /// starts).
     pub(crate) fn enter(&self, id: &Arc<str>) {
         *self.0.entry(Arc::clone(id)).or_insert(0) += 1;
     }

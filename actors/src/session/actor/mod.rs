@@ -106,7 +106,6 @@ impl SessionActor {
 
     /// [`SessionActor::new`] with the id the registry keys the session by (one copy).
     pub fn with_shared_id(id: Arc<str>, cfg: Arc<SessionRules>, env: Arc<SessionEnv>) -> Self {
-        env.not_idle.enter(&id); // not idle until it says so
         let core = SessionCore::with_shared_id(Arc::clone(&env.server), id, cfg, env.now());
         Self {
             core,
@@ -195,6 +194,8 @@ impl Actor for SessionActor {
     /// Resumes from the ledger before handling any event, so an evicted or
     /// rediscovered session, or one seen again after a restart, repeats nothing.
     fn started(&mut self, ctx: &mut Context<Self>) {
+        // Not idle until it says so; left in `stopped`, which follows every start.
+        self.env.not_idle.enter(self.core.shared_id());
         let ledger = Arc::clone(&self.env.ledger);
         let (server, id) = (self.env.server.clone(), self.core.id().to_string());
         let load = async move { (ledger.load(&server, &id).await, ledger.open_intents(&server, Some(&id)).await) };
