@@ -30,7 +30,7 @@ impl Handler<AttachServer> for Supervisor {
 
     fn handle(&mut self, msg: AttachServer, _: &mut Context<Self>) {
         msg.registry.set_kind_cap(self.fleet.max_event_types);
-        msg.registry.set_threads(msg.threads.clone());
+        msg.registry.set_threads(msg.threads);
         let env = Arc::new(SessionEnv {
             server: msg.name.as_str().into(),
             engine: msg.engine,

@@ -201,7 +201,7 @@ pub struct RouteState {
     /// cross to it together ([`Registry::flush`]).
     batching: bool,
     pub(super) batches: Vec<Vec<(SharedAddr, ObserveRead)>>,
-    /// Reads whose events are in `batch`.
+    /// Reads whose events are in `batches`.
     pub(super) batched_reads: usize,
 }
 
@@ -321,10 +321,11 @@ impl Registry {
     fn send(&self, state: &mut RouteState, envelope: Envelope, read: &ReadToken, now: Instant) -> Option<LongWay> {
         if self.direct(state, &envelope) {
             let id = envelope.event.session_id().unwrap_or_default();
+            // Which thread's batch, worked out before the slot's shard is locked.
+            let thread = if state.batching { self.thread_of(id) } else { 0 };
             if let Some(mut slot) = self.slots.get_mut(id) {
                 if !slot.child && slot.addr.connected() {
                     let stamp = self.next_routed();
-                    let thread = if state.batching { self.thread_of(id) } else { 0 };
                     if let Some(event) = slot.heard(now, stamp, envelope.event) {
                         let msg = ObserveRead(event, ReadToken::clone(read));
                         if state.batching {
