@@ -28,16 +28,58 @@ type Entries = std::sync::Arc<HashMap<String, Status>>;
 /// A reader waiting for the next round, and what it wants of it.
 type Waiter = (Want, tokio::sync::oneshot::Sender<Result<Entries, EngineError>>);
 
+/// How many `GET /session/status` reads of one directory may be in flight at once.
+/// With one, a reader that asks while a read is under way waits for it to end and then
+/// for the next — two reads' time, the longest step between a stall deadline and its
+/// abort at 10,000 sessions; with two, the next read goes out at once. A bound, not a
+/// tuning knob: a burst still costs a handful of reads, not one per reader.
+const READS_IN_FLIGHT: usize = 2;
+
 /// Coalesces `GET /session/status` reads per directory. A reader never gets an answer
 /// to a request sent before it asked (a recovery must see the status *after* its
-/// stall deadline): while a read is in flight, new readers wait for the next one,
-/// which then answers all of them. So a directory has at most one read in flight, and
-/// a burst of N concurrent readers costs about two requests, not N — and one scan of
-/// each answer, not N: a directory with 100,000 busy sessions answers with megabytes.
+/// stall deadline): a reader joins the next read to go out, which answers every reader
+/// that asked before it was sent. A read goes out as soon as readers wait and fewer
+/// than [`READS_IN_FLIGHT`] of the directory's are under way; otherwise the readers
+/// wait for one to end. So a burst of N concurrent readers costs a few requests, not
+/// N — and one scan of each answer, not N: a directory with 100,000 busy sessions
+/// answers with megabytes.
 #[derive(Debug, Default)]
 pub(super) struct StatusReads {
-    /// Directories with a read loop running → readers waiting for its next read.
-    waiting: Mutex<HashMap<String, Vec<Waiter>>>,
+    /// Directories with a read under way or readers waiting → their state.
+    directories: Mutex<HashMap<String, DirectoryReads>>,
+}
+
+/// One directory's reads: how many are under way, and the readers waiting for the next.
+#[derive(Debug, Default)]
+struct DirectoryReads {
+    in_flight: usize,
+    waiting: Vec<Waiter>,
+}
+
+impl StatusReads {
+    /// The readers the next read of `directory` answers, if one may go out now (counted
+    /// as under way from here); `None` when none waits or the directory is at its bound.
+    fn next_round(&self, directory: &str) -> Option<Vec<Waiter>> {
+        let mut directories = self.directories.lock().unwrap_or_else(|e| e.into_inner());
+        let reads = directories.get_mut(directory)?;
+        if reads.waiting.is_empty() || reads.in_flight >= READS_IN_FLIGHT {
+            return None;
+        }
+        reads.in_flight += 1;
+        Some(std::mem::take(&mut reads.waiting))
+    }
+
+    /// A read of `directory` ended; a directory with nothing under way and nobody
+    /// waiting is forgotten.
+    fn round_ended(&self, directory: &str) {
+        let mut directories = self.directories.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(reads) = directories.get_mut(directory) {
+            reads.in_flight = reads.in_flight.saturating_sub(1);
+            if reads.in_flight == 0 && reads.waiting.is_empty() {
+                directories.remove(directory);
+            }
+        }
+    }
 }
 
 impl OpenCodeClient {
@@ -45,64 +87,66 @@ impl OpenCodeClient {
     /// this call began, possibly shared with other readers (see [`StatusReads`]).
     pub(super) async fn status_entries(&self, directory: &str, want: Want) -> Result<Entries, EngineError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let start_loop = {
-            let mut waiting = self.status_reads.waiting.lock().unwrap_or_else(|e| e.into_inner());
-            match waiting.get_mut(directory) {
-                Some(readers) => {
-                    readers.push((want, tx));
-                    false
-                }
-                None => {
-                    waiting.insert(directory.to_string(), vec![(want, tx)]);
-                    true
-                }
-            }
-        };
-        if start_loop {
+        {
+            let mut directories = self.status_reads.directories.lock().unwrap_or_else(|e| e.into_inner());
+            directories.entry(directory.to_string()).or_default().waiting.push((want, tx));
+        }
+        if let Some(readers) = self.status_reads.next_round(directory) {
             // Detached, so that no reader's cancellation strands the others.
             let (client, directory) = (self.clone(), directory.to_string());
-            tokio::spawn(async move { client.status_read_loop(directory).await });
+            tokio::spawn(async move { client.status_rounds(directory, readers).await });
         }
         rx.await.unwrap_or_else(|_| Err(EngineError::Unreachable("GET /session/status: read abandoned".into())))
     }
 
-    /// Reads until no reader waits: each round answers the readers that asked before
-    /// it was sent, from one scan of its body.
-    async fn status_read_loop(&self, directory: String) {
+    /// Reads for `readers`, then for whoever waits when it ends (while the directory's
+    /// bound lets a read go out): each round answers the readers that asked before it
+    /// was sent, from one scan of its body.
+    async fn status_rounds(&self, directory: String, mut readers: Vec<Waiter>) {
+        /// Ends the round under way however the task ends (its runtime may drop it
+        /// mid-read): otherwise the directory would count it as under way for ever.
+        struct UnderWay<'a>(&'a StatusReads, &'a str);
+        impl Drop for UnderWay<'_> {
+            fn drop(&mut self) {
+                self.0.round_ended(self.1);
+            }
+        }
         loop {
-            let readers = {
-                let mut waiting = self.status_reads.waiting.lock().unwrap_or_else(|e| e.into_inner());
-                match waiting.get_mut(&directory) {
-                    Some(readers) if !readers.is_empty() => std::mem::take(readers),
-                    _ => {
-                        waiting.remove(&directory);
-                        return;
-                    }
-                }
-            };
-            let mut rb = self.request(Method::GET, "/session/status");
-            if !directory.is_empty() {
-                rb = rb.query(&[("directory", directory.as_str())]);
+            {
+                let _under_way = UnderWay(&self.status_reads, &directory);
+                self.status_round(&directory, readers).await;
             }
-            let body = match self.send(rb, "GET /session/status").await {
-                Ok(resp) => read_capped(resp, self.max_response_bytes, "GET /session/status").await,
-                Err(e) => Err(e),
-            };
-            let answer = body.and_then(|body| {
-                let wanted: Option<HashSet<&str>> = readers
-                    .iter()
-                    .map(|(want, _)| match want {
-                        Want::One(id) => Some(id.as_str()),
-                        Want::All => None,
-                    })
-                    .collect();
-                entries(&body, wanted.as_ref())
-                    .map(std::sync::Arc::new)
-                    .map_err(|e| EngineError::Decode(format!("GET /session/status: {e}")))
-            });
-            for (_, reader) in readers {
-                let _ = reader.send(answer.clone());
+            match self.status_reads.next_round(&directory) {
+                Some(next) => readers = next,
+                None => return,
             }
+        }
+    }
+
+    /// One read of `directory`'s statuses, answering `readers`.
+    async fn status_round(&self, directory: &str, readers: Vec<Waiter>) {
+        let mut rb = self.request(Method::GET, "/session/status");
+        if !directory.is_empty() {
+            rb = rb.query(&[("directory", directory)]);
+        }
+        let body = match self.send(rb, "GET /session/status").await {
+            Ok(resp) => read_capped(resp, self.max_response_bytes, "GET /session/status").await,
+            Err(e) => Err(e),
+        };
+        let answer = body.and_then(|body| {
+            let wanted: Option<HashSet<&str>> = readers
+                .iter()
+                .map(|(want, _)| match want {
+                    Want::One(id) => Some(id.as_str()),
+                    Want::All => None,
+                })
+                .collect();
+            entries(&body, wanted.as_ref())
+                .map(std::sync::Arc::new)
+                .map_err(|e| EngineError::Decode(format!("GET /session/status: {e}")))
+        });
+        for (_, reader) in readers {
+            let _ = reader.send(answer.clone());
         }
     }
 }
@@ -194,8 +238,8 @@ mod tests {
         assert_eq!(entries(body, None).unwrap().len(), 3);
     }
 
-    /// A status endpoint that answers slowly, naming each answer after its request's
-    /// number (`{"ses_<n>": busy}`), and counts requests.
+    /// A status endpoint that answers slowly, numbering each answer after its request
+    /// (`ses_a` retrying, its `attempt` the request's number), and counts requests.
     async fn numbered_status_server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -218,7 +262,7 @@ mod tests {
                     }
                     let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    let body = format!(r#"{{"ses_{n}":{{"type":"busy"}}}}"#);
+                    let body = format!(r#"{{"ses_a":{{"type":"retry","attempt":{n},"message":"x","next":0}}}}"#);
                     let head = format!(
                         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
                         body.len()
@@ -235,25 +279,34 @@ mod tests {
         let (url, requests) = numbered_status_server().await;
         let server: ServerConfig = serde_json::from_value(json!({"name": "t", "url": url})).unwrap();
         let client = OpenCodeClient::new(&server, None).unwrap();
+        let answered_by = |status: Result<Option<Status>, EngineError>| match status {
+            Ok(Some(Status::Retry { attempt: Some(n), .. })) => n,
+            other => panic!("not a numbered answer: {other:?}"),
+        };
         let first = tokio::spawn({
             let c = client.clone();
-            async move { c.statuses("/p").await }
+            async move { c.status("/p", "ses_a").await }
         });
         tokio::time::sleep(std::time::Duration::from_millis(30)).await; // the first read is in flight
         let later: Vec<_> = (0..5)
             .map(|_| {
                 let c = client.clone();
-                tokio::spawn(async move { c.status("/p", "ses_2").await })
+                tokio::spawn(async move { c.status("/p", "ses_a").await })
             })
             .collect();
-        let first = first.await.unwrap().unwrap();
-        assert!(first.contains_key("ses_1"), "{first:?}");
+        assert_eq!(answered_by(first.await.unwrap()), 1);
+        let mut later_answers = Vec::new();
         for reader in later {
-            // Not the answer to the request already in flight: the next one, shared.
-            assert_eq!(reader.await.unwrap(), Ok(Some(Status::Busy)));
+            later_answers.push(answered_by(reader.await.unwrap()));
         }
-        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 2);
-        // Another directory is another read.
-        assert_eq!(client.status("/q", "ses_3").await, Ok(Some(Status::Busy)));
+        later_answers.sort();
+        // Never the answer to the request already in flight when they asked: the first
+        // of them sends a second read at once, the others share the third, sent when
+        // the first read ends (two under way at most).
+        assert_eq!(later_answers, [2, 3, 3, 3, 3]);
+        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 3);
+        // Another directory is another read; the directory's books were emptied.
+        assert_eq!(answered_by(client.status("/q", "ses_a").await), 4);
+        assert!(client.status_reads.directories.lock().unwrap().is_empty());
     }
 }
