@@ -111,6 +111,8 @@ struct ScaleResult {
     rss_burst_live_kib: u64,
     burst_cpu_pct: f64,
     burst_sim_cpu_pct: f64,
+    /// The share of the machine's CPU time its hypervisor took (steal) during the burst.
+    burst_steal_pct: f64,
     /// CPU time of Shepherd's busiest thread in the burst (a server's thread: its pump
     /// and sessions), µs per event: the per-event cost, less swayed by the machine's
     /// noise than events/s (10-ms clock ticks: ±1 % over a burst of a second).
@@ -158,6 +160,9 @@ struct StallPhase {
     stall_runtime_late_p99_ms: f64,
     stall_runtime_late_max_ms: f64,
     stall_thread_late_p99_ms: f64,
+    /// The share of the machine's CPU time its hypervisor took (steal) from the first
+    /// stall deadline to the last abort: on a shared host the latencies' tail follows it.
+    stall_steal_pct: f64,
     requests_stall: String,
     /// Said once, in the run's notes.
     #[serde(skip)]
@@ -258,11 +263,11 @@ fn print_table(results: &[ScaleResult]) {
         println!(
             "- {} sessions (load average {} before, {} after): {} tracked. RSS: connected {} KiB (live {}), one turn each {} KiB (live {}), \
              after all phases {} KiB (live {}; Shepherd saw {:.1} messages per session), peak {} KiB. Burst: {} frames, read by the pump in {:.2} s, \
-             all handled after {:.2} s; Shepherd used {:.0}% of a core ({} {:.2} µs per event), the simulator {:.0}% (it alone produces {} frames/s). \
+             all handled after {:.2} s; Shepherd used {:.0}% of a core ({} {:.2} µs per event), the simulator {:.0}% (it alone produces {} frames/s), the host {:.0}% (steal). \
              Stalls: {} planned, {} aborted, {} continued, {} aborts of sessions that were not stalled; background load {} frames/s; \
              stall deadline → Shepherd's stall_detected record p50 {:.1} / p99 {:.1} ms, record → abort request p50 {:.1} / p99 {:.1} ms; \
              Shepherd used {:.0}% of a core, the simulator {:.0}%; a 5-ms sleep was late by {:.1} ms (p99; max {:.1} ms) on Shepherd's thread, \
-             {:.1} ms on a bare thread. Idle window {:.1} s: {:.1} ms CPU, {} context switches (all threads), \
+             {:.1} ms on a bare thread; the host took {:.0}% of the CPUs (steal) while the stalls were aborted. Idle window {:.1} s: {:.1} ms CPU, {} context switches (all threads), \
              {} frames (heartbeats). {} warnings logged.",
             fmt_n(r.sessions),
             r.load_before,
@@ -284,6 +289,7 @@ fn print_table(results: &[ScaleResult]) {
             r.burst_thread_us_per_event,
             r.burst_sim_cpu_pct,
             fmt_n(r.sim_capacity_fps as usize),
+            r.burst_steal_pct,
             r.stall.stalls,
             r.stall.stalls_aborted,
             r.stall.stalls_continued,
@@ -298,6 +304,7 @@ fn print_table(results: &[ScaleResult]) {
             r.stall.stall_runtime_late_p99_ms,
             r.stall.stall_runtime_late_max_ms,
             r.stall.stall_thread_late_p99_ms,
+            r.stall.stall_steal_pct,
             r.idle_secs,
             r.idle_cpu_ms,
             r.idle_ctx_switches,
@@ -337,8 +344,8 @@ fn print_table(results: &[ScaleResult]) {
             println!(
                 "  - stalls with the {} phase's load ({} planned, {} aborted, {} continued, {} aborts of sessions that were not stalled; \
                  background load {} frames/s): abort latency p50 {:.1} / p99 {:.1} ms (max {:.1}); stall deadline → stall_detected \
-                 p50 {:.1} / p99 {:.1} ms, → abort request p50 {:.1} / p99 {:.1} ms; Shepherd used {:.0}% of a core, the simulator {:.0}%; \
-                 requests: {}",
+                 p50 {:.1} / p99 {:.1} ms, → abort request p50 {:.1} / p99 {:.1} ms; Shepherd used {:.0}% of a core, the simulator {:.0}%, \
+                 the host {:.0}% of the CPUs (steal); requests: {}",
                 fmt_n(SAME_LOAD_SESSIONS),
                 s.stalls,
                 s.stalls_aborted,
@@ -354,6 +361,7 @@ fn print_table(results: &[ScaleResult]) {
                 s.detect_to_abort_p99_ms,
                 s.stall_cpu_pct,
                 s.stall_sim_cpu_pct,
+                s.stall_steal_pct,
                 s.requests_stall
             );
         }
@@ -550,7 +558,7 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
 
     // 4. Throughput: a burst as fast as Shepherd reads it.
     let before = stats.frames.load(Ordering::Relaxed);
-    let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
+    let (cpu0, sim0, host0) = (cpu_time(), child_cpu_time(sim_pid), HostTicks::now());
     let threads0 = thread_cpu();
     let t = Instant::now();
     // FLEET_BURST_STEP_US paces the burst instead (an experiment on memory: same events,
@@ -569,6 +577,7 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     r.burst_done_secs = t.elapsed().as_secs_f64();
     r.burst_cpu_pct = (cpu_time() - cpu0).as_secs_f64() * 100.0 / r.burst_done_secs;
     r.burst_sim_cpu_pct = (child_cpu_time(sim_pid) - sim0).as_secs_f64() * 100.0 / r.burst_done_secs;
+    r.burst_steal_pct = host0.steal_pct_until(&HostTicks::now());
     let threads1 = thread_cpu();
     r.burst_threads = threads_per_event(&threads0, &threads1, planned.frames);
     if let Some((name, busy)) = busiest_thread(&threads0, &threads1) {
@@ -579,14 +588,16 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
         r.notes.push("burst did not finish within the phase limit".into());
     }
     eprintln!(
-        "   burst: {} frames, pump {:.2} s, handled {:.2} s = {:.0} events/s; busiest thread ({}) {:.2} µs CPU per event ({})",
+        "   burst: {} frames, pump {:.2} s, handled {:.2} s = {:.0} events/s; busiest thread ({}) {:.2} µs CPU per event ({}); \
+         the host took {:.0}% of the CPUs (steal)",
         planned.frames,
         r.burst_pump_secs,
         r.burst_done_secs,
         planned.frames as f64 / r.burst_done_secs,
         r.burst_thread,
         r.burst_thread_us_per_event,
-        r.burst_threads
+        r.burst_threads,
+        r.burst_steal_pct
     );
     settle(&h, &stats).await?;
     let rep2 = h.report().await?;
@@ -720,11 +731,13 @@ async fn stall_phase(
         seen
     });
     let t = Instant::now();
+    let mut host = vec![HostTicks::now()];
     let planned = h.run(spec).await?;
     r.stalls = planned.stalling;
     let deadline = t + PHASE_LIMIT;
     let report = loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
+        host.push(HostTicks::now());
         let rep = h.report().await?;
         let done = rep.stalling_pending == 0 && rep.stalled_continued >= planned.stalling && rep.busy == 0;
         if done || Instant::now() > deadline {
@@ -755,6 +768,7 @@ async fn stall_phase(
         }
     }
     write_stall_times(csv, stall_times, &detected);
+    r.stall_steal_pct = HostTicks::steal_pct_over(&host, stall_times);
     fire.sort_by(f64::total_cmp);
     rest.sort_by(f64::total_cmp);
     r.detect_p50_ms = percentile(&fire, 50.0);
@@ -778,7 +792,8 @@ async fn stall_phase(
     }
     eprintln!(
         "   stalls{}: {} planned, {} aborted, {} continued in {:.1} s; abort latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms \
-         (deadline → stall_detected p50 {:.1} / p99 {:.1} ms, → abort request p50 {:.1} / p99 {:.1} ms); {} unexpected aborts",
+         (deadline → stall_detected p50 {:.1} / p99 {:.1} ms, → abort request p50 {:.1} / p99 {:.1} ms); {} unexpected aborts; \
+         the host took {:.0}% of the CPUs (steal) meanwhile",
         label,
         r.stalls,
         r.stalls_aborted,
@@ -791,7 +806,8 @@ async fn stall_phase(
         r.detect_p99_ms,
         r.detect_to_abort_p50_ms,
         r.detect_to_abort_p99_ms,
-        r.unexpected_aborts
+        r.unexpected_aborts,
+        r.stall_steal_pct
     );
     Ok(r)
 }
@@ -1013,6 +1029,50 @@ fn child_cpu_time(pid: u32) -> Duration {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     let total = ticks(11) + ticks(12);
     Duration::from_millis(total * 1000 / hz)
+}
+
+/// The machine's CPU time as `/proc/stat` counts it (every CPU, in ticks) at one moment
+/// (epoch µs): what its hypervisor took (steal), of all. On a shared host a stolen
+/// share of a few percent is enough to stretch a latency's tail many times over, so
+/// the phases say how much was taken while they ran.
+struct HostTicks {
+    at_us: i64,
+    steal: u64,
+    total: u64,
+}
+
+impl HostTicks {
+    fn now() -> Self {
+        let at_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        // `cpu  user nice system idle iowait irq softirq steal guest guest_nice`; the
+        // guest times are already counted in user and nice.
+        let ticks: Vec<u64> = stat.lines().next().unwrap_or_default().split_whitespace().skip(1).map(|v| v.parse().unwrap_or(0)).collect();
+        Self { at_us, steal: ticks.get(7).copied().unwrap_or(0), total: ticks.iter().take(8).sum() }
+    }
+
+    /// The stolen share (%) from this reading to `later`; NaN when no tick passed.
+    fn steal_pct_until(&self, later: &Self) -> f64 {
+        let total = later.total.saturating_sub(self.total);
+        if total == 0 {
+            return f64::NAN;
+        }
+        later.steal.saturating_sub(self.steal) as f64 * 100.0 / total as f64
+    }
+
+    /// The stolen share (%) over the readings that span the stalls' window: from the
+    /// last reading before the first deadline to the first after the last abort.
+    fn steal_pct_over(readings: &[Self], stall_times: &[(String, i64, i64)]) -> f64 {
+        let first = stall_times.iter().map(|(_, deadline_us, _)| *deadline_us).min();
+        let last = stall_times.iter().map(|(_, _, abort_us)| *abort_us).max();
+        let (Some(first), Some(last)) = (first, last) else { return f64::NAN };
+        let from = readings.iter().rev().find(|h| h.at_us <= first).or(readings.first());
+        let to = readings.iter().find(|h| h.at_us >= last).or(readings.last());
+        match (from, to) {
+            (Some(from), Some(to)) => from.steal_pct_until(to),
+            _ => f64::NAN,
+        }
+    }
 }
 
 fn cpu_time() -> Duration {
