@@ -194,6 +194,18 @@ impl Running {
                 (Some(self.threads[pump].clone()), sessions.into_iter().map(|t| self.threads[t].clone()).collect(), apart)
             }
         };
+        let thread_engines = threads
+            .iter()
+            .map(|_| -> Arc<dyn shepherd_actors::ports::Engine> {
+                match client.with_own_connections() {
+                    Ok(own) => Arc::new(own),
+                    Err(e) => {
+                        tracing::warn!(server = %server.name, error = %e, "a sessions' thread shares the server's connections");
+                        Arc::new(client.clone())
+                    }
+                }
+            })
+            .collect();
         self.toasts.attach(&server.name, client.clone());
         self.clients.insert(server.name.clone(), client.clone());
         self.supervisor.do_send(AttachServer {
@@ -205,6 +217,7 @@ impl Running {
             stream: Arc::clone(&pump.stats().clock),
             registry: pump.registry(),
             threads,
+            thread_engines,
         });
         let (stop, stop_rx) = watch::channel(false);
         if let Ok(mut stats) = self.pump_stats.write() {

@@ -416,6 +416,7 @@ async fn a_burst_of_sessions_stopping_with_open_todos_is_nudged_every_one_within
         stream: Arc::default(),
         registry: Default::default(),
         threads: Vec::new(),
+        thread_engines: Vec::new(),
     });
     let ids: Vec<String> = (0..SESSIONS).map(|i| format!("ses_{i:03}")).collect();
     let stopped = tokio::time::Instant::now();

@@ -11,7 +11,7 @@ use shepherd_actors::config::{RecoveryConfig, SupervisorConfig};
 use shepherd_actors::control::{
     ControlError, CustomPromptRequest, GetSession, ListSessions, PauseTarget, SendCustomPrompt, SessionDetail, SetPause, StartHandoff,
 };
-use shepherd_actors::session::actor::{Inspect, StopSession};
+use shepherd_actors::session::actor::{Inspect, RefreshTodos, StopSession};
 use shepherd_actors::event::{decode, Event, ModelRef, Role, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
 use shepherd_actors::ledger::{
@@ -19,7 +19,7 @@ use shepherd_actors::ledger::{
     SnapshotStore,
 };
 use shepherd_actors::ports::{
-    Clock, Control, Discovery, EngineError, HistoryMessage, HistoryPart, LastTurn, Lifecycle, Prompt, Reads,
+    Clock, Control, Discovery, Engine, EngineError, HistoryMessage, HistoryPart, LastTurn, Lifecycle, Prompt, Reads,
     TurnSettings,
 };
 use shepherd_actors::stream_clock::{ReadToken, StreamClock};
@@ -260,6 +260,17 @@ fn world_with_ledger(cfg: RecoveryConfig, ledger: Arc<dyn Ledger>) -> World {
 
 /// The same, the server's sessions spread over `threads` (none: the test's own).
 fn world_on(cfg: RecoveryConfig, ledger: Arc<dyn Ledger>, threads: Vec<ArbiterHandle>) -> World {
+    world_with_engines(cfg, ledger, threads, Vec::new())
+}
+
+/// [`world_on`], the sessions on each thread calling the server through that thread's
+/// engine (none: the server's).
+fn world_with_engines(
+    cfg: RecoveryConfig,
+    ledger: Arc<dyn Ledger>,
+    threads: Vec<ArbiterHandle>,
+    thread_engines: Vec<Arc<FakeEngine>>,
+) -> World {
     let engine = Arc::new(FakeEngine::default());
     let journal = Journal::new();
     let records = journal.subscribe();
@@ -278,6 +289,7 @@ fn world_on(cfg: RecoveryConfig, ledger: Arc<dyn Ledger>, threads: Vec<ArbiterHa
         stream: Arc::clone(&stream),
         registry: Arc::clone(&registry),
         threads,
+        thread_engines: thread_engines.into_iter().map(|e| e as Arc<dyn Engine>).collect(),
     });
     World { engine, stream, registry, supervisor, records }
 }
@@ -605,6 +617,42 @@ async fn a_servers_sessions_are_spread_over_its_threads_each_always_on_the_same(
     for (id, _) in ids.iter().zip(&on).filter(|(_, t)| live(t)) {
         eventually(&format!("{id} busy again"), async || busy(id).await == Some(true)).await;
     }
+    drop(read);
+    for t in &threads {
+        t.stop();
+    }
+}
+
+/// The sessions on each of a server's threads call the server through that thread's
+/// engine (in Shepherd: connections of the thread's own, driven there and not by the
+/// pump's thread), never another thread's nor the server's own.
+#[actix::test]
+async fn each_threads_sessions_call_the_server_through_that_threads_engine() {
+    let threads: Vec<Arbiter> = (0..2).map(|_| Arbiter::new()).collect();
+    let engines: Vec<Arc<FakeEngine>> = (0..2).map(|_| Arc::new(FakeEngine::default())).collect();
+    let handles = threads.iter().map(Arbiter::handle).collect();
+    let w = world_with_engines(cfg(), Arc::new(MemoryLedger::default()), handles, engines.clone());
+    w.stream.connected(None);
+    let mut route = RouteState::new(true);
+    let read: ReadToken = Arc::new(w.stream.mark(None).await);
+    let ids: Vec<String> = (0..20).map(|i| format!("ses_{i:03}")).collect();
+    for id in &ids {
+        w.route(&mut route, &status_frame(id, "busy"), &read);
+    }
+    eventually("every session tracked", async || ids.iter().all(|id| w.registry.is_published(id))).await;
+    // A busy session re-reads its todos (as after a reconnect): through its engine.
+    for id in &ids {
+        let addr = w.registry.actor(id).expect("tracked");
+        addr.send(RefreshTodos { listed_updated_ms: None, unwatched_since: None }).await.unwrap();
+    }
+    let read_by = |engine: &FakeEngine, id: &str| engine.calls.lock().unwrap().iter().any(|c| *c == format!("todos {id}"));
+    for id in &ids {
+        let on = w.registry.thread_of(id);
+        eventually(&format!("{id} read through thread {on}'s engine"), async || read_by(&engines[on], id)).await;
+        assert!(!read_by(&engines[1 - on], id), "{id}: not through the other thread's engine");
+        assert!(!read_by(&w.engine, id), "{id}: not through the server's own");
+    }
+    assert!(ids.iter().any(|id| w.registry.thread_of(id) == 0) && ids.iter().any(|id| w.registry.thread_of(id) == 1));
     drop(read);
     for t in &threads {
         t.stop();

@@ -23,6 +23,10 @@ pub struct AttachServer {
     /// supervisor's own); its pump runs on one of them or on another
     /// (`supervisor.pump_apart`).
     pub threads: Vec<ArbiterHandle>,
+    /// The engine the sessions on each of `threads` use (the same server through
+    /// connections of that thread's own, so a session's REST calls are driven on its
+    /// own thread and not behind the pump's reads); none: `engine` for all.
+    pub thread_engines: Vec<Arc<dyn Engine>>,
 }
 
 impl Handler<AttachServer> for Supervisor {
@@ -48,10 +52,12 @@ impl Handler<AttachServer> for Supervisor {
             stream: msg.stream,
             not_idle: Arc::clone(&msg.registry.not_idle),
         });
+        let thread_envs = msg.thread_engines.into_iter().map(|engine| Arc::new(SessionEnv { engine, ..(*env).clone() })).collect();
         self.servers.insert(
             msg.name,
             Server {
                 env,
+                thread_envs,
                 list_limit: msg.list_limit,
                 retry_initial: msg.retry_initial,
                 retry_max: msg.retry_max,

@@ -60,7 +60,11 @@ use crate::session::{Observe, SessionActor, SessionEnv};
 
 /// One supervised OpenCode server.
 struct Server {
+    /// The sessions' shared environment, and the supervisor's own engine.
     env: Arc<SessionEnv>,
+    /// The environment of the sessions on each of the server's threads (its engine
+    /// that thread's own connections); none: `env` for all.
+    thread_envs: Vec<Arc<SessionEnv>>,
     list_limit: u32,
     /// A failed reconciliation is retried after this long, doubling up to `retry_max`
     /// (a freshly restarted OpenCode may not answer REST yet while its stream does).
@@ -287,7 +291,8 @@ impl Supervisor {
             }
         }
         let shared_id: Arc<str> = id.into();
-        let actor = SessionActor::with_shared_id(Arc::clone(&shared_id), Arc::clone(&self.cfg), Arc::clone(&srv.env));
+        let env = srv.thread_envs.get(srv.registry.thread_of(id)).unwrap_or(&srv.env);
+        let actor = SessionActor::with_shared_id(Arc::clone(&shared_id), Arc::clone(&self.cfg), Arc::clone(env));
         let view = actor.view();
         let addr = match srv.registry.thread_for(id) {
             Some(thread) => SessionActor::start_in_arbiter(thread, move |_| actor),

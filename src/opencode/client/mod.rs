@@ -74,13 +74,18 @@ pub struct OpenCodeClient {
     permit_wait: std::time::Duration,
 }
 
+/// The HTTP client of one server's REST calls: a pool of connections of its own.
+fn http_client(request_timeout: std::time::Duration) -> Result<reqwest::Client, EngineError> {
+    reqwest::Client::builder()
+        .timeout(request_timeout)
+        .connect_timeout(request_timeout)
+        .build()
+        .map_err(|e| EngineError::Unreachable(format!("cannot build HTTP client: {e}")))
+}
+
 impl OpenCodeClient {
     pub fn new(server: &ServerConfig, auth: Option<Credentials>) -> Result<Self, EngineError> {
-        let http = reqwest::Client::builder()
-            .timeout(server.request_timeout)
-            .connect_timeout(server.request_timeout)
-            .build()
-            .map_err(|e| EngineError::Unreachable(format!("cannot build HTTP client: {e}")))?;
+        let http = http_client(server.request_timeout)?;
         Ok(Self {
             base: server.url.trim_end_matches('/').to_string(),
             http,
@@ -91,6 +96,14 @@ impl OpenCodeClient {
             in_flight: Arc::new(tokio::sync::Semaphore::new(server.max_requests_in_flight)),
             permit_wait: server.request_timeout,
         })
+    }
+
+    /// The same client — settings, status reads, calls-in-flight bound, all shared —
+    /// with a pool of connections of its own. A connection is driven by the thread that
+    /// opened it: the sessions of each thread get their own pool, so their calls are
+    /// not carried by another thread (the pump's, busiest of all in a burst).
+    pub fn with_own_connections(&self) -> Result<Self, EngineError> {
+        Ok(Self { http: http_client(self.permit_wait)?, ..self.clone() })
     }
 
     /// Sets the timeout of calls that block until OpenCode finished (compaction).

@@ -3,7 +3,10 @@
 
 use super::*;
 
-/// What every session actor of one server shares (one `Arc` for all of them).
+/// What every session actor of one server shares (one `Arc` for all of them on one
+/// thread: a clone shares every part, and may carry another engine — the same server
+/// through connections of that thread's own, see `AttachServer::thread_engines`).
+#[derive(Clone)]
 pub struct SessionEnv {
     pub server: Arc<str>,
     /// The whole server; each procedure is handed the ports it uses.
