@@ -34,7 +34,7 @@ use crate::config::diff::{keep_restart_only, Change, ConfigDiff};
 use crate::config::{resolve_password, ConfigError};
 use crate::metrics::edge::TimedModel;
 use crate::metrics::Metrics;
-use crate::opencode::{Credentials, EventPump, OpenCodeClient, PumpStats};
+use crate::opencode::{CallTimer, Credentials, EventPump, OpenCodeClient, PumpStats};
 use crate::toast::Toasts;
 
 /// Where a reload reads the configuration: the sources `shepherd run` was started with.
@@ -175,9 +175,14 @@ impl Running {
         let auth = resolve_password(server)
             .map_err(|e| unusable(e.to_string()))?
             .map(|password| Credentials { username: server.username.clone(), password });
+        let (metrics, name) = (Arc::clone(&self.metrics), server.name.clone());
+        let timer = CallTimer(Arc::new(move |call: &str, took: std::time::Duration, outcome: &'static str| {
+            metrics.opencode_call(&name, call, outcome, took.as_secs_f64())
+        }));
         let client = OpenCodeClient::new(server, auth.clone())
             .map_err(|e| unusable(e.to_string()))?
-            .with_long_call_timeout(cfg.compaction.max_wait + server.request_timeout);
+            .with_long_call_timeout(cfg.compaction.max_wait + server.request_timeout)
+            .with_call_timer(timer);
         Ok(Prepared { server: server.clone(), auth, client })
     }
 

@@ -169,11 +169,19 @@ async fn a_scripted_run_reads_back_from_metrics_with_exact_counts_and_no_secrets
     assert!(tracked >= 3.0, "{sessions}");
     assert_eq!(value(&s, "shepherd_sessions", &local), Some(tracked), "every tracked session has one state");
     assert_eq!(value(&s, "shepherd_sessions", &[("server", "local"), ("state", "working")]), Some(0.0));
+    // Every call to OpenCode is timed by its template: the one abort, among the rest.
+    let calls = |call| {
+        value(&s, "shepherd_opencode_request_duration_seconds_count", &[("server", "local"), ("call", call), ("outcome", "ok")])
+    };
+    assert_eq!(calls("POST /session/{id}/abort"), Some(1.0), "the stall's one abort");
+    assert!(calls("GET /session/status").unwrap_or(0.0) >= 1.0, "the status read before the abort");
+    assert!(calls("POST /session/{id}/prompt_async").unwrap_or(0.0) >= 2.0, "the continue and the nudge");
 
     // Exposition hygiene: types declared, units in names, nothing that identifies a
     // session or opens a door.
     let (text, _) = api.scrape().await?;
     assert!(text.contains("# TYPE shepherd_recovery_duration_seconds histogram"), "{text}");
+    assert!(text.contains("# TYPE shepherd_opencode_request_duration_seconds histogram"), "{text}");
     assert!(text.contains("# TYPE shepherd_prompts_total counter"), "{text}");
     assert!(text.contains("# TYPE shepherd_sessions gauge"), "{text}");
     for secret in [&api.token, &stalled, &nudged, &prompted, &rig.opencode.url()] {

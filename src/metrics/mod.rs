@@ -44,6 +44,9 @@ use crate::opencode::PumpStats;
 /// Histogram buckets of a recovery (stall detected → continue sent), seconds: the abort,
 /// its poll and the wait after it take seconds; a rate-limited continue can take minutes.
 const RECOVERY_BUCKETS: [f64; 10] = [1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0];
+/// Histogram buckets of one call to an OpenCode server, seconds: a few ms on a quiet
+/// server, the status read of a busy fleet tens of ms, `request_timeout` 10 s by default.
+const OPENCODE_CALL_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
 /// Histogram buckets of one advisor model call, seconds (`advisor.timeout` is 5 s by default).
 const ADVISOR_BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0];
 
@@ -71,6 +74,12 @@ impl Metrics {
                 b.set_buckets_for_metric(
                     Matcher::Full("shepherd_advisor_call_duration_seconds".into()),
                     &ADVISOR_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("shepherd_opencode_request_duration_seconds".into()),
+                    &OPENCODE_CALL_BUCKETS,
                 )
             })
             .expect("the bucket lists are constant and not empty")
@@ -144,6 +153,21 @@ impl Metrics {
         self.with(|| {
             counter!("shepherd_advisor_calls_total", "outcome" => outcome).increment(1);
             histogram!("shepherd_advisor_call_duration_seconds", "outcome" => outcome).record(seconds);
+        });
+    }
+
+    /// One call to OpenCode server `server` ended after `seconds` (see
+    /// [`CallTimer`](crate::opencode::client::CallTimer): `call` is a template, never
+    /// an id).
+    pub fn opencode_call(&self, server: &str, call: &str, outcome: &'static str, seconds: f64) {
+        self.with(|| {
+            histogram!(
+                "shepherd_opencode_request_duration_seconds",
+                "server" => server.to_string(),
+                "call" => call.to_string(),
+                "outcome" => outcome
+            )
+            .record(seconds)
         });
     }
 
@@ -296,6 +320,11 @@ fn describe() {
     describe_counter!("shepherd_advice_total", "Advisor consultations by where the answer came from");
     describe_counter!("shepherd_advisor_calls_total", "Advisor model calls by outcome (ok, error, timeout)");
     describe_histogram!("shepherd_advisor_call_duration_seconds", Unit::Seconds, "Advisor model call latency");
+    describe_histogram!(
+        "shepherd_opencode_request_duration_seconds",
+        Unit::Seconds,
+        "Calls to an OpenCode server by call and outcome (ok, http_error, failed): sent to the answer's head"
+    );
     describe_counter!("shepherd_ledger_write_errors_total", "Failed ledger writes by operation");
     describe_counter!(
         "shepherd_events_ingested_total",
@@ -416,6 +445,22 @@ mod tests {
         let s = parse(&metrics.render(&fleet));
         assert_eq!(info(&s, "1.18.34", "yes"), Some(1.0));
         assert_eq!(info(&s, "1.14.41", "no"), Some(0.0));
+    }
+
+    #[test]
+    fn a_call_to_opencode_is_a_histogram_by_server_call_and_outcome() {
+        let metrics = Metrics::new();
+        metrics.opencode_call("local", "GET /session/status", "ok", 0.004);
+        metrics.opencode_call("local", "GET /session/status", "ok", 0.3);
+        metrics.opencode_call("local", "POST /session/{id}/abort", "failed", 10.0);
+        let s = parse(&metrics.render_now());
+        let status = [("server", "local"), ("call", "GET /session/status"), ("outcome", "ok")];
+        assert_eq!(value(&s, "shepherd_opencode_request_duration_seconds_count", &status), Some(2.0));
+        let within = |le| value(&s, "shepherd_opencode_request_duration_seconds_bucket", &[status[0], status[1], status[2], ("le", le)]);
+        assert_eq!(within("0.005"), Some(1.0), "the quick read within 5 ms");
+        assert_eq!(within("0.5"), Some(2.0));
+        let abort = [("server", "local"), ("call", "POST /session/{id}/abort"), ("outcome", "failed")];
+        assert_eq!(value(&s, "shepherd_opencode_request_duration_seconds_count", &abort), Some(1.0));
     }
 
     #[test]

@@ -10,5 +10,5 @@ pub mod sse;
 pub mod stream;
 pub mod version;
 
-pub use client::{Credentials, OpenCodeClient};
+pub use client::{CallTimer, Credentials, OpenCodeClient};
 pub use pump::{EventPump, PumpRegistry, PumpStats};

@@ -55,6 +55,24 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// Told of every call to the server once its answer's head is in (or it failed): the
+/// call (`GET /session/{id}`: a template, never an id), how long it took from being sent
+/// (the wait for a `max_requests_in_flight` permit not counted), and its outcome — `ok`,
+/// `http_error` (a non-2xx answer), `failed` (no answer). The daemon turns it into the
+/// `shepherd_opencode_request_duration_seconds` histogram; the client knows nothing of
+/// metrics.
+#[derive(Clone)]
+pub struct CallTimer(pub Arc<TimedCall>);
+
+/// What a [`CallTimer`] calls: the call, its time, its outcome.
+pub type TimedCall = dyn Fn(&str, std::time::Duration, &'static str) + Send + Sync;
+
+impl std::fmt::Debug for CallTimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallTimer")
+    }
+}
+
 /// REST client of one OpenCode server.
 #[derive(Debug, Clone)]
 pub struct OpenCodeClient {
@@ -72,6 +90,8 @@ pub struct OpenCodeClient {
     in_flight: Arc<tokio::sync::Semaphore>,
     /// How long a call waits for a permit: the server's `request_timeout`.
     permit_wait: std::time::Duration,
+    /// Told of every call's time (shared by clones).
+    timer: Option<CallTimer>,
 }
 
 /// The HTTP client of one server's REST calls: a pool of connections of its own.
@@ -95,6 +115,7 @@ impl OpenCodeClient {
             max_response_bytes: server.max_response_bytes,
             in_flight: Arc::new(tokio::sync::Semaphore::new(server.max_requests_in_flight)),
             permit_wait: server.request_timeout,
+            timer: None,
         })
     }
 
@@ -104,6 +125,11 @@ impl OpenCodeClient {
     /// not carried by another thread (the pump's, busiest of all in a burst).
     pub fn with_own_connections(&self) -> Result<Self, EngineError> {
         Ok(Self { http: http_client(self.permit_wait)?, ..self.clone() })
+    }
+
+    /// Tells `timer` of every call's time (see [`CallTimer`]).
+    pub fn with_call_timer(self, timer: CallTimer) -> Self {
+        Self { timer: Some(timer), ..self }
     }
 
     /// Sets the timeout of calls that block until OpenCode finished (compaction).

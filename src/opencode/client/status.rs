@@ -275,6 +275,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn every_call_is_timed_by_its_template_with_how_it_ended() {
+        let (url, _) = numbered_status_server().await;
+        type Told = Vec<(String, std::time::Duration, &'static str)>;
+        let told: Arc<std::sync::Mutex<Told>> = Arc::default();
+        let timer = {
+            let told = Arc::clone(&told);
+            super::super::CallTimer(Arc::new(move |call: &str, took, outcome| {
+                told.lock().unwrap().push((call.to_string(), took, outcome))
+            }))
+        };
+        let server: ServerConfig = serde_json::from_value(json!({"name": "t", "url": url})).unwrap();
+        let client = OpenCodeClient::new(&server, None).unwrap().with_call_timer(timer.clone());
+        client.status("/p", "ses_a").await.unwrap();
+        // A port nobody listens on: no answer.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let gone: ServerConfig = serde_json::from_value(json!({"name": "g", "url": format!("http://{closed}")})).unwrap();
+        let gone = OpenCodeClient::new(&gone, None).unwrap().with_call_timer(timer);
+        assert!(gone.status("/p", "ses_a").await.is_err());
+        let told = told.lock().unwrap();
+        assert_eq!(told.len(), 2, "{told:?}");
+        assert_eq!((told[0].0.as_str(), told[0].2), ("GET /session/status", "ok"));
+        assert!(told[0].1 >= std::time::Duration::from_millis(100), "the server answers after 100 ms: {told:?}");
+        assert_eq!((told[1].0.as_str(), told[1].2), ("GET /session/status", "failed"));
+    }
+
+    #[tokio::test]
     async fn concurrent_status_reads_of_a_directory_share_requests_sent_after_they_asked() {
         let (url, requests) = numbered_status_server().await;
         let server: ServerConfig = serde_json::from_value(json!({"name": "t", "url": url})).unwrap();

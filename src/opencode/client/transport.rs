@@ -26,8 +26,27 @@ impl OpenCodeClient {
 
     pub(super) async fn send(&self, rb: RequestBuilder, what: &str) -> Result<reqwest::Response, EngineError> {
         let _turn = self.turn(what).await?;
-        let resp = rb.send().await.map_err(|e| EngineError::Unreachable(format!("{what}: {e}")))?;
+        let resp = self.timed(what, rb.send()).await.map_err(|e| EngineError::Unreachable(format!("{what}: {e}")))?;
         Self::checked(resp, what).await
+    }
+
+    /// Sends, telling the client's [`CallTimer`](super::CallTimer) how long the answer's
+    /// head took and how the call ended.
+    async fn timed(
+        &self,
+        what: &str,
+        sent: impl std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+    ) -> reqwest::Result<reqwest::Response> {
+        let Some(timer) = &self.timer else { return sent.await };
+        let started = std::time::Instant::now();
+        let answer = sent.await;
+        let outcome = match &answer {
+            Ok(resp) if resp.status().is_success() => "ok",
+            Ok(_) => "http_error",
+            Err(_) => "failed",
+        };
+        (timer.0)(what, started.elapsed(), outcome);
+        answer
     }
 
     /// Waits for one of `servers[].max_requests_in_flight` (at most `request_timeout`;
@@ -48,7 +67,7 @@ impl OpenCodeClient {
     /// the answer) may come after OpenCode acted on it — [`EngineError::Unconfirmed`].
     pub(super) async fn send_effect(&self, rb: RequestBuilder, what: &str) -> Result<reqwest::Response, EngineError> {
         let _turn = self.turn(what).await?;
-        let resp = rb.send().await.map_err(|e| {
+        let resp = self.timed(what, rb.send()).await.map_err(|e| {
             if e.is_connect() || e.is_builder() {
                 EngineError::Unreachable(format!("{what}: {e}"))
             } else {
