@@ -2,8 +2,10 @@
 //! ports, wired in by the daemon, so neither the core nor the adapters they wrap know
 //! about metrics.
 //!
-//! - [`CountingLedger`]: every failed ledger write (`save`, `append`, `save_snapshot`,
-//!   `claim`) → `shepherd_ledger_write_errors_total{operation}`.
+//! - [`CountingLedger`]: every ledger write (`save`, `append`, `put_intent`,
+//!   `save_snapshot`, `claim`, …) → `shepherd_ledger_write_duration_seconds{operation}`
+//!   (a recovery waits for its intent's write before it aborts: a slow disk shows here),
+//!   and every failed one → `shepherd_ledger_write_errors_total{operation}`.
 //! - [`TimedModel`]: every advisor model call → `shepherd_advisor_calls_total{outcome}`
 //!   and `shepherd_advisor_call_duration_seconds{outcome}`, outcome `ok`, `error`, or
 //!   `timeout` (the advisor actor dropped the call at `advisor.timeout`).
@@ -31,7 +33,15 @@ impl CountingLedger {
         Arc::new(Self { inner, metrics })
     }
 
-    fn count<T>(&self, operation: &'static str, result: Result<T, LedgerError>) -> Result<T, LedgerError> {
+    /// Times the write and counts it if it failed.
+    async fn write<T>(
+        &self,
+        operation: &'static str,
+        write: impl std::future::Future<Output = Result<T, LedgerError>>,
+    ) -> Result<T, LedgerError> {
+        let started = Instant::now();
+        let result = write.await;
+        self.metrics.ledger_write(operation, started.elapsed().as_secs_f64());
         if result.is_err() {
             self.metrics.ledger_write_error(operation);
         }
@@ -42,8 +52,7 @@ impl CountingLedger {
 #[async_trait]
 impl SnapshotStore for CountingLedger {
     async fn save_snapshot(&self, snapshot: &Snapshot) -> Result<Option<String>, LedgerError> {
-        let r = self.inner.save_snapshot(snapshot).await;
-        self.count("save_snapshot", r)
+        self.write("save_snapshot", self.inner.save_snapshot(snapshot)).await
     }
 
     async fn snapshots(&self, server: &str, session: &str) -> Result<Vec<Result<Snapshot, LedgerError>>, LedgerError> {
@@ -55,8 +64,7 @@ impl SnapshotStore for CountingLedger {
     }
 
     async fn claim(&self, id: &str, session: &str) -> Result<Claim, LedgerError> {
-        let r = self.inner.claim(id, session).await;
-        self.count("claim", r)
+        self.write("claim", self.inner.claim(id, session)).await
     }
 }
 
@@ -67,8 +75,7 @@ impl FleetSettings for CountingLedger {
     }
 
     async fn set_fleet_pause(&self, pause: Option<&FleetPause>) -> Result<(), LedgerError> {
-        let r = self.inner.set_fleet_pause(pause).await;
-        self.count("set_fleet_pause", r)
+        self.write("set_fleet_pause", self.inner.set_fleet_pause(pause)).await
     }
 
     async fn watched_until(&self, server: &str) -> Result<Option<i64>, LedgerError> {
@@ -76,21 +83,18 @@ impl FleetSettings for CountingLedger {
     }
 
     async fn set_watched_until(&self, server: &str, wall_ms: i64) -> Result<(), LedgerError> {
-        let r = self.inner.set_watched_until(server, wall_ms).await;
-        self.count("set_watched_until", r)
+        self.write("set_watched_until", self.inner.set_watched_until(server, wall_ms)).await
     }
 }
 
 #[async_trait]
 impl IntentLog for CountingLedger {
     async fn put_intent(&self, intent: &Intent) -> Result<(), LedgerError> {
-        let r = self.inner.put_intent(intent).await;
-        self.count("put_intent", r)
+        self.write("put_intent", self.inner.put_intent(intent)).await
     }
 
     async fn end_intent(&self, server: &str, decision: &str) -> Result<(), LedgerError> {
-        let r = self.inner.end_intent(server, decision).await;
-        self.count("end_intent", r)
+        self.write("end_intent", self.inner.end_intent(server, decision)).await
     }
 
     async fn open_intents(&self, server: &str, session: Option<&str>) -> Result<Vec<Intent>, LedgerError> {
@@ -105,13 +109,11 @@ impl Ledger for CountingLedger {
     }
 
     async fn save(&self, server: &str, session: &str, state: &DurableState) -> Result<(), LedgerError> {
-        let r = self.inner.save(server, session, state).await;
-        self.count("save", r)
+        self.write("save", self.inner.save(server, session, state)).await
     }
 
     async fn append(&self, record: &ActionRecord) -> Result<(), LedgerError> {
-        let r = self.inner.append(record).await;
-        self.count("append", r)
+        self.write("append", self.inner.append(record)).await
     }
 
     async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError> {
@@ -239,7 +241,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn failed_writes_are_counted_by_operation_and_reads_are_not() {
+    async fn writes_are_timed_and_failed_ones_counted_by_operation_and_reads_are_not() {
         let metrics = Metrics::new();
         let ledger = CountingLedger::wrap(Arc::new(Broken), Arc::clone(&metrics));
         let _ = ledger.load("local", "s").await;
@@ -251,6 +253,10 @@ mod tests {
         let samples = parse(&text);
         assert_eq!(value(&samples, "shepherd_ledger_write_errors_total", &[("operation", "save")]), Some(2.0));
         assert_eq!(value(&samples, "shepherd_ledger_write_errors_total", &[("operation", "load")]), None);
+        // Every write is timed, the failed ones too; a read is not.
+        let writes = |operation| value(&samples, "shepherd_ledger_write_duration_seconds_count", &[("operation", operation)]);
+        assert_eq!(writes("save"), Some(3.0));
+        assert_eq!(writes("load"), None);
     }
 
     struct Model(Result<&'static str, ()>, Duration);

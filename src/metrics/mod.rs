@@ -47,6 +47,9 @@ const RECOVERY_BUCKETS: [f64; 10] = [1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0,
 /// Histogram buckets of one call to an OpenCode server, seconds: a few ms on a quiet
 /// server, the status read of a busy fleet tens of ms, `request_timeout` 10 s by default.
 const OPENCODE_CALL_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+/// Histogram buckets of one ledger write, seconds: well under a millisecond on a quiet
+/// disk; a disk that stalls holds every write behind it.
+const LEDGER_WRITE_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
 /// Histogram buckets of one advisor model call, seconds (`advisor.timeout` is 5 s by default).
 const ADVISOR_BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0];
 
@@ -80,6 +83,12 @@ impl Metrics {
                 b.set_buckets_for_metric(
                     Matcher::Full("shepherd_opencode_request_duration_seconds".into()),
                     &OPENCODE_CALL_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("shepherd_ledger_write_duration_seconds".into()),
+                    &LEDGER_WRITE_BUCKETS,
                 )
             })
             .expect("the bucket lists are constant and not empty")
@@ -135,6 +144,11 @@ impl Metrics {
     }
 
     /// One ledger write failed.
+    /// One ledger write ended after `seconds`, failed or not.
+    pub fn ledger_write(&self, operation: &'static str, seconds: f64) {
+        self.with(|| histogram!("shepherd_ledger_write_duration_seconds", "operation" => operation).record(seconds));
+    }
+
     pub fn ledger_write_error(&self, operation: &'static str) {
         self.with(|| counter!("shepherd_ledger_write_errors_total", "operation" => operation).increment(1));
     }
@@ -326,6 +340,11 @@ fn describe() {
         "Calls to an OpenCode server by call and outcome (ok, http_error, failed): sent to the answer's head"
     );
     describe_counter!("shepherd_ledger_write_errors_total", "Failed ledger writes by operation");
+    describe_histogram!(
+        "shepherd_ledger_write_duration_seconds",
+        Unit::Seconds,
+        "Ledger writes by operation, failed ones included"
+    );
     describe_counter!(
         "shepherd_events_ingested_total",
         "Decoded stream events by server and type (types Shepherd does not know: unknown)"
