@@ -25,7 +25,8 @@ pub struct AttachServer {
     pub threads: Vec<ArbiterHandle>,
     /// The engine the sessions on each of `threads` use (the same server through
     /// connections of that thread's own, so a session's REST calls are driven on its
-    /// own thread and not behind the pump's reads); none: `engine` for all.
+    /// own thread, not carried by the one that opened a shared pool — the
+    /// supervisor's); none: `engine` for all.
     pub thread_engines: Vec<Arc<dyn Engine>>,
 }
 

@@ -3,7 +3,7 @@
 //! answers ([`entries`]: the sessions they asked about, without building the rest).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use reqwest::Method;
 use shepherd_actors::event::Status;
@@ -82,6 +82,20 @@ impl StatusReads {
     }
 }
 
+/// A read of `directory` counted as under way: ended when dropped, however its task
+/// ends (a runtime may drop it before it ran, or mid-read), so the directory never
+/// counts a read for ever.
+struct UnderWay {
+    reads: Arc<StatusReads>,
+    directory: String,
+}
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        self.reads.round_ended(&self.directory);
+    }
+}
+
 impl OpenCodeClient {
     /// The entries `want` names of a `GET /session/status` for `directory` sent after
     /// this call began, possibly shared with other readers (see [`StatusReads`]).
@@ -92,9 +106,10 @@ impl OpenCodeClient {
             directories.entry(directory.to_string()).or_default().waiting.push((want, tx));
         }
         if let Some(readers) = self.status_reads.next_round(directory) {
+            let under_way = UnderWay { reads: Arc::clone(&self.status_reads), directory: directory.to_string() };
             // Detached, so that no reader's cancellation strands the others.
-            let (client, directory) = (self.clone(), directory.to_string());
-            tokio::spawn(async move { client.status_rounds(directory, readers).await });
+            let client = self.clone();
+            tokio::spawn(async move { client.status_rounds(under_way, readers).await });
         }
         rx.await.unwrap_or_else(|_| Err(EngineError::Unreachable("GET /session/status: read abandoned".into())))
     }
@@ -102,22 +117,16 @@ impl OpenCodeClient {
     /// Reads for `readers`, then for whoever waits when it ends (while the directory's
     /// bound lets a read go out): each round answers the readers that asked before it
     /// was sent, from one scan of its body.
-    async fn status_rounds(&self, directory: String, mut readers: Vec<Waiter>) {
-        /// Ends the round under way however the task ends (its runtime may drop it
-        /// mid-read): otherwise the directory would count it as under way for ever.
-        struct UnderWay<'a>(&'a StatusReads, &'a str);
-        impl Drop for UnderWay<'_> {
-            fn drop(&mut self) {
-                self.0.round_ended(self.1);
-            }
-        }
+    async fn status_rounds(&self, mut under_way: UnderWay, mut readers: Vec<Waiter>) {
         loop {
-            {
-                let _under_way = UnderWay(&self.status_reads, &directory);
-                self.status_round(&directory, readers).await;
-            }
+            self.status_round(&under_way.directory, readers).await;
+            let directory = under_way.directory.clone();
+            drop(under_way);
             match self.status_reads.next_round(&directory) {
-                Some(next) => readers = next,
+                Some(next) => {
+                    readers = next;
+                    under_way = UnderWay { reads: Arc::clone(&self.status_reads), directory };
+                }
                 None => return,
             }
         }
