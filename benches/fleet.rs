@@ -112,6 +112,7 @@ struct ScaleResult {
     burst_cpu_pct: f64,
     burst_sim_cpu_pct: f64,
     /// The share of the machine's CPU time its hypervisor took (steal) during the burst.
+    #[serde(deserialize_with = "nan_if_null")]
     burst_steal_pct: f64,
     /// CPU time of Shepherd's busiest thread in the burst (a server's thread: its pump
     /// and sessions), µs per event: the per-event cost, less swayed by the machine's
@@ -145,23 +146,31 @@ struct StallPhase {
     stalls_aborted: u64,
     stalls_continued: u64,
     unexpected_aborts: u64,
+    #[serde(deserialize_with = "nan_if_null")]
     abort_p50_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     abort_p99_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     abort_max_ms: f64,
     background_fps: f64,
     stall_cpu_pct: f64,
     stall_sim_cpu_pct: f64,
     /// Stall deadline → Shepherd's `stall_detected` record (ms, ±1 ms: records carry ms).
+    #[serde(deserialize_with = "nan_if_null")]
     detect_p50_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     detect_p99_ms: f64,
     /// `stall_detected` record → abort request at the simulator.
+    #[serde(deserialize_with = "nan_if_null")]
     detect_to_abort_p50_ms: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     detect_to_abort_p99_ms: f64,
     stall_runtime_late_p99_ms: f64,
     stall_runtime_late_max_ms: f64,
     stall_thread_late_p99_ms: f64,
     /// The share of the machine's CPU time its hypervisor took (steal) from the first
     /// stall deadline to the last abort: on a shared host the latencies' tail follows it.
+    #[serde(deserialize_with = "nan_if_null")]
     stall_steal_pct: f64,
     requests_stall: String,
     /// Said once, in the run's notes.
@@ -972,6 +981,12 @@ where
 /// A number from the environment, or the default.
 fn env_or(key: &str, default: u64) -> u64 {
     std::env::var(key).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+}
+
+/// An `f64` written as `null`: what JSON makes of a NaN (a phase with nothing to
+/// measure), read back as NaN rather than failing the whole run's result.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
