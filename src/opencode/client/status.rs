@@ -56,17 +56,34 @@ struct DirectoryReads {
     waiting: Vec<Waiter>,
 }
 
+/// A read that may go out now: counted as under way until its guard drops, and the
+/// readers it answers.
+type Round = (UnderWay, Vec<Waiter>);
+
 impl StatusReads {
-    /// The readers the next read of `directory` answers, if one may go out now (counted
-    /// as under way from here); `None` when none waits or the directory is at its bound.
-    fn next_round(&self, directory: &str) -> Option<Vec<Waiter>> {
+    /// Adds a reader of `directory`, and takes the next read if one may go out now.
+    fn join(self: &Arc<Self>, directory: &str, reader: Waiter) -> Option<Round> {
         let mut directories = self.directories.lock().unwrap_or_else(|e| e.into_inner());
+        directories.entry(directory.to_string()).or_default().waiting.push(reader);
+        self.take_round(&mut directories, directory)
+    }
+
+    /// The next read of `directory`, if readers wait and one may go out now.
+    fn next_round(self: &Arc<Self>, directory: &str) -> Option<Round> {
+        let mut directories = self.directories.lock().unwrap_or_else(|e| e.into_inner());
+        self.take_round(&mut directories, directory)
+    }
+
+    /// Takes the waiting readers into a round counted as under way (the guard made with
+    /// the count); `None` when none waits or the directory is at its bound.
+    fn take_round(self: &Arc<Self>, directories: &mut HashMap<String, DirectoryReads>, directory: &str) -> Option<Round> {
         let reads = directories.get_mut(directory)?;
         if reads.waiting.is_empty() || reads.in_flight >= READS_IN_FLIGHT {
             return None;
         }
         reads.in_flight += 1;
-        Some(std::mem::take(&mut reads.waiting))
+        let under_way = UnderWay { reads: Arc::clone(self), directory: directory.to_string() };
+        Some((under_way, std::mem::take(&mut reads.waiting)))
     }
 
     /// A read of `directory` ended; a directory with nothing under way and nobody
@@ -101,32 +118,25 @@ impl OpenCodeClient {
     /// this call began, possibly shared with other readers (see [`StatusReads`]).
     pub(super) async fn status_entries(&self, directory: &str, want: Want) -> Result<Entries, EngineError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        {
-            let mut directories = self.status_reads.directories.lock().unwrap_or_else(|e| e.into_inner());
-            directories.entry(directory.to_string()).or_default().waiting.push((want, tx));
-        }
-        if let Some(readers) = self.status_reads.next_round(directory) {
-            let under_way = UnderWay { reads: Arc::clone(&self.status_reads), directory: directory.to_string() };
+        if let Some(round) = self.status_reads.join(directory, (want, tx)) {
             // Detached, so that no reader's cancellation strands the others.
             let client = self.clone();
-            tokio::spawn(async move { client.status_rounds(under_way, readers).await });
+            tokio::spawn(async move { client.status_rounds(round).await });
         }
         rx.await.unwrap_or_else(|_| Err(EngineError::Unreachable("GET /session/status: read abandoned".into())))
     }
 
-    /// Reads for `readers`, then for whoever waits when it ends (while the directory's
+    /// Reads for `round`, then for whoever waits when it ends (while the directory's
     /// bound lets a read go out): each round answers the readers that asked before it
     /// was sent, from one scan of its body.
-    async fn status_rounds(&self, mut under_way: UnderWay, mut readers: Vec<Waiter>) {
+    async fn status_rounds(&self, mut round: Round) {
         loop {
+            let (under_way, readers) = round;
             self.status_round(&under_way.directory, readers).await;
             let directory = under_way.directory.clone();
             drop(under_way);
             match self.status_reads.next_round(&directory) {
-                Some(next) => {
-                    readers = next;
-                    under_way = UnderWay { reads: Arc::clone(&self.status_reads), directory };
-                }
+                Some(next) => round = next,
                 None => return,
             }
         }
