@@ -71,25 +71,16 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     pub fn new() -> Arc<Self> {
-        let recorder = PrometheusBuilder::new()
-            .set_buckets_for_metric(Matcher::Full("shepherd_recovery_duration_seconds".into()), &RECOVERY_BUCKETS)
-            .and_then(|b| {
-                b.set_buckets_for_metric(
-                    Matcher::Full("shepherd_advisor_call_duration_seconds".into()),
-                    &ADVISOR_BUCKETS,
-                )
-            })
-            .and_then(|b| {
-                b.set_buckets_for_metric(
-                    Matcher::Full("shepherd_opencode_request_duration_seconds".into()),
-                    &OPENCODE_CALL_BUCKETS,
-                )
-            })
-            .and_then(|b| {
-                b.set_buckets_for_metric(
-                    Matcher::Full("shepherd_ledger_write_duration_seconds".into()),
-                    &LEDGER_WRITE_BUCKETS,
-                )
+        let histograms: [(&str, &[f64]); 4] = [
+            ("shepherd_recovery_duration_seconds", &RECOVERY_BUCKETS),
+            ("shepherd_advisor_call_duration_seconds", &ADVISOR_BUCKETS),
+            ("shepherd_opencode_request_duration_seconds", &OPENCODE_CALL_BUCKETS),
+            ("shepherd_ledger_write_duration_seconds", &LEDGER_WRITE_BUCKETS),
+        ];
+        let recorder = histograms
+            .iter()
+            .try_fold(PrometheusBuilder::new(), |b, (name, buckets)| {
+                b.set_buckets_for_metric(Matcher::Full((*name).into()), buckets)
             })
             .expect("the bucket lists are constant and not empty")
             .build_recorder();
@@ -143,12 +134,12 @@ impl Metrics {
         }
     }
 
-    /// One ledger write failed.
     /// One ledger write ended after `seconds`, failed or not.
     pub fn ledger_write(&self, operation: &'static str, seconds: f64) {
         self.with(|| histogram!("shepherd_ledger_write_duration_seconds", "operation" => operation).record(seconds));
     }
 
+    /// One ledger write failed.
     pub fn ledger_write_error(&self, operation: &'static str) {
         self.with(|| counter!("shepherd_ledger_write_errors_total", "operation" => operation).increment(1));
     }
