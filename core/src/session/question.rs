@@ -34,17 +34,26 @@ pub fn asks_the_person(text: &str) -> bool {
     if trimmed.ends_with('?') {
         return true;
     }
-    let tail: String = {
-        let chars: Vec<char> = trimmed.chars().collect();
-        let start = chars.len().saturating_sub(TAIL_CHARS);
-        chars[start..].iter().collect::<String>().to_lowercase()
-    };
+    // The last `TAIL_CHARS` characters, found from the end: this runs at every update of
+    // a reply's text part, and a reply may be many kilobytes long.
+    let start = trimmed.char_indices().rev().nth(TAIL_CHARS - 1).map_or(0, |(i, _)| i);
+    let tail = trimmed[start..].to_lowercase();
     // The last paragraph only: an invitation earlier in the reply was followed by more work.
     let last_paragraph = tail.rsplit("\n\n").next().unwrap_or(&tail);
     if last_paragraph.lines().last().is_some_and(|l| l.trim_end().ends_with('?')) {
         return true;
     }
-    INVITATIONS.iter().any(|p| last_paragraph.contains(p))
+    invitation().is_match(last_paragraph)
+}
+
+/// Any of [`INVITATIONS`], found in one pass over the text (searched for one after
+/// another, each search set up anew, they took most of the reading's time).
+fn invitation() -> &'static regex::Regex {
+    static INVITATION: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        let any: Vec<String> = INVITATIONS.iter().map(|p| regex::escape(p)).collect();
+        regex::Regex::new(&any.join("|")).expect("escaped literals form a pattern")
+    });
+    &INVITATION
 }
 
 #[cfg(test)]
@@ -69,6 +78,42 @@ mod tests {
         assert!(!asks_the_person(
             "Let me know... actually, I will just do it.\n\nAll three todos are in progress now."
         ));
+    }
+
+    /// The reading as it was first written (every character of the reply collected,
+    /// then the tail taken): the tail found from the end reads every text the same.
+    fn asks_the_person_as_first_written(text: &str) -> bool {
+        let trimmed = text.trim_end_matches(|c: char| c.is_whitespace() || "*_`\"')]>".contains(c));
+        if trimmed.ends_with('?') {
+            return true;
+        }
+        let chars: Vec<char> = trimmed.chars().collect();
+        let tail = chars[chars.len().saturating_sub(TAIL_CHARS)..].iter().collect::<String>().to_lowercase();
+        let last_paragraph = tail.rsplit("\n\n").next().unwrap_or(&tail);
+        if last_paragraph.lines().last().is_some_and(|l| l.trim_end().ends_with('?')) {
+            return true;
+        }
+        INVITATIONS.iter().any(|p| last_paragraph.contains(p))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_tail_is_read_as_when_every_character_was_collected(
+            head in "(?s).{0,600}",
+            close in proptest::sample::select(vec!["", "Let me know.", "SHALL I go on", "Done?", "é?\n\nok", "İ Would You Like"]),
+            pad in r#"[ \n*_`"')\]>]{0,4}"#,
+        ) {
+            let text = format!("{head}{close}{pad}");
+            proptest::prop_assert_eq!(asks_the_person(&text), asks_the_person_as_first_written(&text), "{:?}", text);
+        }
+    }
+
+    #[test]
+    fn an_invitation_just_inside_the_tail_counts_and_one_just_outside_does_not() {
+        let inside = format!("Let me know {}", "x".repeat(TAIL_CHARS - "Let me know ".len()));
+        assert!(asks_the_person(&inside));
+        let outside = format!("Let me know{}", "é".repeat(TAIL_CHARS - "et me know".len()));
+        assert!(!asks_the_person(&outside), "the invitation's first letter is the 401st character from the end");
     }
 
     #[test]
