@@ -43,6 +43,7 @@
 //! `heaptrack target/release/deps/fleet-… --fleet-scale 1000`).
 
 mod sim;
+mod timings;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -173,6 +174,10 @@ struct StallPhase {
     #[serde(deserialize_with = "nan_if_null")]
     stall_steal_pct: f64,
     requests_stall: String,
+    /// Shepherd's own timings of its calls to OpenCode and its ledger writes meanwhile
+    /// ([`timings`]).
+    #[serde(default)]
+    timings_stall: String,
     /// Said once, in the run's notes.
     #[serde(skip)]
     notes: Vec<String>,
@@ -349,6 +354,7 @@ fn print_table(results: &[ScaleResult]) {
         println!("  - requests while tracking: {}", r.requests_tracking);
         println!("  - requests during the burst: {}", r.requests_burst);
         println!("  - requests during the stall phase: {}", r.stall.requests_stall);
+        println!("  - Shepherd's timings during the stall phase (its calls, its ledger writes): {}", r.stall.timings_stall);
         if let Some(s) = &r.stall_same_load {
             println!(
                 "  - stalls with the {} phase's load ({} planned, {} aborted, {} continued, {} aborts of sessions that were not stalled; \
@@ -373,6 +379,7 @@ fn print_table(results: &[ScaleResult]) {
                 s.stall_steal_pct,
                 s.requests_stall
             );
+            println!("  - Shepherd's timings with the {} phase's load: {}", fmt_n(SAME_LOAD_SESSIONS), s.timings_stall);
         }
         println!("  - idle window {}: requests {}; CPU by thread: {}", r.idle_window, r.requests_idle, r.idle_threads);
         for note in &r.notes {
@@ -720,6 +727,7 @@ async fn stall_phase(
     let before_report = h.report().await?;
     let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
     let probe = LatenessProbe::start();
+    let timings = timings::Timings::parse(&daemon.metrics().render_now());
     // Shepherd's own `stall_detected` records (wall ms), to split each latency in two.
     let mut journal = daemon.journal().subscribe();
     let (stop_detections, mut stopped) = tokio::sync::watch::channel(false);
@@ -785,6 +793,7 @@ async fn stall_phase(
     r.detect_to_abort_p50_ms = percentile(&rest, 50.0);
     r.detect_to_abort_p99_ms = percentile(&rest, 99.0);
     r.requests_stall = requests_between(&before_report, &report);
+    r.timings_stall = timings::Timings::parse(&daemon.metrics().render_now()).since(&timings);
     r.stall_cpu_pct = (cpu_time() - cpu0).as_secs_f64() * 100.0 / phase_secs;
     r.stall_sim_cpu_pct = (child_cpu_time(sim_pid) - sim0).as_secs_f64() * 100.0 / phase_secs;
     r.background_fps = (report.frames_sent - before_report.frames_sent) as f64 / phase_secs;
@@ -818,6 +827,7 @@ async fn stall_phase(
         r.unexpected_aborts,
         r.stall_steal_pct
     );
+    eprintln!("   Shepherd's timings meanwhile: {}", r.timings_stall);
     Ok(r)
 }
 

@@ -7,9 +7,11 @@
 #
 # Each line: events/s and the simulator's own rate in the run, the abort latency (p50 /
 # p99 / max ms; past 10,000 sessions also the phase at the 10k load), the stall path
-# split in two (deadline → stall_detected, → abort request), live RSS per session after
-# all phases, and the share of the CPUs the host took (steal) in the burst and while the
-# stalls were aborted — a run with a few percent stolen has a longer tail whatever the
+# split in two (deadline → stall_detected, → abort request), the burst's CPU time per
+# event, Shepherd's and the simulator's (on a machine the two fill, events/s is the
+# cores over their sum), live RSS per session after all phases, and the share of the
+# CPUs the host took (steal) in the burst and while the stalls were aborted — a run with
+# a few percent stolen has a longer tail whatever the
 # build. The environment passes through (FLEET_IDLE_SECS defaults to 1 here).
 set -euo pipefail
 if [ $# -lt 3 ]; then
@@ -34,6 +36,10 @@ line = [
     "ev/s %.0f (%.0f%% of %.0f)" % (ev, 100 * ev / r["sim_capacity_fps"], r["sim_capacity_fps"]),
     "abort p50/p99/max %.1f/%.1f/%.1f" % (r["abort_p50_ms"], r["abort_p99_ms"], r["abort_max_ms"]),
     "detect p99 %.1f, to abort p99 %.1f" % (r["detect_p99_ms"], r["detect_to_abort_p99_ms"]),
+    "burst CPU µs/event: Shepherd %.2f, simulator %.2f" % (
+        r["burst_cpu_pct"] / 100 * r["burst_done_secs"] / r["burst_frames"] * 1e6,
+        r["burst_sim_cpu_pct"] / 100 * r["burst_done_secs"] / r["burst_frames"] * 1e6,
+    ),
     "live RSS %.2f KiB" % ((r["rss_end_live_kib"] - r["rss_connected_live_kib"]) / n),
     "stolen %.0f%%/%.0f%%" % (r.get("burst_steal_pct", float("nan")), r.get("stall_steal_pct", float("nan"))),
 ]

@@ -1,0 +1,98 @@
+//! Where a stall phase's time went, as Shepherd itself measures it: every call to the
+//! OpenCode server by its template, until the answer's head
+//! (`shepherd_opencode_request_duration_seconds`), and every ledger write by its
+//! operation (`shepherd_ledger_write_duration_seconds`), read from
+//! the daemon's own `/metrics` exposition before and after the phase. The abort's tail
+//! is a status read, an intent's write and the abort itself; these say which of them
+//! grew, without a probe patched into the daemon.
+
+use std::collections::BTreeMap;
+
+/// The two histograms read.
+const HISTOGRAMS: [(&str, &str); 2] =
+    [("shepherd_opencode_request_duration_seconds", "call"), ("shepherd_ledger_write_duration_seconds", "operation")];
+
+/// The bounds (seconds) a share of slow ones is told against: both are bucket bounds of
+/// both histograms, so the shares are exact.
+const SLOW: [f64; 2] = [0.005, 0.010];
+
+/// One histogram series: how many, their sum (s), and the cumulative count at each
+/// bucket bound.
+#[derive(Debug, Default, Clone)]
+struct Series {
+    count: f64,
+    sum: f64,
+    within: BTreeMap<u64, f64>,
+}
+
+/// Every series of the two histograms in one exposition, by what was timed (the call's
+/// template or the ledger operation, with its outcome when it is not `ok`).
+#[derive(Debug, Default, Clone)]
+pub struct Timings(BTreeMap<String, Series>);
+
+impl Timings {
+    /// Reads them from a Prometheus text exposition.
+    pub fn parse(exposition: &str) -> Timings {
+        let mut all: BTreeMap<String, Series> = BTreeMap::new();
+        for line in exposition.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else { continue };
+            let Ok(value) = value.parse::<f64>() else { continue };
+            let (name, labels) = series.split_once('{').map_or((series, ""), |(n, l)| (n, l.trim_end_matches('}')));
+            for (histogram, what) in HISTOGRAMS {
+                let Some(part) = name.strip_prefix(histogram) else { continue };
+                let labels = labels_of(labels);
+                let Some(timed) = labels.get(what) else { continue };
+                let key = match labels.get("outcome").filter(|o| o.as_str() != "ok") {
+                    Some(outcome) => format!("{timed} ({outcome})"),
+                    None => timed.clone(),
+                };
+                let s = all.entry(key).or_default();
+                match part {
+                    "_count" => s.count += value,
+                    "_sum" => s.sum += value,
+                    "_bucket" => {
+                        if let Some(le) = labels.get("le").and_then(|le| le.parse::<f64>().ok()) {
+                            *s.within.entry(le.to_bits()).or_default() += value;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Timings(all)
+    }
+
+    /// What was timed between `before` and `self`, one entry per call or operation that
+    /// happened: `call 909 × 1.9 ms (2.1 % over 5 ms, 0.3 % over 10 ms)`.
+    pub fn since(&self, before: &Timings) -> String {
+        let mut parts = Vec::new();
+        for (key, after) in &self.0 {
+            let was = before.0.get(key).cloned().unwrap_or_default();
+            let n = after.count - was.count;
+            if n < 1.0 {
+                continue;
+            }
+            let mean_ms = (after.sum - was.sum) / n * 1e3;
+            let over: Vec<String> = SLOW
+                .iter()
+                .map(|&bound| {
+                    let within = |s: &Series| s.within.get(&bound.to_bits()).copied().unwrap_or(0.0);
+                    let slow = n - (within(after) - within(&was));
+                    format!("{:.1} % over {} ms", 100.0 * slow / n, bound * 1e3)
+                })
+                .collect();
+            parts.push(format!("{key} {n:.0} × {mean_ms:.1} ms ({})", over.join(", ")));
+        }
+        parts.join("; ")
+    }
+}
+
+/// `a="x",b="y"` as a map (the values OpenCode's templates and Shepherd's operations
+/// have: no escaped quotes).
+fn labels_of(labels: &str) -> BTreeMap<String, String> {
+    labels
+        .split("\",")
+        .filter_map(|pair| pair.split_once("=\""))
+        .map(|(k, v)| (k.trim_start_matches(',').to_string(), v.trim_end_matches('"').to_string()))
+        .collect()
+}
