@@ -46,8 +46,8 @@ pub fn asks_the_person(text: &str) -> bool {
     invitation().is_match(last_paragraph)
 }
 
-/// Any of [`INVITATIONS`], found in one pass over the text (searched for one after
-/// another, each search set up anew, they took most of the reading's time).
+/// Any of [`INVITATIONS`], found in one pass over the text rather than one search per
+/// phrase.
 fn invitation() -> &'static regex::Regex {
     static INVITATION: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         let any: Vec<String> = INVITATIONS.iter().map(|p| regex::escape(p)).collect();
