@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use shepherd::metrics::exposition;
+
 /// The two histograms read.
 const HISTOGRAMS: [(&str, &str); 2] =
     [("shepherd_opencode_request_duration_seconds", "call"), ("shepherd_ledger_write_duration_seconds", "operation")];
@@ -31,28 +33,24 @@ struct Series {
 pub struct Timings(BTreeMap<String, Series>);
 
 impl Timings {
-    /// Reads them from a Prometheus text exposition.
+    /// Reads them from a Prometheus text exposition (with the project's own reader).
     pub fn parse(exposition: &str) -> Timings {
         let mut all: BTreeMap<String, Series> = BTreeMap::new();
-        for line in exposition.lines().filter(|l| !l.starts_with('#')) {
-            let Some((series, value)) = line.rsplit_once(' ') else { continue };
-            let Ok(value) = value.parse::<f64>() else { continue };
-            let (name, labels) = series.split_once('{').map_or((series, ""), |(n, l)| (n, l.trim_end_matches('}')));
+        for sample in exposition::parse(exposition) {
             for (histogram, what) in HISTOGRAMS {
-                let Some(part) = name.strip_prefix(histogram) else { continue };
-                let labels = labels_of(labels);
-                let Some(timed) = labels.get(what) else { continue };
-                let key = match labels.get("outcome").filter(|o| o.as_str() != "ok") {
+                let Some(part) = sample.name.strip_prefix(histogram) else { continue };
+                let Some(timed) = sample.label(what) else { continue };
+                let key = match sample.label("outcome").filter(|o| *o != "ok") {
                     Some(outcome) => format!("{timed} ({outcome})"),
-                    None => timed.clone(),
+                    None => timed.to_string(),
                 };
                 let s = all.entry(key).or_default();
                 match part {
-                    "_count" => s.count += value,
-                    "_sum" => s.sum += value,
+                    "_count" => s.count += sample.value,
+                    "_sum" => s.sum += sample.value,
                     "_bucket" => {
-                        if let Some(le) = labels.get("le").and_then(|le| le.parse::<f64>().ok()) {
-                            *s.within.entry(le.to_bits()).or_default() += value;
+                        if let Some(le) = sample.label("le").and_then(|le| le.parse::<f64>().ok()) {
+                            *s.within.entry(le.to_bits()).or_default() += sample.value;
                         }
                     }
                     _ => {}
@@ -85,14 +83,4 @@ impl Timings {
         }
         parts.join("; ")
     }
-}
-
-/// `a="x",b="y"` as a map (the values OpenCode's templates and Shepherd's operations
-/// have: no escaped quotes).
-fn labels_of(labels: &str) -> BTreeMap<String, String> {
-    labels
-        .split("\",")
-        .filter_map(|pair| pair.split_once("=\""))
-        .map(|(k, v)| (k.trim_start_matches(',').to_string(), v.trim_end_matches('"').to_string()))
-        .collect()
 }
