@@ -36,10 +36,8 @@ line = [
     "ev/s %.0f (%.0f%% of %.0f)" % (ev, 100 * ev / r["sim_capacity_fps"], r["sim_capacity_fps"]),
     "abort p50/p99/max %.1f/%.1f/%.1f" % (r["abort_p50_ms"], r["abort_p99_ms"], r["abort_max_ms"]),
     "detect p99 %.1f, to abort p99 %.1f" % (r["detect_p99_ms"], r["detect_to_abort_p99_ms"]),
-    "burst CPU µs/event: Shepherd %.2f, simulator %.2f" % (
-        r["burst_cpu_pct"] / 100 * r["burst_done_secs"] / r["burst_frames"] * 1e6,
-        r["burst_sim_cpu_pct"] / 100 * r["burst_done_secs"] / r["burst_frames"] * 1e6,
-    ),
+    # A share of a core (%) over events per second, in µs per event.
+    "burst CPU µs/event: Shepherd %.2f, simulator %.2f" % (r["burst_cpu_pct"] * 1e4 / ev, r["burst_sim_cpu_pct"] * 1e4 / ev),
     "live RSS %.2f KiB" % ((r["rss_end_live_kib"] - r["rss_connected_live_kib"]) / n),
     "stolen %.0f%%/%.0f%%" % (r.get("burst_steal_pct", float("nan")), r.get("stall_steal_pct", float("nan"))),
 ]
