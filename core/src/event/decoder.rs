@@ -3,10 +3,11 @@
 //! server could send refused with a clear [`DecodeError`] (ids not of OpenCode's shape,
 //! implausible type names, directories no path could have).
 //!
-//! Every event of the stream passes here, so the usual frame is parsed once: OpenCode's
-//! global stream sends `payload` with its `type` before its `properties`, and then the
-//! properties are read into the type's struct as the parser meets them
-//! ([`one_pass`]). Anything else — the other field order, the per-directory shape, a
+//! The usual events in OpenCode's exact form never come this far: [`super::quick`] reads
+//! them straight, and hands anything else here. Of the rest, the usual frame is parsed
+//! once: OpenCode's global stream sends `payload` with its `type` before its
+//! `properties`, and then the properties are read into the type's struct as the parser
+//! meets them ([`one_pass`]). Anything else — the other field order, the per-directory shape, a
 //! frame that is refused — takes the general path ([`two_pass`]): `properties` kept as
 //! an unparsed slice until the type is known. The general path decides every error, so
 //! both paths refuse the same frames with the same words.
@@ -21,6 +22,7 @@ use super::head::{read_head, FrameHead};
 use super::{lenient, MAX_DIRECTORY_LEN};
 use super::message::RawMessageInfo;
 use super::part::RawPart;
+use super::quick;
 use super::{Envelope, ErrorInfo, Event, MessageInfo, SessionInfo, Status, Todo};
 
 /// Why a frame could not be decoded. The frame is skipped; the stream goes on.
@@ -194,6 +196,10 @@ pub fn decode(frame: &str) -> Result<Envelope, DecodeError> {
 pub fn decode_past_head(frame: &str) -> Result<Envelope, DecodeError> {
     // The global stream's frames, as OpenCode writes them; others would be parsed twice.
     let global = frame.starts_with(r#"{"directory":"#) || frame.starts_with(r#"{"payload":"#);
+    // The usual events in OpenCode's exact form are read without serde ([`quick`]).
+    if let Some(envelope) = global.then(|| quick::read(frame)).flatten() {
+        return Ok(envelope);
+    }
     match global.then(|| one_pass(frame)).flatten() {
         Some(envelope) => Ok(envelope),
         None => two_pass(frame),
@@ -217,7 +223,7 @@ fn one_pass(frame: &str) -> Option<Envelope> {
 
 /// Either stream shape, fields in any order: `properties` is kept as an unparsed slice
 /// until the type says what it holds, then parsed again into its struct.
-fn two_pass(frame: &str) -> Result<Envelope, DecodeError> {
+pub(super) fn two_pass(frame: &str) -> Result<Envelope, DecodeError> {
     let raw: RawFrame = serde_json::from_str(frame).map_err(|e| {
         if e.is_data() {
             DecodeError::NoType // JSON, but not an event object (or a non-string type)
@@ -421,36 +427,7 @@ mod tests {
     use crate::event::{ModelRef, PartKind, ToolStatus};
 
     use super::*;
-
-    /// The captured OpenCode streams (per-directory shape, one event per line), as
-    /// (`type`, `properties`) JSON texts.
-    fn captured_events() -> Vec<(String, String)> {
-        #[derive(Deserialize)]
-        struct Line<'a> {
-            #[serde(rename = "type", borrow)]
-            kind: Option<&'a RawValue>,
-            #[serde(borrow)]
-            properties: Option<&'a RawValue>,
-            #[serde(borrow)]
-            payload: Option<Box<Line<'a>>>,
-        }
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../actors/tests/fixtures/captures");
-        let mut events = Vec::new();
-        for entry in std::fs::read_dir(dir).expect("the captures are in the repository") {
-            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-            for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                let mut l: Line = serde_json::from_str(line).expect("a captured event");
-                if let Some(payload) = l.payload.take() {
-                    l = *payload; // the global stream's shape
-                }
-                if let (Some(kind), Some(props)) = (l.kind, l.properties) {
-                    events.push((kind.get().to_string(), props.get().to_string()));
-                }
-            }
-        }
-        assert!(events.len() > 1000, "{} captured events", events.len());
-        events
-    }
+    use crate::event::captures::captured_events;
 
     /// What the general path makes of `frame`, comparable with what `decode` makes.
     fn outcome(result: Result<Envelope, DecodeError>) -> Result<Envelope, String> {

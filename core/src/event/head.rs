@@ -9,8 +9,9 @@
 //! a value of another type — is [`FrameHead::Other`], and goes through the full decoder
 //! ([`super::decode_past_head`]), which reads it whatever its spelling and says why it
 //! refuses it. So the shortcut never reads a frame differently from the decoder; the
-//! tests hold the two to it, over every captured delta and over generated near-misses
-//! (and `fuzz_properties` over mutated frames).
+//! tests hold the two to it, over every captured delta and over generated near-misses.
+//! The other usual events are read in the same exact form past this head by
+//! [`super::quick`], with the primitives here.
 
 use crate::ids::{self, IdKind};
 
@@ -93,7 +94,7 @@ fn delta<'a>(directory: Option<&'a str>, head: &mut Head<'a>) -> Option<DeltaHea
 /// The frame's `directory` (when it comes first) and the rest after `"payload":{`,
 /// with `project` (when it comes next) read past. `None` when the frame does not start
 /// so, or either value is not a plain string of at most [`MAX_DIRECTORY_LEN`] bytes.
-fn payload(frame: &str) -> Option<(Option<&str>, Head<'_>)> {
+pub(super) fn payload(frame: &str) -> Option<(Option<&str>, Head<'_>)> {
     let mut head = Head(frame.strip_prefix('{')?);
     let mut directory = None;
     if head.tag(r#""directory":""#) {
@@ -109,11 +110,11 @@ fn payload(frame: &str) -> Option<(Option<&str>, Head<'_>)> {
 }
 
 /// What is left of the frame to read.
-struct Head<'a>(&'a str);
+pub(super) struct Head<'a>(pub(super) &'a str);
 
 impl<'a> Head<'a> {
     /// Reads past `text` if the rest starts with it.
-    fn tag(&mut self, text: &str) -> bool {
+    pub(super) fn tag(&mut self, text: &str) -> bool {
         match self.0.strip_prefix(text) {
             Some(rest) => {
                 self.0 = rest;
@@ -123,14 +124,14 @@ impl<'a> Head<'a> {
         }
     }
 
-    fn expect(&mut self, text: &str) -> Option<()> {
+    pub(super) fn expect(&mut self, text: &str) -> Option<()> {
         self.tag(text).then_some(())
     }
 
     /// A string value's text up to its closing quote (read past): `None` at an escape
     /// or a control character (the decoder refuses the latter; the former it would
     /// read differently than the bytes say), or when no quote closes it.
-    fn plain(&mut self) -> Option<&'a str> {
+    pub(super) fn plain(&mut self) -> Option<&'a str> {
         let end = memchr::memchr(b'"', self.0.as_bytes())?;
         let (value, rest) = self.0.split_at(end);
         if !is_plain(value.as_bytes()) {
@@ -143,7 +144,7 @@ impl<'a> Head<'a> {
     /// Any JSON string's text, up to its closing quote (read past), checked as
     /// `serde_json` checks a string it skips: no control characters, and escapes of
     /// `"\/bfnrt` or `u` and four hex digits.
-    fn string(&mut self) -> Option<()> {
+    pub(super) fn string(&mut self) -> Option<()> {
         let bytes = self.0.as_bytes();
         let mut i = 0;
         loop {

@@ -72,32 +72,32 @@ impl Tokens {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct RawMessageInfo<'a> {
-    id: String,
+    pub(super) id: String,
     #[serde(rename = "sessionID")]
-    session_id: String,
-    role: Role,
+    pub(super) session_id: String,
+    pub(super) role: Role,
     #[serde(default)]
-    agent: Option<String>,
+    pub(super) agent: Option<String>,
     /// The older name of `agent` on assistant messages.
     #[serde(default)]
-    mode: Option<String>,
+    pub(super) mode: Option<String>,
     #[serde(default)]
-    model: Option<ModelRef>,
+    pub(super) model: Option<ModelRef>,
     #[serde(default, rename = "providerID")]
-    provider_id: Option<String>,
+    pub(super) provider_id: Option<String>,
     #[serde(default, rename = "modelID")]
-    model_id: Option<String>,
+    pub(super) model_id: Option<String>,
     #[serde(default)]
-    finish: Option<String>,
+    pub(super) finish: Option<String>,
     #[serde(default)]
-    error: Option<ErrorInfo>,
+    pub(super) error: Option<ErrorInfo>,
     #[serde(default)]
-    time: Times,
+    pub(super) time: Times,
     /// `true` on a compaction summary; an object (the diff summary) on user messages.
     #[serde(default, borrow)]
-    summary: Option<&'a RawValue>,
+    pub(super) summary: Option<&'a RawValue>,
     #[serde(default)]
-    tokens: Option<Tokens>,
+    pub(super) tokens: Option<Tokens>,
 }
 
 impl From<RawMessageInfo<'_>> for MessageInfo {

@@ -15,15 +15,19 @@
 //! Parts: this file holds [`Envelope`] and [`Event`]; `session` (a session, its status,
 //! its errors), `message` (a message's info and token usage), `part` (a message part,
 //! Shepherd's tag on its own prompts), `todo`, `decoder` (the frame's two shapes, the
-//! checks on what a hostile server could send, [`decode`] itself) and `head` (the two
-//! forms read by their head alone: `sync` duplicates, and deltas — [`read_head`]).
+//! checks on what a hostile server could send, [`decode`] itself), `head` (the two
+//! forms read by their head alone: `sync` duplicates, and deltas — [`read_head`]) and
+//! `quick` (the usual events in OpenCode's exact form, read without serde).
 //! Every type is re-exported here: the paths are `crate::event::…` whatever file holds
 //! them.
 
+#[cfg(test)]
+mod captures;
 mod decoder;
 mod head;
 mod message;
 mod part;
+mod quick;
 mod session;
 mod todo;
 

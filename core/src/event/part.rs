@@ -70,35 +70,35 @@ pub enum ToolStatus {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct RawPart<'a> {
-    id: String,
+    pub(super) id: String,
     #[serde(rename = "messageID")]
-    message_id: String,
+    pub(super) message_id: String,
     #[serde(rename = "sessionID")]
-    session_id: String,
+    pub(super) session_id: String,
     #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
+    pub(super) kind: Cow<'a, str>,
     /// Kept only for text parts (reasoning text is never copied).
     #[serde(default, borrow)]
-    text: Option<Cow<'a, str>>,
+    pub(super) text: Option<Cow<'a, str>>,
     #[serde(default)]
-    synthetic: Option<bool>,
+    pub(super) synthetic: Option<bool>,
     #[serde(default)]
-    ignored: Option<bool>,
+    pub(super) ignored: Option<bool>,
     #[serde(default, borrow)]
-    metadata: Option<&'a RawValue>,
+    pub(super) metadata: Option<&'a RawValue>,
     #[serde(default)]
-    tool: Option<String>,
+    pub(super) tool: Option<String>,
     #[serde(default, borrow)]
-    state: Option<RawToolState<'a>>,
+    pub(super) state: Option<RawToolState<'a>>,
 }
 
 #[derive(Deserialize)]
-struct RawToolState<'a> {
-    status: ToolStatus,
+pub(super) struct RawToolState<'a> {
+    pub(super) status: ToolStatus,
     #[serde(default, borrow)]
-    metadata: Option<&'a RawValue>,
+    pub(super) metadata: Option<&'a RawValue>,
     #[serde(default)]
-    input: Option<InputKey>,
+    pub(super) input: Option<InputKey>,
 }
 
 /// A text part's `metadata`: only Shepherd's tag is read.
@@ -147,7 +147,7 @@ impl TryFrom<RawPart<'_>> for Part {
 /// order, spacing or escaping gives the same key, and it is computed as the input is
 /// read, without building it: an input can be a whole file's content, and OpenCode
 /// sends it again with every status of the call.
-struct InputKey(u64);
+pub(super) struct InputKey(u64);
 
 /// Tags that keep a value of one kind from hashing as another of the same bytes.
 #[derive(Hash)]
@@ -163,6 +163,11 @@ enum Tag {
 }
 
 impl InputKey {
+    /// The key of an input given as its JSON text (`None`: not JSON).
+    pub(super) fn of_json(input: &str) -> Option<InputKey> {
+        serde_json::from_str(input).ok()
+    }
+
     fn of(tag: Tag, text: Option<&str>) -> Self {
         use std::hash::{Hash, Hasher};
         let mut h = crate::fingerprint::hasher();
