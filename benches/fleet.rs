@@ -11,8 +11,9 @@
 //!   scale run; its memory and CPU are not in Shepherd's numbers.
 //!
 //! A scale run measures, in order:
-//! 1. *simulator capacity*: a bare SSE reader (no Shepherd) drains a burst, so the
-//!    events/s below can be told apart from what the simulator can produce;
+//! 1. *simulator capacity*: a bare reader (no Shepherd; raw socket reads, frames counted
+//!    in the bytes) drains a burst, so the events/s below can be told apart from what
+//!    the simulator can produce;
 //! 2. *RSS per session*: VmRSS once Shepherd is connected and tracks nothing, then
 //!    after every session has had one turn (each is tracked: one session actor), both
 //!    as the kernel reports it and after the allocator returned its unused pages
@@ -51,7 +52,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use shepherd::daemon::Daemon;
 use shepherd::opencode::PumpStats;
@@ -915,26 +915,45 @@ impl LatenessProbe {
 
 /// Frames per second a bare SSE reader gets from the simulator for this burst.
 async fn sim_capacity(h: &Harness, burst: &RunSpec) -> anyhow::Result<f64> {
-    let resp = h.http.get(format!("{}/global/event", h.sim)).send().await?;
-    let mut body = resp.bytes_stream();
-    // The first chunk is `server.connected`.
-    let _ = body.next().await;
-    let t = Instant::now();
-    let planned = h.run(burst).await?;
-    let mut frames = 0u64;
-    let mut last = 0u8;
-    while frames < planned.frames {
-        let Some(chunk) = body.next().await else { break };
-        let chunk = chunk?;
-        for &b in chunk.iter() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    // The bare reader reads the socket itself and counts the frames' ends in the raw
+    // bytes (HTTP's chunk framing is `\r\n`-separated and never holds `\n\n`): the
+    // simulator sends every event as its own chunk, as OpenCode does, and an HTTP
+    // client's hand-over per chunk would make the reader, not the simulator, the
+    // ceiling.
+    let address = h.sim.trim_start_matches("http://").to_string();
+    let mut tcp = tokio::net::TcpStream::connect(&address).await?;
+    tcp.write_all(format!("GET /global/event HTTP/1.1\r\nHost: {address}\r\nAccept: text/event-stream\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut frames, mut last) = (0u64, 0u8);
+    let mut count = |bytes: &[u8]| {
+        for &b in bytes {
             if b == b'\n' && last == b'\n' {
                 frames += 1;
             }
             last = b;
         }
+        frames
+    };
+    // The first frame is `server.connected`.
+    while count(&[]) == 0 {
+        let n = tcp.read(&mut buf).await?;
+        anyhow::ensure!(n > 0, "the simulator closed the stream");
+        count(&buf[..n]);
     }
-    let rate = frames as f64 / t.elapsed().as_secs_f64();
-    drop(body);
+    let t = Instant::now();
+    let planned = h.run(burst).await?;
+    let connected = count(&[]);
+    while count(&[]) - connected < planned.frames {
+        let n = tcp.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        count(&buf[..n]);
+    }
+    let rate = (count(&[]) - connected) as f64 / t.elapsed().as_secs_f64();
+    drop(tcp);
     // Let every session finish that turn before Shepherd starts.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let deadline = Instant::now() + PHASE_LIMIT;

@@ -3,7 +3,8 @@
 //! It speaks the shapes Shepherd reads (see `src/opencode/client/` and `pump.rs`), as
 //! OpenCode 1.18.34 sends them (`/work/shared/opencode-server-api.md`):
 //! `GET /global/event` (SSE, `{"directory","project","payload":{"id","type","properties"}}`
-//! frames plus the `sync` duplicates of durable changes, a heartbeat every 10 s),
+//! frames plus the `sync` duplicates of durable changes, a heartbeat every 10 s; every
+//! frame its own HTTP chunk, as OpenCode writes them),
 //! `GET /session/status?directory=`, `GET /experimental/session?limit=`,
 //! `GET /session/{id}`, `POST /session/{id}/abort`, `GET /session/{id}/todo`,
 //! `GET /session/{id}/message?limit=`, `POST /session/{id}/prompt_async`, and

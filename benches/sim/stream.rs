@@ -115,11 +115,27 @@ pub(super) async fn global_event(data: Data) -> HttpResponse {
                 }
             }
         }
-        Some((Ok(batch.bytes), (rx, shared)))
+        Some((batch.bytes, (rx, shared)))
     });
     use futures::StreamExt as _;
+    // OpenCode writes every event as its own HTTP chunk; so does the simulator.
+    let rest = rest.flat_map(|bytes| futures::stream::iter(one_chunk_per_frame(bytes)));
     HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header(("cache-control", "no-cache"))
         .streaming(first.chain(rest))
+}
+
+/// A batch's frames, each as its own chunk of the response (the bytes are shared, not
+/// copied): OpenCode's server sends one chunk per event, and a reader meets every
+/// chunk boundary it would meet there.
+fn one_chunk_per_frame(bytes: Bytes) -> impl Iterator<Item = Result<Bytes, std::convert::Infallible>> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let rest = bytes.get(at..).filter(|rest| !rest.is_empty())?;
+        let end = memchr::memmem::find(rest, b"\n\n").map_or(bytes.len(), |i| at + i + 2);
+        let chunk = bytes.slice(at..end);
+        at = end;
+        Some(Ok(chunk))
+    })
 }
