@@ -38,9 +38,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-/// How many reads may be handed on and not handled yet. A read is at most the
-/// connection's read buffer (64 KiB), so this bounds the actors' backlog to a few
-/// megabytes; a bound, not a tuning knob.
+/// How many reads may be handed on and not handled yet. A read is about the
+/// connection's read buffer (64 KiB; past it, no more chunks join the read), so this
+/// bounds the actors' backlog to a few megabytes; a bound, not a tuning knob.
 pub const MAX_UNHANDLED_READS: usize = 64;
 
 /// What the stream's socket can say about itself.

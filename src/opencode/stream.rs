@@ -7,9 +7,15 @@
 //! the connection lives, and reqwest offers no way to bound it. `https://` servers go
 //! through reqwest (and its TLS).
 //!
+//! The plain connection is driven by the pump's own reads, not by a task of its own:
+//! OpenCode sends every event as its own HTTP chunk, and hyper hands a body on one chunk
+//! at a time, so a read finds the chunks hyper has already read only if it drives the
+//! connection itself ([`EventStream::next_chunk`]).
+//!
 //! Either way the pump sees the same thing: an [`EventStream`] of byte chunks, after the
 //! same checks of the response (401 names the password, any other failure its status).
 
+use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,7 +24,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use http_body_util::BodyExt;
+use hyper::body::Body as _;
 
 use shepherd_actors::stream_clock::{SocketBacklog, SocketGauge};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -26,8 +32,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use super::client::Credentials;
 
 /// The most the plain connection buffers while the pump is behind (hyper's minimum is
-/// 8 KiB). A frame is read in as many reads as it needs, so nothing is lost to it.
-const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// 8 KiB). A frame is read in as many reads as it needs, so nothing is lost to it. The
+/// pump takes at most as much in one read of its own ([`super::pump`]).
+pub(crate) const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// One open event stream: the body of `GET /global/event`, chunk by chunk.
 pub struct EventStream {
@@ -36,18 +43,18 @@ pub struct EventStream {
     gauge: Option<Arc<TcpGauge>>,
 }
 
-enum Body {
-    /// Our own connection; the task driving it is aborted with the stream.
-    Plain { body: hyper::body::Incoming, connection: tokio::task::JoinHandle<()> },
-    Reqwest(futures::stream::BoxStream<'static, reqwest::Result<Bytes>>),
-}
+/// hyper's side of the plain connection: it reads the socket and hands the body on.
+type PlainConnection =
+    hyper::client::conn::http1::Connection<hyper_util::rt::TokioIo<GaugedTcp>, http_body_util::Empty<Bytes>>;
 
-impl Drop for EventStream {
-    fn drop(&mut self) {
-        if let Body::Plain { connection, .. } = &self.body {
-            connection.abort();
-        }
-    }
+enum Body {
+    /// Our own connection, driven by the pump's own reads (`None` once it has ended):
+    /// OpenCode sends every event as its own HTTP chunk, and hyper hands the body on
+    /// one chunk at a time. Driven in a task of its own, the connection would run only
+    /// once the pump had waited — a wait, a wake-up and a hand-over per event; driven
+    /// here, a read finds what hyper has already read ([`EventStream::next_chunk`]).
+    Plain { body: hyper::body::Incoming, connection: Option<Pin<Box<PlainConnection>>> },
+    Reqwest(futures::stream::BoxStream<'static, reqwest::Result<Bytes>>),
 }
 
 impl EventStream {
@@ -81,13 +88,31 @@ impl EventStream {
     /// The next chunk of the body; `None` when the server ended the stream.
     pub async fn next_chunk(&mut self) -> Option<Result<Bytes, String>> {
         match &mut self.body {
-            Body::Plain { body, .. } => loop {
-                match body.frame().await? {
+            Body::Plain { body, connection } => loop {
+                let next = std::future::poll_fn(|cx| {
+                    // The connection first: it moves what it has read (or reads) into
+                    // the body, which then has it at once.
+                    if let Some(driving) = connection.as_mut() {
+                        if let Poll::Ready(ended) = driving.as_mut().poll(cx) {
+                            *connection = None;
+                            if let Err(e) = ended {
+                                return Poll::Ready(Some(Err(format!("read: {e}"))));
+                            }
+                        }
+                    }
+                    match Pin::new(&mut *body).poll_frame(cx) {
+                        // Nothing more can come once the connection has ended.
+                        Poll::Pending if connection.is_none() => Poll::Ready(None),
+                        polled => polled.map(|frame| frame.map(|f| f.map_err(|e| format!("read: {e}")))),
+                    }
+                })
+                .await?;
+                match next {
                     Ok(frame) => match frame.into_data() {
                         Ok(data) => return Some(Ok(data)),
                         Err(_trailers) => continue,
                     },
-                    Err(e) => return Some(Err(format!("read: {e}"))),
+                    Err(e) => return Some(Err(e)),
                 }
             },
             Body::Reqwest(stream) => stream.next().await.map(|r| r.map_err(|e| format!("read: {e}"))),
@@ -118,9 +143,7 @@ async fn open_plain(url: &reqwest::Url, auth: Option<&Credentials>) -> Result<Ev
         .handshake::<_, http_body_util::Empty<Bytes>>(hyper_util::rt::TokioIo::new(tcp))
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let connection = tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    let mut connection = Box::pin(connection);
     let path = match url.query() {
         Some(q) => format!("{}?{q}", url.path()),
         None => url.path().to_string(),
@@ -137,16 +160,21 @@ async fn open_plain(url: &reqwest::Url, auth: Option<&Credentials>) -> Result<Ev
         request = request.header(hyper::header::AUTHORIZATION, format!("Basic {token}"));
     }
     let request = request.body(http_body_util::Empty::new()).map_err(|e| format!("request: {e}"))?;
-    let response = match sender.send_request(request).await {
-        Ok(r) => r,
-        Err(e) => {
-            connection.abort();
-            return Err(format!("connect: {e}"));
+    // The connection is driven here until the answer's head has come (and by the
+    // stream's reads after).
+    let mut sending = std::pin::pin!(sender.send_request(request));
+    let response = std::future::poll_fn(|cx| {
+        if let Poll::Ready(ended) = connection.as_mut().poll(cx) {
+            let why = ended.err().map_or_else(|| "the server closed the connection".to_string(), |e| e.to_string());
+            return Poll::Ready(Err(format!("connect: {why}")));
         }
-    };
+        sending.as_mut().poll(cx).map_err(|e| format!("connect: {e}"))
+    })
+    .await?;
     // Built before the check: dropped on a bad status, it closes the connection.
     let status = response.status().as_u16();
-    let stream = EventStream { body: Body::Plain { body: response.into_body(), connection }, gauge: Some(gauge) };
+    let body = Body::Plain { body: response.into_body(), connection: Some(connection) };
+    let stream = EventStream { body, gauge: Some(gauge) };
     check_status(status)?;
     Ok(stream)
 }
