@@ -322,8 +322,10 @@ mod tests {
     use shepherd_actors::journal::Journal;
     use shepherd_actors::ledger::MemoryLedger;
 
-    /// A fake OpenCode whose event stream sends `frames` and ends.
-    async fn stream_server(frames: Vec<String>) -> String {
+    /// A fake OpenCode whose event stream sends `frames` and ends: each in its own HTTP
+    /// chunk when `chunked` (as OpenCode does; here all in one write, as a burst reaches
+    /// the socket), or as one plain body.
+    async fn stream_server(frames: Vec<String>, chunked: bool) -> String {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -331,32 +333,18 @@ mod tests {
             let (mut sock, _) = listener.accept().await.unwrap();
             let mut buf = vec![0u8; 4096];
             let _ = sock.read(&mut buf).await;
-            let mut answer =
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n".to_string();
-            for f in frames {
-                answer.push_str(&format!("data: {f}\n\n"));
-            }
-            let _ = sock.write_all(answer.as_bytes()).await;
-        });
-        url
-    }
-
-    /// A fake OpenCode whose event stream sends `frames` as OpenCode does, each in its own
-    /// HTTP chunk — here all in one write, as a burst reaches the socket — and ends.
-    async fn chunked_stream_server(frames: Vec<String>) -> String {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            let (mut sock, _) = listener.accept().await.unwrap();
-            let mut buf = vec![0u8; 4096];
-            let _ = sock.read(&mut buf).await;
-            let mut answer = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_string();
+            let framing = if chunked { "transfer-encoding: chunked" } else { "connection: close" };
+            let mut answer = format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n{framing}\r\n\r\n");
             for f in frames {
                 let frame = format!("data: {f}\n\n");
-                answer.push_str(&format!("{:x}\r\n{frame}\r\n", frame.len()));
+                match chunked {
+                    true => answer.push_str(&format!("{:x}\r\n{frame}\r\n", frame.len())),
+                    false => answer.push_str(&frame),
+                }
             }
-            answer.push_str("0\r\n\r\n");
+            if chunked {
+                answer.push_str("0\r\n\r\n");
+            }
             let _ = sock.write_all(answer.as_bytes()).await;
         });
         url
@@ -382,7 +370,7 @@ mod tests {
         let frames: Vec<String> = (0..400)
             .map(|i| format!(r#"{{"directory":"/p","payload":{{"type":"session.idle","properties":{{"sessionID":"ses_{i}"}}}}}}"#))
             .collect();
-        let url = chunked_stream_server(frames).await;
+        let url = stream_server(frames, true).await;
         let pump = EventPump::new(ServerConfig::new("a", &url), None, supervisor());
         pump.follow(&reqwest::Client::new(), &mut RouteState::default()).await.unwrap();
         let stats = pump.stats();
@@ -400,7 +388,7 @@ mod tests {
             .map(|id| format!(r#"{{"payload":{{"type":"session.idle","properties":{{"sessionID":"{id}"}}}}}}"#))
             .collect();
         frames.push(r#"{"payload":{"type":"session.idle","properties":{"sessionID":"ses_good"}}}"#.into());
-        let url = stream_server(frames).await;
+        let url = stream_server(frames, false).await;
         let pump = EventPump::new(ServerConfig::new("a", &url), None, supervisor());
         pump.follow(&reqwest::Client::new(), &mut RouteState::default()).await.unwrap();
         let stats = pump.stats();
