@@ -33,7 +33,8 @@ use super::client::Credentials;
 
 /// The most the plain connection buffers while the pump is behind (hyper's minimum is
 /// 8 KiB). A frame is read in as many reads as it needs, so nothing is lost to it. The
-/// pump takes at most as much in one read of its own ([`super::pump`]).
+/// pump adds no more chunks to one read of its own once it holds this much
+/// ([`super::pump`]).
 pub(crate) const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// One open event stream: the body of `GET /global/event`, chunk by chunk.
