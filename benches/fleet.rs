@@ -913,6 +913,19 @@ impl LatenessProbe {
     }
 }
 
+/// How many SSE frames end in `bytes` (a blank line: `\n\n`), `last` the byte before
+/// them (and after them, once counted).
+fn frame_ends(bytes: &[u8], last: &mut u8) -> u64 {
+    let mut ends = 0;
+    for &b in bytes {
+        if b == b'\n' && *last == b'\n' {
+            ends += 1;
+        }
+        *last = b;
+    }
+    ends
+}
+
 /// Frames per second a bare SSE reader gets from the simulator for this burst.
 async fn sim_capacity(h: &Harness, burst: &RunSpec) -> anyhow::Result<f64> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -927,32 +940,23 @@ async fn sim_capacity(h: &Harness, burst: &RunSpec) -> anyhow::Result<f64> {
         .await?;
     let mut buf = vec![0u8; 64 * 1024];
     let (mut frames, mut last) = (0u64, 0u8);
-    let mut count = |bytes: &[u8]| {
-        for &b in bytes {
-            if b == b'\n' && last == b'\n' {
-                frames += 1;
-            }
-            last = b;
-        }
-        frames
-    };
     // The first frame is `server.connected`.
-    while count(&[]) == 0 {
+    while frames == 0 {
         let n = tcp.read(&mut buf).await?;
         anyhow::ensure!(n > 0, "the simulator closed the stream");
-        count(&buf[..n]);
+        frames += frame_ends(&buf[..n], &mut last);
     }
     let t = Instant::now();
     let planned = h.run(burst).await?;
-    let connected = count(&[]);
-    while count(&[]) - connected < planned.frames {
+    let connected = frames;
+    while frames - connected < planned.frames {
         let n = tcp.read(&mut buf).await?;
         if n == 0 {
             break;
         }
-        count(&buf[..n]);
+        frames += frame_ends(&buf[..n], &mut last);
     }
-    let rate = (count(&[]) - connected) as f64 / t.elapsed().as_secs_f64();
+    let rate = (frames - connected) as f64 / t.elapsed().as_secs_f64();
     drop(tcp);
     // Let every session finish that turn before Shepherd starts.
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -223,18 +223,16 @@ impl EventPump {
                 });
                 // OpenCode sends every event as its own chunk: what the connection has
                 // already read joins this read, up to a read buffer's worth — one mark,
-                // one crossing to the sessions, not one per event. The end of the stream
-                // or an error is the next read's.
-                if bytes >= READ_BUFFER_BYTES {
-                    break;
-                }
+                // one crossing to the sessions, not one per event. Past that bound, the
+                // end of the stream or an error, what came waits for the next read.
+                // Asked outside tokio's co-operative budget, whose forced "not yet" would
+                // read as "nothing more".
                 match tokio::task::unconstrained(stream.next_chunk()).now_or_never() {
-                    Some(Some(Ok(more))) => chunk = more,
-                    Some(ended) => {
-                        waiting = Some(ended);
+                    Some(Some(Ok(more))) if bytes < READ_BUFFER_BYTES => chunk = more,
+                    next => {
+                        waiting = next;
                         break;
                     }
-                    None => break,
                 }
             }
             drop(read);
@@ -247,11 +245,6 @@ impl EventPump {
             if dropped > 0 {
                 self.stats.malformed.fetch_add(dropped as u64, Ordering::Relaxed);
                 tracing::warn!(server = %name, dropped, "dropped oversized or non-UTF-8 event frames");
-            }
-            // Is more already waiting? Asked outside tokio's co-operative budget, whose
-            // forced "not yet" would read as "nothing more".
-            if waiting.is_none() {
-                waiting = tokio::task::unconstrained(stream.next_chunk()).now_or_never();
             }
             self.registry.end_of_read(route, waiting.is_some());
         }

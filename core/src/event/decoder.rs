@@ -7,9 +7,9 @@
 //! them straight, and hands anything else here. Of the rest, the usual frame is parsed
 //! once: OpenCode's global stream sends `payload` with its `type` before its
 //! `properties`, and then the properties are read into the type's struct as the parser
-//! meets them ([`one_pass`]). Anything else — the other field order, the per-directory shape, a
-//! frame that is refused — takes the general path ([`two_pass`]): `properties` kept as
-//! an unparsed slice until the type is known. The general path decides every error, so
+//! meets them ([`one_pass`]). Anything else — the other field order, the per-directory
+//! shape, a frame that is refused — takes the general path ([`two_pass`]): `properties`
+//! kept as an unparsed slice until the type is known. The general path decides every error, so
 //! both paths refuse the same frames with the same words.
 
 use std::borrow::Cow;
@@ -197,10 +197,7 @@ pub fn decode_past_head(frame: &str) -> Result<Envelope, DecodeError> {
     // The global stream's frames, as OpenCode writes them; others would be parsed twice.
     let global = frame.starts_with(r#"{"directory":"#) || frame.starts_with(r#"{"payload":"#);
     // The usual events in OpenCode's exact form are read without serde ([`quick`]).
-    if let Some(envelope) = global.then(|| quick::read(frame)).flatten() {
-        return Ok(envelope);
-    }
-    match global.then(|| one_pass(frame)).flatten() {
+    match global.then(|| quick::read(frame).or_else(|| one_pass(frame))).flatten() {
         Some(envelope) => Ok(envelope),
         None => two_pass(frame),
     }

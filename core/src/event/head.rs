@@ -67,10 +67,7 @@ pub fn read_head(frame: &str) -> FrameHead<'_> {
 
 /// The rest of a delta's frame after `"payload":{`.
 fn delta<'a>(directory: Option<&'a str>, head: &mut Head<'a>) -> Option<DeltaHead<'a>> {
-    if head.tag(r#""id":""#) {
-        head.plain()?;
-        head.expect(",")?;
-    }
+    head.event_id()?;
     head.expect(r#""type":"message.part.delta","properties":{"sessionID":""#)?;
     let session_id = head.plain()?;
     head.expect(r#","messageID":""#)?;
@@ -126,6 +123,16 @@ impl<'a> Head<'a> {
 
     pub(super) fn expect(&mut self, text: &str) -> Option<()> {
         self.tag(text).then_some(())
+    }
+
+    /// The payload's `"id":"…",` when it comes first, read past (plain, as OpenCode
+    /// writes it); `None` when it is there and not so.
+    pub(super) fn event_id(&mut self) -> Option<()> {
+        if self.tag(r#""id":""#) {
+            self.plain()?;
+            self.expect(",")?;
+        }
+        Some(())
     }
 
     /// A string value's text up to its closing quote (read past): `None` at an escape

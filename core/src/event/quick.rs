@@ -35,10 +35,7 @@ const MAX_SKIPPED_DEPTH: usize = 32;
 /// `None` for anything else (the decoder then reads it).
 pub(super) fn read(frame: &str) -> Option<Envelope> {
     let (directory, mut head) = payload(frame)?;
-    if head.tag(r#""id":""#) {
-        head.plain()?;
-        head.expect(",")?;
-    }
+    head.event_id()?;
     head.expect(r#""type":""#)?;
     let kind = head.plain()?;
     head.expect(r#","properties":"#)?;
