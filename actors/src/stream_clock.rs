@@ -60,9 +60,9 @@ pub trait SocketGauge: Send + Sync + 'static {
 ///
 /// A read that found nothing, or took less than it had room for, emptied the kernel's
 /// buffer: the server had nothing more on its way then, so all it sent before that
-/// moment ends at the byte read so far. The connection (hyper) polls the socket only
-/// when it has used up its own buffer and the pump has taken the chunk before, so when
-/// it polls from beyond that byte, all of it is in the pump's hands. Under steady
+/// moment ends at the byte read so far. The connection reads the socket only when the
+/// pump asks for more, having taken everything read before, so when it reads from beyond
+/// that byte, all of it is in the pump's hands. Under steady
 /// traffic a moment is proven a read or two later.
 ///
 /// Only an emptied buffer counts. A buffer that is never empty says nothing of what the

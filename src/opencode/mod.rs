@@ -1,8 +1,9 @@
 //! The adapter to OpenCode servers: REST ([`client`]), the event stream ([`pump`]) and
-//! its framing ([`sse`]). Decoding of event payloads is shared with the cores
+//! its framing ([`body`]: HTTP's, [`sse`]: the events'). Decoding of event payloads is shared with the cores
 //! (`shepherd_actors::event`). [`version`] holds the OpenCode releases supported,
 //! [`pinned`] the one release the tests and the demo run.
 
+mod body;
 pub mod client;
 pub mod pinned;
 pub mod pump;

@@ -14,9 +14,10 @@
 //! connect it reads the server's OpenCode version once ([`super::version`]), which warns
 //! when the version is outside the supported range.
 //!
-//! A read is every chunk the connection already holds (OpenCode sends each event as its
-//! own HTTP chunk), up to a read buffer's worth: one mark, one count, one crossing to
-//! the sessions' threads for a few hundred events, not one per event.
+//! A read is everything that has already arrived, up to a read buffer's worth (OpenCode
+//! sends each event as its own HTTP chunk; the plain connection hands a socket read's
+//! chunks on as one): one mark, one count, one crossing to the sessions' threads for a
+//! few hundred events, not one per event.
 //!
 //! It also keeps the server's stream time ([`StreamClock`]): each read's events carry
 //! the read's mark, saying how far the read is proven to reach, and the last of them
@@ -221,10 +222,14 @@ impl EventPump {
                         }
                     }
                 });
-                // OpenCode sends every event as its own chunk: what the connection has
-                // already read joins this read, up to a read buffer's worth — one mark,
-                // one crossing to the sessions, not one per event. Past that bound, the
-                // end of the stream or an error, what came waits for the next read.
+                // Let go of the bytes before the next read: the plain connection then
+                // reads into the same buffer rather than a new one.
+                drop(std::mem::take(&mut chunk));
+                // What has already arrived joins this read, up to a read buffer's worth
+                // (through reqwest, whose chunks are OpenCode's, one event each) — one
+                // mark, one crossing to the sessions, not one per event. Past that
+                // bound, the end of the stream or an error, what came waits for the next
+                // read.
                 // Asked outside tokio's co-operative budget, whose forced "not yet" would
                 // read as "nothing more".
                 match tokio::task::unconstrained(stream.next_chunk()).now_or_never() {
