@@ -178,6 +178,13 @@ struct StallPhase {
     /// ([`timings`]).
     #[serde(default)]
     timings_stall: String,
+    /// Every thread that worked meanwhile, with its CPU time and µs per frame the pump read: at a
+    /// steady pace reads are small, and what each costs (waits, wake-ups) shows here.
+    #[serde(default)]
+    stall_threads: String,
+    /// The frames the pump read meanwhile, per read.
+    #[serde(default)]
+    stall_frames_per_read: f64,
     /// Said once, in the run's notes.
     #[serde(skip)]
     notes: Vec<String>,
@@ -355,6 +362,10 @@ fn print_table(results: &[ScaleResult]) {
         println!("  - requests during the burst: {}", r.requests_burst);
         println!("  - requests during the stall phase: {}", r.stall.requests_stall);
         println!("  - Shepherd's timings during the stall phase (its calls, its ledger writes): {}", r.stall.timings_stall);
+        println!(
+            "  - during the stall phase: {:.1} frames per pump read; CPU by thread: {}",
+            r.stall.stall_frames_per_read, r.stall.stall_threads
+        );
         if let Some(s) = &r.stall_same_load {
             println!(
                 "  - stalls with the {} phase's load ({} planned, {} aborted, {} continued, {} aborts of sessions that were not stalled; \
@@ -726,6 +737,8 @@ async fn stall_phase(
     let mut r = StallPhase::default();
     let before_report = h.report().await?;
     let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
+    let pump = Arc::clone(&daemon.pump_stats()[0].1);
+    let (threads0, frames0, reads0) = (thread_cpu(), pump.frames.load(Ordering::Relaxed), pump.reads.load(Ordering::Relaxed));
     let probe = LatenessProbe::start();
     let timings = timings::Timings::parse(&daemon.metrics().render_now());
     // Shepherd's own `stall_detected` records (wall ms), to split each latency in two.
@@ -796,6 +809,11 @@ async fn stall_phase(
     r.timings_stall = timings::Timings::parse(&daemon.metrics().render_now()).since(&timings);
     r.stall_cpu_pct = (cpu_time() - cpu0).as_secs_f64() * 100.0 / phase_secs;
     r.stall_sim_cpu_pct = (child_cpu_time(sim_pid) - sim0).as_secs_f64() * 100.0 / phase_secs;
+    let frames = pump.frames.load(Ordering::Relaxed) - frames0;
+    r.stall_threads = threads_listed(&threads0, &thread_cpu(), |d| {
+        format!("{:.0} ms ({:.2} µs/frame)", d.as_secs_f64() * 1e3, d.as_secs_f64() * 1e6 / frames.max(1) as f64)
+    });
+    r.stall_frames_per_read = frames as f64 / (pump.reads.load(Ordering::Relaxed) - reads0).max(1) as f64;
     r.background_fps = (report.frames_sent - before_report.frames_sent) as f64 / phase_secs;
     r.stalls_aborted = report.stalls_aborted;
     r.stalls_continued = report.stalled_continued;
@@ -828,6 +846,10 @@ async fn stall_phase(
         r.stall_steal_pct
     );
     eprintln!("   Shepherd's timings meanwhile: {}", r.timings_stall);
+    eprintln!(
+        "   meanwhile {:.1} frames per pump read; CPU by thread: {}",
+        r.stall_frames_per_read, r.stall_threads
+    );
     Ok(r)
 }
 
@@ -1153,11 +1175,17 @@ fn busiest_thread(before: &ThreadCpu, after: &ThreadCpu) -> Option<(String, Dura
 /// The threads that used at least 1 % of the busiest one's CPU between two
 /// [`thread_cpu`] readings, busiest first, as `name µs-per-event`.
 fn threads_per_event(before: &ThreadCpu, after: &ThreadCpu, events: u64) -> String {
+    threads_listed(before, after, |d| format!("{:.2}", d.as_secs_f64() * 1e6 / events.max(1) as f64))
+}
+
+/// Every thread that worked between two readings (a hundredth of the busiest's time at
+/// least), each with `show` of its CPU time.
+fn threads_listed(before: &ThreadCpu, after: &ThreadCpu, show: impl Fn(Duration) -> String) -> String {
     let used = thread_use(before, after);
     let floor = used.first().map_or(Duration::ZERO, |(most, _)| *most / 100).max(Duration::from_nanos(1));
     used.iter()
         .filter(|(d, _)| *d >= floor)
-        .map(|(d, name)| format!("{name} {:.2}", d.as_secs_f64() * 1e6 / events.max(1) as f64))
+        .map(|(d, name)| format!("{name} {}", show(*d)))
         .collect::<Vec<_>>()
         .join(", ")
 }
