@@ -256,6 +256,25 @@ mod tests {
             prop_assert!(done);
         }
 
+        /// Whatever the server sends (any bytes, cut anywhere), reading it in pieces
+        /// reads what reading it whole does: the same body, the same end or the same
+        /// kind of error — where the reads fall never changes what Shepherd sees — and
+        /// nothing panics.
+        #[test]
+        fn hostile_bytes_read_in_pieces_read_as_they_do_whole(
+            wire in proptest::collection::vec(
+                prop_oneof![Just(b'\r'), Just(b'\n'), Just(b'0'), Just(b'a'), Just(b';'), any::<u8>()], 0..600),
+            cuts in proptest::collection::vec(0usize..600, 0..12),
+        ) {
+            let whole = decode(Framing::Chunked, &wire, &[]);
+            let pieces = decode(Framing::Chunked, &wire, &cuts);
+            match (whole, pieces) {
+                (Ok(whole), Ok(pieces)) => prop_assert_eq!(whole, pieces),
+                (Err(a), Err(b)) => prop_assert_eq!(a, b),
+                (whole, pieces) => prop_assert!(false, "whole {:?}, in pieces {:?}", whole, pieces),
+            }
+        }
+
         #[test]
         fn a_stated_length_cut_anywhere_gives_exactly_that_many_bytes(
             wire in proptest::collection::vec(any::<u8>(), 0..2000),
