@@ -13,7 +13,8 @@ pub(crate) fn run(args: &ConfigArgs) -> anyhow::Result<()> {
     // readable by the group or others. The writers also set modes explicitly.
     shepherd::private_state::restrict_umask();
     let cfg = args.load()?;
-    shepherd::logging::init(cfg.log.format, &cfg.log.level);
+    // Held to the end: dropped, it writes out the log lines still queued.
+    let _log = shepherd::logging::init(cfg.log.format, &cfg.log.level);
     install_kill_point();
     if cfg.servers.is_empty() {
         anyhow::bail!("no servers configured: add [[servers]] to the config or pass --server URL");

@@ -181,6 +181,7 @@ impl Metrics {
         self.with(|| {
             sample_fleet(fleet);
             self.sample_pumps();
+            counter!("shepherd_log_lines_dropped_total").absolute(crate::logging::dropped_lines());
         });
         self.handle.render()
     }
@@ -364,6 +365,10 @@ fn describe() {
         "Seconds since the server's last stream frame (OpenCode sends a heartbeat every 10 s)"
     );
     describe_counter!("shepherd_journal_records_missed_total", "Journal records the metrics fell behind on");
+    describe_counter!(
+        "shepherd_log_lines_dropped_total",
+        "Log lines dropped because the log's reader did not keep up (supervision never waits for it)"
+    );
 }
 
 #[cfg(test)]

@@ -18,6 +18,10 @@ pub struct ShepherdProcess {
     log: mpsc::UnboundedReceiver<Value>,
     /// Every line read so far.
     pub seen: Vec<Value>,
+    /// While true the log is not read (its pipe fills, as a paused terminal's does).
+    reading_paused: tokio::sync::watch::Sender<bool>,
+    /// The log pipe's read end (held open by the reading task).
+    log_fd: std::os::fd::RawFd,
 }
 
 impl ShepherdProcess {
@@ -46,16 +50,50 @@ impl ShepherdProcess {
         cmd.envs(env.iter().copied());
         let mut child = cmd.spawn()?;
         let stderr = child.stderr.take().expect("piped");
+        let log_fd = std::os::fd::AsRawFd::as_raw_fd(&stderr);
         let (tx, log) = mpsc::unbounded_channel();
+        let (reading_paused, mut paused) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            let mut lines = BufReader::with_capacity(256, stderr).lines();
+            loop {
+                // A paused reader keeps the pipe open and takes nothing from it.
+                if paused.wait_for(|p| !*p).await.is_err() {
+                    return;
+                }
+                let Ok(Some(line)) = lines.next_line().await else { return };
                 if let Ok(v) = serde_json::from_str::<Value>(&line) {
                     let _ = tx.send(v);
                 }
             }
         });
-        Ok(ShepherdProcess { child, log, seen: Vec::new() })
+        Ok(ShepherdProcess { child, log, seen: Vec::new(), reading_paused, log_fd })
+    }
+
+    /// Stops reading the log, with the pipe open and its buffer shrunk to a page, so
+    /// that Shepherd's next few lines fill it: a terminal paused with Ctrl-S, a stuck
+    /// journald. (The reader may still take the line it is waiting for.)
+    pub fn pause_log_reading(&self) {
+        self.reading_paused.send_replace(true);
+    }
+
+    /// Reads the log again.
+    pub fn resume_log_reading(&self) {
+        self.reading_paused.send_replace(false);
+    }
+
+    /// The bytes waiting unread in the log pipe.
+    pub fn log_pipe_unread(&self) -> usize {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int; the descriptor is the pipe's open read end.
+        let rc = unsafe { libc::ioctl(self.log_fd, libc::FIONREAD, &mut n as *mut libc::c_int) };
+        if rc == 0 { n.max(0) as usize } else { 0 }
+    }
+
+    /// Shrinks the log pipe's buffer to one page (from 64 KiB).
+    pub fn shrink_log_pipe(&self) {
+        // SAFETY: F_SETPIPE_SZ on the pipe's read end, which the reading task holds open.
+        let rc = unsafe { libc::fcntl(self.log_fd, libc::F_SETPIPE_SZ, 4096) };
+        assert!(rc >= 4096, "F_SETPIPE_SZ: {}", std::io::Error::last_os_error());
     }
 
     /// The next log line that matches, within [`PATIENCE`].

@@ -18,14 +18,15 @@ pub(crate) fn demo(args: DemoArgs) -> anyhow::Result<()> {
     use shepherd_actors::config::LogFormat;
 
     let level = "warn,shepherd=info,shepherd_actors=info";
-    if args.verbose {
-        shepherd::logging::init(args.log_format.map(Into::into).unwrap_or(LogFormat::Pretty), level);
+    let _log = if args.verbose {
+        shepherd::logging::init(args.log_format.map(Into::into).unwrap_or(LogFormat::Pretty), level)
     } else {
         // The narrative alone on the terminal; the decisions in detail in a file.
         let path = std::env::temp_dir().join(format!("shepherd-demo-{}.log", std::process::id()));
-        shepherd::logging::init_file(level, &path).with_context(|| format!("creating {}", path.display()))?;
+        let log = shepherd::logging::init_file(level, &path).with_context(|| format!("creating {}", path.display()))?;
         println!("Shepherd's own log: {} (or run with --verbose)", path.display());
-    }
+        log
+    };
     let stall = humantime::parse_duration(&args.stall_timeout)
         .with_context(|| format!("--stall-timeout {:?}", args.stall_timeout))?;
     actix::System::new().block_on(scenes::run(stall))
@@ -35,7 +36,7 @@ pub(crate) fn demo(args: DemoArgs) -> anyhow::Result<()> {
 pub(crate) fn fake_model() -> anyhow::Result<()> {
     use shepherd_actors::config::LogFormat;
 
-    shepherd::logging::init(LogFormat::Auto, "info");
+    let _log = shepherd::logging::init(LogFormat::Auto, "info");
     let fake = shepherd_testbed::fake_model::FakeModel::start()?;
     println!("fake model listening: {}", fake.base_url());
     tokio::runtime::Runtime::new()?.block_on(super::wait_for_signal());
