@@ -223,35 +223,37 @@ mod tests {
         finished.recv_timeout(std::time::Duration::from_secs(60)).is_ok()
     }
 
+    /// Logs `lines` lines through a queue of `queued` to a reader that reads nothing
+    /// until they are all logged (which must not wait for it), then reads: what it got,
+    /// and how many lines were dropped.
+    fn log_to_a_stopped_reader(queued: usize, lines: usize) -> (String, usize) {
+        let gate = Gate::default();
+        let (writer, guard) = off_thread(gate.clone(), queued);
+        let counter = writer.error_counter();
+        assert!(log_lines(writer, lines), "logging waited for the stopped reader");
+        gate.open();
+        drop(guard);
+        (gate.text(), counter.dropped_lines())
+    }
+
     /// The thread that logs never waits for the log's reader: with the reader stopped it
     /// gets through its lines, and once the reader reads again every line it had room
     /// for is written, redacted, in order.
     #[test]
     fn a_log_reader_that_stops_reading_stops_no_one_and_loses_nothing_there_was_room_for() {
-        let gate = Gate::default();
-        let (writer, guard) = off_thread(gate.clone(), 100);
-        let counter = writer.error_counter();
-        assert!(log_lines(writer, 50), "logging waited for the stopped reader");
-        gate.open();
-        drop(guard);
-        let text = gate.text();
+        let (text, dropped) = log_to_a_stopped_reader(100, 50);
         let numbers: Vec<&str> = text.lines().filter_map(|l| l.split("i=").nth(1)).collect();
         assert_eq!(numbers, (0..50).map(|i| i.to_string()).collect::<Vec<_>>(), "{text}");
-        assert_eq!(counter.dropped_lines(), 0);
+        assert_eq!(dropped, 0);
         assert!(!text.contains("hunter2") && text.contains("DATABASE_PASSWORD=[REDACTED]"), "{text}");
     }
 
     /// Past the queue's bound a line is dropped and counted, not waited for.
     #[test]
     fn past_the_queue_lines_are_dropped_and_counted() {
-        let gate = Gate::default();
-        let (writer, guard) = off_thread(gate.clone(), 10);
-        let counter = writer.error_counter();
-        assert!(log_lines(writer, 200), "logging waited for the stopped reader");
-        gate.open();
-        drop(guard);
-        let written = gate.text().lines().count();
-        assert_eq!(written + counter.dropped_lines(), 200, "every line written or counted");
+        let (text, dropped) = log_to_a_stopped_reader(10, 200);
+        let written = text.lines().count();
+        assert_eq!(written + dropped, 200, "every line written or counted");
         assert!(written <= 20, "{written} written: the queue holds 10 (and the one being written)");
     }
 }
