@@ -41,7 +41,9 @@ pub fn dropped_lines() -> u64 {
 /// Keeps the log's thread; dropping it writes out the lines still queued. Hold it until
 /// the process ends.
 #[must_use = "dropping the guard stops the log's thread"]
-pub struct LogGuard(#[allow(dead_code)] WorkerGuard);
+pub struct LogGuard {
+    _worker: WorkerGuard,
+}
 
 /// A writer that hands each line to a thread of its own, which redacts it and writes it
 /// to `sink`; at most `queued` lines wait, the rest are dropped and counted.
@@ -57,7 +59,7 @@ fn off_thread<W: Write + Send + 'static>(sink: W, queued: usize) -> (NonBlocking
 fn process_writer<W: Write + Send + 'static>(sink: W) -> (NonBlocking, LogGuard) {
     let (writer, guard) = off_thread(sink, QUEUED_LINES);
     let _ = DROPPED.set(writer.error_counter());
-    (writer, LogGuard(guard))
+    (writer, LogGuard { _worker: guard })
 }
 
 /// The redactor log lines pass: one per process, as the log subscriber is.
