@@ -168,6 +168,9 @@ struct StallPhase {
     detect_to_abort_p99_ms: f64,
     stall_runtime_late_p99_ms: f64,
     stall_runtime_late_max_ms: f64,
+    /// When Shepherd's thread woke from its worst lateness, seconds into the phase.
+    #[serde(default, deserialize_with = "nan_if_null")]
+    stall_runtime_late_max_at_s: f64,
     stall_thread_late_p99_ms: f64,
     /// The share of the machine's CPU time its hypervisor took (steal) from the first
     /// stall deadline to the last abort: on a shared host the latencies' tail follows it.
@@ -784,7 +787,8 @@ async fn stall_phase(
         }
     };
     let phase_secs = t.elapsed().as_secs_f64();
-    (r.stall_runtime_late_p99_ms, r.stall_thread_late_p99_ms, r.stall_runtime_late_max_ms) = probe.finish().await;
+    (r.stall_runtime_late_p99_ms, r.stall_thread_late_p99_ms, r.stall_runtime_late_max_ms, r.stall_runtime_late_max_at_s) =
+        probe.finish().await;
     let _ = stop_detections.send(true);
     let detected = detections.await.unwrap_or_default();
     let (mut fire, mut rest) = (Vec::new(), Vec::new());
@@ -847,6 +851,10 @@ async fn stall_phase(
     );
     eprintln!("   Shepherd's timings meanwhile: {}", r.timings_stall);
     eprintln!(
+        "   Shepherd's thread: a 5-ms sleep late by {:.1} ms at p99, worst {:.1} ms ({:.2} s into the phase); a bare thread {:.1} ms at p99",
+        r.stall_runtime_late_p99_ms, r.stall_runtime_late_max_ms, r.stall_runtime_late_max_at_s, r.stall_thread_late_p99_ms
+    );
+    eprintln!(
         "   meanwhile {:.1} frames per pump read; CPU by thread: {}",
         r.stall_frames_per_read, r.stall_threads
     );
@@ -891,7 +899,9 @@ fn requests_between(a: &SimReport, b: &SimReport) -> String {
 /// scheduling noise alone.
 struct LatenessProbe {
     stop: Arc<std::sync::atomic::AtomicBool>,
-    runtime: tokio::task::JoinHandle<Vec<f64>>,
+    started: Instant,
+    /// Each wake-up's lateness (ms) on Shepherd's thread, and when it woke.
+    runtime: tokio::task::JoinHandle<Vec<(f64, Instant)>>,
     thread: std::thread::JoinHandle<Vec<f64>>,
 }
 
@@ -906,7 +916,7 @@ impl LatenessProbe {
             while !s.load(Ordering::Relaxed) {
                 let t = Instant::now();
                 tokio::time::sleep(Self::PERIOD).await;
-                late.push((t.elapsed().saturating_sub(Self::PERIOD)).as_secs_f64() * 1000.0);
+                late.push(((t.elapsed().saturating_sub(Self::PERIOD)).as_secs_f64() * 1000.0, Instant::now()));
             }
             late
         });
@@ -920,18 +930,24 @@ impl LatenessProbe {
             }
             late
         });
-        Self { stop, runtime, thread }
+        Self { stop, started: Instant::now(), runtime, thread }
     }
 
-    /// p99 lateness in ms: (Shepherd's runtime thread, a bare thread), and the worst
-    /// on Shepherd's thread.
-    async fn finish(self) -> (f64, f64, f64) {
+    /// p99 lateness in ms: (Shepherd's runtime thread, a bare thread), the worst on
+    /// Shepherd's thread, and when it woke from it (seconds after the probe started: a
+    /// pause that comes back at the same offset points at a periodic task).
+    async fn finish(self) -> (f64, f64, f64, f64) {
         self.stop.store(true, Ordering::Relaxed);
-        let mut rt = self.runtime.await.unwrap_or_default();
+        let runtime = self.runtime.await.unwrap_or_default();
+        let worst_at = runtime
+            .iter()
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map_or(f64::NAN, |(_, at)| at.duration_since(self.started).as_secs_f64());
+        let mut rt: Vec<f64> = runtime.into_iter().map(|(late, _)| late).collect();
         let mut th = self.thread.join().unwrap_or_default();
         rt.sort_by(f64::total_cmp);
         th.sort_by(f64::total_cmp);
-        (percentile(&rt, 99.0), percentile(&th, 99.0), rt.last().copied().unwrap_or(f64::NAN))
+        (percentile(&rt, 99.0), percentile(&th, 99.0), rt.last().copied().unwrap_or(f64::NAN), worst_at)
     }
 }
 
