@@ -25,6 +25,8 @@ pub mod reload;
 pub mod status;
 pub mod store;
 pub mod systemd;
+#[cfg(test)]
+mod test_support;
 pub mod toast;
 pub mod top;
 pub mod workspace;

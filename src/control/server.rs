@@ -579,23 +579,12 @@ impl From<MailboxError> for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actix::Actor as _;
-    use shepherd_actors::config::{SessionRules, StatusConfig, SupervisorConfig};
-    use shepherd_actors::journal::Journal;
-    use shepherd_actors::ledger::MemoryLedger;
+    use shepherd_actors::config::StatusConfig;
 
     const TOKEN_ENV: &str = "SHEPHERD_TEST_HOST_CHECK_TOKEN";
 
     fn start(cfg: &ControlConfig) -> anyhow::Result<ControlServer> {
-        let supervisor = Supervisor::new(
-            Arc::new(SessionRules::default()),
-            SupervisorConfig::default(),
-            Arc::new(MemoryLedger::default()),
-            Arc::new(shepherd_actors::ports::SystemClock),
-            Journal::new(),
-            "test".into(),
-        )
-        .start();
+        let supervisor = crate::test_support::supervisor();
         let status = StatusBoard::new(&StatusConfig::default(), supervisor.clone(), Arc::default(), "test".into());
         let env = |name: &str| (name == TOKEN_ENV).then(|| OsString::from("secret"));
         ControlServer::start_with_env(cfg, supervisor, Metrics::new(), None, status, &env)

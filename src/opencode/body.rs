@@ -148,6 +148,21 @@ impl BodyDecoder {
     }
 }
 
+/// `pieces` as a chunked body (each piece a chunk, its size line carrying `extension`),
+/// ended by the last, empty chunk and `trailers`: the tests' server side.
+#[cfg(test)]
+pub(crate) fn encode_chunked<P: AsRef<[u8]>>(pieces: &[P], extension: &str, trailers: &str) -> Vec<u8> {
+    let mut wire = Vec::new();
+    for p in pieces {
+        let p = p.as_ref();
+        wire.extend_from_slice(format!("{:x}{extension}\r\n", p.len()).as_bytes());
+        wire.extend_from_slice(p);
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire.extend_from_slice(format!("0\r\n{trailers}\r\n").as_bytes());
+    wire
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,21 +190,10 @@ mod tests {
         Ok((body, decoder.is_done()))
     }
 
-    fn chunked(pieces: &[&[u8]], extension: &str, trailers: &str) -> Vec<u8> {
-        let mut wire = Vec::new();
-        for p in pieces {
-            wire.extend_from_slice(format!("{:x}{extension}\r\n", p.len()).as_bytes());
-            wire.extend_from_slice(p);
-            wire.extend_from_slice(b"\r\n");
-        }
-        wire.extend_from_slice(format!("0\r\n{trailers}\r\n").as_bytes());
-        wire
-    }
-
     #[test]
     fn opencodes_chunks_give_the_events_back_in_one_piece() {
         let frames: [&[u8]; 3] = [b"data: {\"a\":1}\n\n", b"data: {\"b\":2}\n\n", b"data: {\"c\":3}\n\n"];
-        let wire = chunked(&frames, "", "");
+        let wire = encode_chunked(&frames, "", "");
         let mut decoder = BodyDecoder::new(Framing::Chunked);
         let mut buf = wire.clone();
         let d = decoder.decode_in_place(&mut buf).unwrap();
@@ -200,7 +204,7 @@ mod tests {
 
     #[test]
     fn what_follows_the_last_chunk_is_not_body() {
-        let mut wire = chunked(&[b"data: x\n\n"], "", "");
+        let mut wire = encode_chunked(&[b"data: x\n\n"], "", "");
         wire.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
         let mut buf = wire.clone();
         let mut decoder = BodyDecoder::new(Framing::Chunked);
@@ -250,7 +254,7 @@ mod tests {
             cuts in proptest::collection::vec(0usize..4000, 0..20),
         ) {
             let refs: Vec<&[u8]> = pieces.iter().map(Vec::as_slice).collect();
-            let wire = chunked(&refs, extension, trailers);
+            let wire = encode_chunked(&refs, extension, trailers);
             let (body, done) = decode(Framing::Chunked, &wire, &cuts).unwrap();
             prop_assert_eq!(body, pieces.concat());
             prop_assert!(done);

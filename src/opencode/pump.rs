@@ -48,8 +48,8 @@ const LOGGED_FRAME_CHARS: usize = 200;
 #[derive(Debug, Default)]
 pub struct PumpStats {
     pub frames: AtomicU64,
-    /// Reads handed on (each with its mark): a read takes every chunk the connection
-    /// already holds, so a busy stream has far fewer reads than frames.
+    /// Reads handed on (each with its mark): a read takes everything that has already
+    /// arrived, so a busy stream has far fewer reads than frames.
     pub reads: AtomicU64,
     pub malformed: AtomicU64,
     pub connects: AtomicU64,
@@ -315,10 +315,7 @@ fn epoch_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actix::Actor as _;
-    use shepherd_actors::config::{SessionRules, SupervisorConfig};
-    use shepherd_actors::journal::Journal;
-    use shepherd_actors::ledger::MemoryLedger;
+    use crate::test_support::supervisor;
 
     /// A fake OpenCode whose event stream sends `frames` and ends: each in its own HTTP
     /// chunk when `chunked` (as OpenCode does; here all in one write, as a burst reaches
@@ -332,32 +329,15 @@ mod tests {
             let mut buf = vec![0u8; 4096];
             let _ = sock.read(&mut buf).await;
             let framing = if chunked { "transfer-encoding: chunked" } else { "connection: close" };
-            let mut answer = format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n{framing}\r\n\r\n");
-            for f in frames {
-                let frame = format!("data: {f}\n\n");
-                match chunked {
-                    true => answer.push_str(&format!("{:x}\r\n{frame}\r\n", frame.len())),
-                    false => answer.push_str(&frame),
-                }
+            let mut answer = format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n{framing}\r\n\r\n").into_bytes();
+            let frames: Vec<String> = frames.iter().map(|f| format!("data: {f}\n\n")).collect();
+            match chunked {
+                true => answer.extend(super::super::body::encode_chunked(&frames, "", "")),
+                false => answer.extend(frames.concat().into_bytes()),
             }
-            if chunked {
-                answer.push_str("0\r\n\r\n");
-            }
-            let _ = sock.write_all(answer.as_bytes()).await;
+            let _ = sock.write_all(&answer).await;
         });
         url
-    }
-
-    fn supervisor() -> actix::Addr<Supervisor> {
-        Supervisor::new(
-            Arc::new(SessionRules::default()),
-            SupervisorConfig::default(),
-            Arc::new(MemoryLedger::default()),
-            Arc::new(shepherd_actors::ports::SystemClock),
-            Journal::new(),
-            "test".into(),
-        )
-        .start()
     }
 
     /// OpenCode sends every event as its own HTTP chunk. What the connection has already

@@ -399,15 +399,11 @@ mod tests {
         Ok(body)
     }
 
+    /// The whole answer (head and chunked body) carrying `frames`, and its body.
     fn chunked(frames: &[String]) -> (Vec<u8>, Vec<u8>) {
         let mut wire = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
-        let mut body = Vec::new();
-        for f in frames {
-            wire.extend_from_slice(format!("{:x}\r\n{f}\r\n", f.len()).as_bytes());
-            body.extend_from_slice(f.as_bytes());
-        }
-        wire.extend_from_slice(b"0\r\n\r\n");
-        (wire, body)
+        wire.extend(super::super::body::encode_chunked(frames, "", ""));
+        (wire, frames.concat().into_bytes())
     }
 
     fn frames(n: usize) -> Vec<String> {
