@@ -441,18 +441,17 @@ fn start_sim(n: usize) -> anyhow::Result<SimProcess> {
 }
 
 fn scale_run(n: usize) -> anyhow::Result<ScaleResult> {
-    // Shepherd's action log, as in production (JSON lines), to a scratch file.
+    // Shepherd's action log, as in production (JSON lines written by the log's own
+    // thread), to a scratch file. Written by the thread that logs, as it once was, a
+    // line that waits on the disk held up that thread's sessions (28 ms seen).
     let log_path = std::env::temp_dir().join(format!("shepherd-fleet-bench-{n}.log"));
-    let log_file = std::fs::File::create(&log_path)?;
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
-        .with_writer(std::sync::Mutex::new(log_file))
-        .init();
+    let _ = std::fs::remove_file(&log_path);
+    let log_guard = shepherd::logging::init_file(shepherd_actors::config::LogFormat::Json, "info", &log_path)?;
     let sim = start_sim(n)?;
     let sim_pid = sim.child.id();
     let mut result = actix::System::new().block_on(scale(n, sim.url.clone(), sim_pid))?;
     drop(sim);
+    drop(log_guard);
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     result.warnings = log.lines().filter(|l| l.contains(r#""level":"WARN""#)).count() as u64;
     if result.warnings > 0 {

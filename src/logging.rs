@@ -135,13 +135,15 @@ pub fn init(format: LogFormat, level: &str) -> LogGuard {
     guard
 }
 
-/// Like [`init`], but every line goes to the file at `path` (created private, 0600),
-/// in the plain format: the demo keeps its terminal for the narrative.
-pub fn init_file(level: &str, path: &std::path::Path) -> std::io::Result<LogGuard> {
+/// Like [`init`], but every line goes to the file at `path` (created private, 0600; it
+/// must not exist), plain or JSON lines: the demo keeps its terminal for the narrative,
+/// the fleet bench logs as production does without a terminal to write to.
+pub fn init_file(format: LogFormat, level: &str, path: &std::path::Path) -> std::io::Result<LogGuard> {
     let file = crate::private_state::create_new(path)?;
     let filter = env_filter(level);
     let (writer, guard) = process_writer(file);
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(writer).try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(writer);
+    let _ = if format == LogFormat::Json { builder.json().flatten_event(true).try_init() } else { builder.try_init() };
     Ok(guard)
 }
 

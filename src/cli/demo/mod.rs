@@ -23,7 +23,7 @@ pub(crate) fn demo(args: DemoArgs) -> anyhow::Result<()> {
     } else {
         // The narrative alone on the terminal; the decisions in detail in a file.
         let path = std::env::temp_dir().join(format!("shepherd-demo-{}.log", std::process::id()));
-        let log = shepherd::logging::init_file(level, &path).with_context(|| format!("creating {}", path.display()))?;
+        let log = shepherd::logging::init_file(LogFormat::Pretty, level, &path).with_context(|| format!("creating {}", path.display()))?;
         println!("Shepherd's own log: {} (or run with --verbose)", path.display());
         log
     };
