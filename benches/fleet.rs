@@ -56,6 +56,7 @@ use serde::{Deserialize, Serialize};
 use shepherd::daemon::Daemon;
 use shepherd::opencode::PumpStats;
 use shepherd_actors::config::{Config, ServerConfig};
+use shepherd_actors::stream_clock::Behind;
 use sim::{RunPlanned, RunSpec, SimConfig, SimReport};
 
 /// Project directories the simulated sessions are spread over.
@@ -172,6 +173,15 @@ struct StallPhase {
     #[serde(default, deserialize_with = "nan_if_null")]
     stall_runtime_late_max_at_s: f64,
     stall_thread_late_p99_ms: f64,
+    /// The most the stream's time was behind the wall clock (a read's events not all
+    /// handled yet, so no deadline past it was due), ms, and when, seconds into the phase.
+    #[serde(default, deserialize_with = "nan_if_null")]
+    stall_stream_lag_max_ms: f64,
+    #[serde(default, deserialize_with = "nan_if_null")]
+    stall_stream_lag_max_at_s: f64,
+    /// What held it back then ([`describe_behind`]).
+    #[serde(default)]
+    stall_stream_behind: String,
     /// The share of the machine's CPU time its hypervisor took (steal) from the first
     /// stall deadline to the last abort: on a shared host the latencies' tail follows it.
     #[serde(deserialize_with = "nan_if_null")]
@@ -741,7 +751,7 @@ async fn stall_phase(
     let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
     let pump = Arc::clone(&daemon.pump_stats()[0].1);
     let (threads0, frames0, reads0) = (thread_cpu(), pump.frames.load(Ordering::Relaxed), pump.reads.load(Ordering::Relaxed));
-    let probe = LatenessProbe::start();
+    let probe = LatenessProbe::start(Arc::clone(&pump));
     let timings = timings::Timings::parse(&daemon.metrics().render_now());
     // Shepherd's own `stall_detected` records (wall ms), to split each latency in two.
     let mut journal = daemon.journal().subscribe();
@@ -786,8 +796,13 @@ async fn stall_phase(
         }
     };
     let phase_secs = t.elapsed().as_secs_f64();
+    let late = probe.finish().await;
     (r.stall_runtime_late_p99_ms, r.stall_thread_late_p99_ms, r.stall_runtime_late_max_ms, r.stall_runtime_late_max_at_s) =
-        probe.finish().await;
+        (late.runtime_p99_ms, late.thread_p99_ms, late.runtime_max_ms, late.runtime_max_at_s);
+    if let Some((behind, at)) = late.stream_behind {
+        (r.stall_stream_lag_max_ms, r.stall_stream_lag_max_at_s) = (behind.lag.as_secs_f64() * 1000.0, at);
+        r.stall_stream_behind = describe_behind(&behind);
+    }
     let _ = stop_detections.send(true);
     let detected = detections.await.unwrap_or_default();
     let (mut fire, mut rest) = (Vec::new(), Vec::new());
@@ -854,6 +869,10 @@ async fn stall_phase(
         r.stall_runtime_late_p99_ms, r.stall_runtime_late_max_ms, r.stall_runtime_late_max_at_s, r.stall_thread_late_p99_ms
     );
     eprintln!(
+        "   stream time behind by at most {:.1} ms ({:.2} s into the phase): {}",
+        r.stall_stream_lag_max_ms, r.stall_stream_lag_max_at_s, r.stall_stream_behind
+    );
+    eprintln!(
         "   meanwhile {:.1} frames per pump read; CPU by thread: {}",
         r.stall_frames_per_read, r.stall_threads
     );
@@ -901,13 +920,30 @@ struct LatenessProbe {
     started: Instant,
     /// Each wake-up's lateness (ms) on Shepherd's thread, and when it woke.
     runtime: tokio::task::JoinHandle<Vec<(f64, Instant)>>,
-    thread: std::thread::JoinHandle<Vec<f64>>,
+    /// The bare thread's lateness (ms), and the stream clock when it was furthest
+    /// behind, with when: read off Shepherd's threads, it is seen even while they are
+    /// held up.
+    thread: std::thread::JoinHandle<(Vec<f64>, Option<Worst>)>,
+}
+
+/// The stream clock at its worst lag, and when.
+type Worst = (Behind, Instant);
+
+/// What [`LatenessProbe::finish`] found, in ms and seconds into the phase.
+#[derive(Debug, Default, Clone, Copy)]
+struct Lateness {
+    runtime_p99_ms: f64,
+    thread_p99_ms: f64,
+    runtime_max_ms: f64,
+    runtime_max_at_s: f64,
+    /// The stream clock when it was furthest behind, and when (seconds into the phase).
+    stream_behind: Option<(Behind, f64)>,
 }
 
 impl LatenessProbe {
     const PERIOD: Duration = Duration::from_millis(5);
 
-    fn start() -> Self {
+    fn start(pump: Arc<PumpStats>) -> Self {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let s = Arc::clone(&stop);
         let runtime = actix::spawn(async move {
@@ -921,13 +957,17 @@ impl LatenessProbe {
         });
         let s = Arc::clone(&stop);
         let thread = std::thread::spawn(move || {
-            let mut late = Vec::new();
+            let (mut late, mut worst): (_, Option<Worst>) = (Vec::new(), None);
             while !s.load(Ordering::Relaxed) {
                 let t = Instant::now();
                 std::thread::sleep(Self::PERIOD);
                 late.push((t.elapsed().saturating_sub(Self::PERIOD)).as_secs_f64() * 1000.0);
+                let behind = pump.clock.behind(tokio::time::Instant::now());
+                if worst.as_ref().is_none_or(|(w, _)| behind.lag > w.lag) {
+                    worst = Some((behind, Instant::now()));
+                }
             }
-            late
+            (late, worst)
         });
         Self { stop, started: Instant::now(), runtime, thread }
     }
@@ -935,19 +975,41 @@ impl LatenessProbe {
     /// p99 lateness in ms: (Shepherd's runtime thread, a bare thread), the worst on
     /// Shepherd's thread, and when it woke from it (seconds after the probe started: a
     /// pause that comes back at the same offset points at a periodic task).
-    async fn finish(self) -> (f64, f64, f64, f64) {
+    async fn finish(self) -> Lateness {
         self.stop.store(true, Ordering::Relaxed);
+        let since = |at: Instant| at.duration_since(self.started).as_secs_f64();
         let runtime = self.runtime.await.unwrap_or_default();
-        let worst_at = runtime
-            .iter()
-            .max_by(|a, b| a.0.total_cmp(&b.0))
-            .map_or(f64::NAN, |(_, at)| at.duration_since(self.started).as_secs_f64());
+        let worst_at = runtime.iter().max_by(|a, b| a.0.total_cmp(&b.0)).map_or(f64::NAN, |(_, at)| since(*at));
         let mut rt: Vec<f64> = runtime.into_iter().map(|(late, _)| late).collect();
-        let mut th = self.thread.join().unwrap_or_default();
+        let (mut th, worst) = self.thread.join().unwrap_or_default();
         rt.sort_by(f64::total_cmp);
         th.sort_by(f64::total_cmp);
-        (percentile(&rt, 99.0), percentile(&th, 99.0), rt.last().copied().unwrap_or(f64::NAN), worst_at)
+        Lateness {
+            runtime_p99_ms: percentile(&rt, 99.0),
+            thread_p99_ms: percentile(&th, 99.0),
+            runtime_max_ms: rt.last().copied().unwrap_or(f64::NAN),
+            runtime_max_at_s: worst_at,
+            stream_behind: worst.map(|(behind, at)| (behind, since(at))),
+        }
     }
+}
+
+/// The stream clock's state at its worst lag, in words: whether the pump was reading or
+/// waiting, the reads it had handed on and not seen handled, and what the kernel held
+/// unread. A backlog in the socket with the pump waiting means its thread did not run;
+/// a read handed on long ago means an actor did not take its event.
+fn describe_behind(b: &Behind) -> String {
+    let pump = match (b.following, b.parked) {
+        (false, _) => "the pump not connected",
+        (true, true) => "the pump waiting on the socket",
+        (true, false) => "the pump reading",
+    };
+    let reads = match b.oldest_unhandled {
+        Some(age) => format!("{} reads handed on and not handled (the oldest {:.1} ms ago)", b.unhandled_reads, age.as_secs_f64() * 1e3),
+        None => "every read handled".to_string(),
+    };
+    let unread = b.unread_bytes.map_or_else(|| "unread bytes unknown".to_string(), |n| format!("{} KiB unread in the socket", n / 1024));
+    format!("{pump}, {reads}, {unread}")
 }
 
 /// How many SSE frames end in `bytes` (a blank line: `\n\n`), `last` the byte before

@@ -244,9 +244,28 @@ impl Ord for Sleeper {
     }
 }
 
+/// What holds stream time back ([`StreamClock::behind`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Behind {
+    /// How far stream time is behind the wall clock.
+    pub lag: std::time::Duration,
+    /// The pump is connected and reading.
+    pub following: bool,
+    /// The pump waits on the stream, having handed on every read.
+    pub parked: bool,
+    /// Reads handed on whose events are not all handled.
+    pub unhandled_reads: usize,
+    /// How long ago the oldest of them was handed on.
+    pub oldest_unhandled: Option<std::time::Duration>,
+    /// Bytes the kernel holds unread, when it can be asked.
+    pub unread_bytes: Option<usize>,
+}
+
 /// A mark the clock waits for: its read's `through`, and whether it was dropped.
 struct Outstanding {
     seq: u64,
+    /// When the pump handed the read on.
+    taken: Instant,
     through: Option<Instant>,
     dropped: bool,
 }
@@ -342,7 +361,7 @@ impl StreamClock {
         let mut s = self.lock();
         let seq = s.next_mark;
         s.next_mark += 1;
-        s.marks.push_back(Outstanding { seq, through, dropped: false });
+        s.marks.push_back(Outstanding { seq, taken: Instant::now(), through, dropped: false });
         Mark { clock: Arc::clone(self), seq, _read: read }
     }
 
@@ -352,6 +371,21 @@ impl StreamClock {
     pub fn lag(&self, now: Instant) -> std::time::Duration {
         let stream_now = self.lock().stream_now(now);
         now.saturating_duration_since(stream_now)
+    }
+
+    /// What holds stream time back at `now`, for whoever looks into a lag (the fleet
+    /// bench; a person reading the status).
+    pub fn behind(&self, now: Instant) -> Behind {
+        let mut s = self.lock();
+        let stream_now = s.stream_now(now);
+        Behind {
+            lag: now.saturating_duration_since(stream_now),
+            following: s.following,
+            parked: s.parked.is_some(),
+            unhandled_reads: s.marks.iter().filter(|m| !m.dropped).count(),
+            oldest_unhandled: s.marks.iter().find(|m| !m.dropped).map(|m| now.saturating_duration_since(m.taken)),
+            unread_bytes: s.gauge.as_ref().and_then(|g| g.unread_bytes()),
+        }
     }
 
     /// `None` when stream time has reached `deadline`; otherwise a receiver that
@@ -496,6 +530,32 @@ mod tests {
         drop(first);
         assert_eq!(clock.lag(Instant::now()), secs(2), "both handled: through the second read's park");
         assert!(clock.wake_when(t2, Instant::now()).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn behind_says_which_read_holds_stream_time_and_what_the_socket_holds() {
+        let socket = Arc::new(FakeSocket::default());
+        let clock = Arc::new(StreamClock::default());
+        clock.connected(Some(socket.clone()));
+        socket.arrive(100);
+        socket.read(1000);
+        let first = read_after_waiting(&clock).await;
+        tokio::time::advance(secs(2)).await;
+        let second = read_after_waiting(&clock).await;
+        tokio::time::advance(secs(1)).await;
+        drop(second);
+        socket.arrive(700);
+        clock.parked();
+        let b = clock.behind(Instant::now());
+        assert!(b.following && b.parked);
+        assert_eq!(b.unhandled_reads, 1, "the second read is handled, the first is not");
+        assert_eq!(b.oldest_unhandled, Some(secs(3)), "the first read was handed on 3 s ago");
+        assert_eq!(b.unread_bytes, Some(700));
+        assert_eq!(b.lag, clock.lag(Instant::now()));
+        assert!(b.lag >= secs(3), "nothing since the first read counts as handled: {:?}", b.lag);
+        drop(first);
+        let b = clock.behind(Instant::now());
+        assert_eq!((b.unhandled_reads, b.oldest_unhandled), (0, None));
     }
 
     #[tokio::test(start_paused = true)]
