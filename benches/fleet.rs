@@ -43,6 +43,7 @@
 //! holds is then reported as leaked — run the child directly, e.g.
 //! `heaptrack target/release/deps/fleet-… --fleet-scale 1000`).
 
+mod freezes;
 mod sim;
 mod timings;
 
@@ -179,6 +180,17 @@ struct StallPhase {
     stall_stream_lag_max_ms: f64,
     #[serde(default, deserialize_with = "nan_if_null")]
     stall_stream_lag_max_at_s: f64,
+    /// Freezes of a CPU (not run for ≥ 25 ms: [`freezes`]) during the phase, the longest
+    /// (ms), how many stalls' deadline-to-abort span one fell across, and the abort
+    /// latency p99 of the other stalls.
+    #[serde(default)]
+    stall_cpu_freezes: u64,
+    #[serde(default, deserialize_with = "nan_if_null")]
+    stall_freeze_longest_ms: f64,
+    #[serde(default)]
+    stalls_across_freeze: u64,
+    #[serde(default, deserialize_with = "nan_if_null")]
+    abort_p99_clear_ms: f64,
     /// What held it back then ([`describe_behind`]).
     #[serde(default)]
     stall_stream_behind: String,
@@ -752,6 +764,7 @@ async fn stall_phase(
     let pump = Arc::clone(&daemon.pump_stats()[0].1);
     let (threads0, frames0, reads0) = (thread_cpu(), pump.frames.load(Ordering::Relaxed), pump.reads.load(Ordering::Relaxed));
     let probe = LatenessProbe::start(Arc::clone(&pump));
+    let freeze_watch = freezes::FreezeWatch::start();
     let timings = timings::Timings::parse(&daemon.metrics().render_now());
     // Shepherd's own `stall_detected` records (wall ms), to split each latency in two.
     let mut journal = daemon.journal().subscribe();
@@ -797,6 +810,8 @@ async fn stall_phase(
     };
     let phase_secs = t.elapsed().as_secs_f64();
     let late = probe.finish().await;
+    let unpinned = freeze_watch.unpinned;
+    let frozen = freeze_watch.finish();
     (r.stall_runtime_late_p99_ms, r.stall_thread_late_p99_ms, r.stall_runtime_late_max_ms, r.stall_runtime_late_max_at_s) =
         (late.runtime_p99_ms, late.thread_p99_ms, late.runtime_max_ms, late.runtime_max_at_s);
     if let Some((behind, at)) = late.stream_behind {
@@ -841,6 +856,20 @@ async fn stall_phase(
     r.abort_p50_ms = percentile(&lat, 50.0);
     r.abort_p99_ms = percentile(&lat, 99.0);
     r.abort_max_ms = lat.last().copied().unwrap_or(f64::NAN);
+    // The aborts whose deadline-to-abort span a frozen CPU fell across, and the rest's.
+    let mut clear: Vec<f64> = stall_times
+        .iter()
+        .filter(|(_, deadline_us, abort_us)| !freezes::across(&frozen, *deadline_us, *abort_us))
+        .map(|(_, deadline_us, abort_us)| (abort_us - deadline_us) as f64 / 1000.0)
+        .collect();
+    clear.sort_by(f64::total_cmp);
+    r.stall_cpu_freezes = frozen.len() as u64;
+    r.stall_freeze_longest_ms = frozen.iter().map(freezes::Freeze::ms).fold(0.0, f64::max);
+    r.stalls_across_freeze = (stall_times.len() - clear.len()) as u64;
+    r.abort_p99_clear_ms = percentile(&clear, 99.0);
+    if unpinned > 0 {
+        r.notes.push(format!("{unpinned} CPUs' freeze watchers could not be pinned: their freezes may be missed"));
+    }
     if lat.first().is_some_and(|&l| l < 0.0) {
         r.notes.push(format!("{} aborts arrived before the stall deadline", lat.iter().filter(|&&l| l < 0.0).count()));
     }
@@ -867,6 +896,15 @@ async fn stall_phase(
     eprintln!(
         "   Shepherd's thread: a 5-ms sleep late by {:.1} ms at p99, worst {:.1} ms ({:.2} s into the phase); a bare thread {:.1} ms at p99",
         r.stall_runtime_late_p99_ms, r.stall_runtime_late_max_ms, r.stall_runtime_late_max_at_s, r.stall_thread_late_p99_ms
+    );
+    eprintln!(
+        "   the host froze a CPU {} times (not run for ≥ 25 ms; the longest {:.0} ms): {} stalls' deadline-to-abort spans crossed one; \
+         abort latency p99 of the other {}: {:.2} ms",
+        r.stall_cpu_freezes,
+        r.stall_freeze_longest_ms,
+        r.stalls_across_freeze,
+        r.stalls.saturating_sub(r.stalls_across_freeze),
+        r.abort_p99_clear_ms
     );
     eprintln!(
         "   stream time behind by at most {:.1} ms ({:.2} s into the phase): {}",

@@ -1,0 +1,121 @@
+//! Moments a CPU of the machine stopped altogether: the host took it (a virtual CPU not
+//! run for tens of ms), whatever ran on it then — Shepherd's pump, a sessions' thread,
+//! the ledger's writer — stopped with it. The kernel's steal count misses some of these
+//! (measured: 100-ms gaps in `perf`'s samples of a CPU running Shepherd with no steal
+//! counted), so each CPU gets a thread pinned to it that wakes every [`TICK`]; a wake-up
+//! [`GAP`] late means the CPU did not run. A waking thread that slept is run within a
+//! few ms even on a busy CPU, so a gap this long is the CPU, not the scheduler.
+//!
+//! The stall phase tells apart the aborts whose deadline-to-abort span a freeze fell
+//! across: their latency is the host's, and the p99 of the others is Shepherd's.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How often each CPU's thread wakes.
+const TICK: Duration = Duration::from_millis(2);
+/// A wake-up this much later than [`TICK`] is a frozen CPU.
+const GAP: Duration = Duration::from_millis(25);
+
+/// One CPU not run from `from_us` to `to_us` (wall clock, µs since the epoch, as the
+/// simulator stamps deadlines and aborts).
+#[derive(Debug, Clone, Copy)]
+pub struct Freeze {
+    pub from_us: i64,
+    pub to_us: i64,
+}
+
+impl Freeze {
+    pub fn ms(&self) -> f64 {
+        (self.to_us - self.from_us) as f64 / 1000.0
+    }
+}
+
+/// The watching threads, one per CPU this process may run on.
+pub struct FreezeWatch {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<Vec<Freeze>>>,
+    /// CPUs whose thread could not be pinned (watched from wherever it runs).
+    pub unpinned: usize,
+}
+
+impl FreezeWatch {
+    pub fn start() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cpus = allowed_cpus();
+        let pinned = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let threads: Vec<_> = cpus
+            .iter()
+            .map(|&cpu| {
+                let (stop, pinned) = (Arc::clone(&stop), Arc::clone(&pinned));
+                std::thread::spawn(move || {
+                    if pin_to(cpu) {
+                        pinned.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let mut freezes = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let before = epoch_us();
+                        std::thread::sleep(TICK);
+                        let after = epoch_us();
+                        if after - before > (TICK + GAP).as_micros() as i64 {
+                            freezes.push(Freeze { from_us: before + TICK.as_micros() as i64, to_us: after });
+                        }
+                    }
+                    freezes
+                })
+            })
+            .collect();
+        // Pinning happens first thing on each thread; a moment later it is known.
+        std::thread::sleep(Duration::from_millis(20));
+        let unpinned = cpus.len().saturating_sub(pinned.load(Ordering::Relaxed));
+        Self { stop, threads, unpinned }
+    }
+
+    /// Every freeze seen, in no particular order.
+    pub fn finish(self) -> Vec<Freeze> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads.into_iter().flat_map(|t| t.join().unwrap_or_default()).collect()
+    }
+}
+
+/// Whether a freeze fell across the span from `from_us` to `to_us`.
+pub fn across(freezes: &[Freeze], from_us: i64, to_us: i64) -> bool {
+    freezes.iter().any(|f| f.from_us < to_us && f.to_us > from_us)
+}
+
+fn epoch_us() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+}
+
+/// The CPUs this process may run on.
+#[cfg(target_os = "linux")]
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } == 0;
+    let n = std::thread::available_parallelism().map_or(1, usize::from);
+    if !ok {
+        return (0..n).collect();
+    }
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn allowed_cpus() -> Vec<usize> {
+    (0..std::thread::available_parallelism().map_or(1, usize::from)).collect()
+}
+
+/// Pins the calling thread to `cpu`; `false` if it could not be.
+#[cfg(target_os = "linux")]
+fn pin_to(cpu: usize) -> bool {
+    // SAFETY: as above; the set names one CPU.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pin_to(_: usize) -> bool {
+    false
+}
