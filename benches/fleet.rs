@@ -191,6 +191,9 @@ struct StallPhase {
     stalls_across_freeze: u64,
     #[serde(default, deserialize_with = "nan_if_null")]
     abort_p99_clear_ms: f64,
+    /// Each freeze: from, to (wall µs since the epoch, as the stall CSV's times).
+    #[serde(default)]
+    stall_freezes: Vec<(i64, i64)>,
     /// What held it back then ([`describe_behind`]).
     #[serde(default)]
     stall_stream_behind: String,
@@ -856,7 +859,8 @@ async fn stall_phase(
     r.abort_p50_ms = percentile(&lat, 50.0);
     r.abort_p99_ms = percentile(&lat, 99.0);
     r.abort_max_ms = lat.last().copied().unwrap_or(f64::NAN);
-    // The aborts whose deadline-to-abort span a frozen CPU fell across, and the rest's.
+    // The aborts whose deadline-to-abort span a frozen CPU (or the catching up after it)
+    // fell across, and the rest's.
     let mut clear: Vec<f64> = stall_times
         .iter()
         .filter(|(_, deadline_us, abort_us)| !freezes::across(&frozen, *deadline_us, *abort_us))
@@ -864,6 +868,7 @@ async fn stall_phase(
         .collect();
     clear.sort_by(f64::total_cmp);
     r.stall_cpu_freezes = frozen.len() as u64;
+    r.stall_freezes = frozen.iter().map(|f| (f.from_us, f.to_us)).collect();
     r.stall_freeze_longest_ms = frozen.iter().map(freezes::Freeze::ms).fold(0.0, f64::max);
     r.stalls_across_freeze = (stall_times.len() - clear.len()) as u64;
     r.abort_p99_clear_ms = percentile(&clear, 99.0);

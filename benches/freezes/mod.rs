@@ -6,8 +6,10 @@
 //! [`GAP`] late means the CPU did not run. A waking thread that slept is run within a
 //! few ms even on a busy CPU, so a gap this long is the CPU, not the scheduler.
 //!
-//! The stall phase tells apart the aborts whose deadline-to-abort span a freeze fell
-//! across: their latency is the host's, and the p99 of the others is Shepherd's.
+//! The stall phase tells apart the aborts whose deadline-to-abort span a freeze (or the
+//! catching up after it) fell across: their latency is the host's, and the p99 of the
+//! others is Shepherd's. On the bench's host both CPUs stop together (the whole virtual
+//! machine), 25–100 ms, about once per stall phase.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -79,9 +81,13 @@ impl FreezeWatch {
     }
 }
 
-/// Whether a freeze fell across the span from `from_us` to `to_us`.
+/// Whether a freeze, or the catching up after it, fell across the span from `from_us`
+/// to `to_us`. What the server sent while the CPU stood still waits in the socket when
+/// it runs again, and a deadline is due only once that is read (stream time): the
+/// catching up is counted as long as the freeze again, more than it takes (Shepherd
+/// reads several times faster than the server writes).
 pub fn across(freezes: &[Freeze], from_us: i64, to_us: i64) -> bool {
-    freezes.iter().any(|f| f.from_us < to_us && f.to_us > from_us)
+    freezes.iter().any(|f| f.from_us < to_us && f.to_us + (f.to_us - f.from_us) > from_us)
 }
 
 fn epoch_us() -> i64 {

@@ -62,8 +62,8 @@ fn run(path: &Path, writer_done: &mpsc::Receiver<()>) {
     loop {
         match writer_done.recv_timeout(INTERVAL) {
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                if let Some(frames) = checkpoint(&conn, path, "PASSIVE") {
-                    ahead.after_checkpoint(frames);
+                if let Some(log) = checkpoint(&conn, path, "PASSIVE") {
+                    ahead.after_checkpoint(log);
                 }
             }
             // The writer has stopped: leave an empty log behind.
@@ -75,11 +75,20 @@ fn run(path: &Path, writer_done: &mpsc::Receiver<()>) {
     }
 }
 
-/// Checkpoints; the frames the log holds, when SQLite says.
-fn checkpoint(conn: &Connection, path: &Path, mode: &str) -> Option<u64> {
-    let result = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| r.get::<_, i64>(1));
+/// What a checkpoint left: the frames the log holds, and how many of them are copied
+/// back (all: the writer starts the log over at its next write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Log {
+    frames: u64,
+    copied: u64,
+}
+
+/// Checkpoints; what it left, when SQLite says.
+fn checkpoint(conn: &Connection, path: &Path, mode: &str) -> Option<Log> {
+    let result =
+        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)));
     match result {
-        Ok(frames) => u64::try_from(frames).ok(),
+        Ok((frames, copied)) => Some(Log { frames: u64::try_from(frames).ok()?, copied: u64::try_from(copied).ok()? }),
         Err(e) => {
             tracing::warn!(path = %path.display(), mode, error = %e, "ledger: checkpoint failed; retried next time");
             None
@@ -105,13 +114,13 @@ struct ReadAhead {
 }
 
 impl ReadAhead {
-    fn after_checkpoint(&mut self, frames: u64) {
-        let before = std::mem::replace(&mut self.frames, frames);
-        if frames == before {
+    fn after_checkpoint(&mut self, log: Log) {
+        let before = std::mem::replace(&mut self.frames, log.frames);
+        if log.frames == before {
             return; // nothing written: an idle log costs nothing
         }
         let Ok(len) = std::fs::metadata(&self.log).map(|m| m.len()) else { return };
-        let Some(range) = warm_range(frames, before, self.frame, len) else { return };
+        let Some(range) = warm_range(log, before, self.frame, len) else { return };
         if let Err(e) = self.read(range) {
             tracing::debug!(path = %self.log.display(), error = %e, "ledger: could not read the log ahead of the writer");
         }
@@ -143,17 +152,20 @@ impl ReadAhead {
 }
 
 /// The part of the log (byte offsets) to read ahead of the writer, now that it holds
-/// `frames` frames of `frame` bytes and held `before` at the previous round, in a file
-/// of `len` bytes: from where the next frame goes, twice what was written since (at most
+/// `log.frames` frames of `frame` bytes and held `before` at the previous round, in a
+/// file of `len` bytes: from where the next frame goes — the top, when every frame is
+/// copied back and the writer starts over — twice what was written since (at most
 /// [`WARM_AHEAD_MAX`]), within the file. `None` when nothing was written (an idle log
 /// costs nothing) or the writer is at the file's end (appending reads nothing).
-fn warm_range(frames: u64, before: u64, frame: u64, len: u64) -> Option<Range<u64>> {
+fn warm_range(log: Log, before: u64, frame: u64, len: u64) -> Option<Range<u64>> {
+    let frames = log.frames;
     // Fewer frames than before: the log was started over; at least these are new.
     let written = if frames >= before { frames - before } else { frames };
     if written == 0 {
         return None;
     }
-    let start = WAL_HEADER + frames * frame;
+    let next = if log.copied >= frames { 0 } else { frames };
+    let start = WAL_HEADER + next * frame;
     let end = start.saturating_add((2 * written * frame).min(WARM_AHEAD_MAX)).min(len);
     (start < end).then_some(start..end)
 }
@@ -164,23 +176,35 @@ mod tests {
 
     const FRAME: u64 = FRAME_HEADER + 4096;
 
+    /// A log of `frames`, `copied` of them copied back.
+    fn log(frames: u64, copied: u64) -> Log {
+        Log { frames, copied }
+    }
+
     #[test]
     fn an_idle_log_is_not_read() {
-        assert_eq!(warm_range(10, 10, FRAME, 100 * FRAME), None);
-        assert_eq!(warm_range(0, 0, FRAME, 100 * FRAME), None);
+        assert_eq!(warm_range(log(10, 5), 10, FRAME, 100 * FRAME), None);
+        assert_eq!(warm_range(log(10, 10), 10, FRAME, 100 * FRAME), None, "copied back, and nothing more written");
+        assert_eq!(warm_range(log(0, 0), 0, FRAME, 100 * FRAME), None);
     }
 
     #[test]
     fn a_log_started_over_is_read_ahead_of_the_writer_twice_as_far_as_it_wrote() {
         // The previous round ended at 5,000 frames; the writer started over and is at 100.
-        let r = warm_range(100, 5_000, FRAME, 10_000 * FRAME).unwrap();
+        let r = warm_range(log(100, 0), 5_000, FRAME, 10_000 * FRAME).unwrap();
         assert_eq!(r, WAL_HEADER + 100 * FRAME..WAL_HEADER + 300 * FRAME);
     }
 
     #[test]
+    fn a_log_copied_back_whole_is_read_from_the_top_where_the_writer_starts_over() {
+        let r = warm_range(log(5_000, 5_000), 4_000, FRAME, 10_000 * FRAME).unwrap();
+        assert_eq!(r, WAL_HEADER..WAL_HEADER + 2_000 * FRAME);
+    }
+
+    #[test]
     fn a_growing_log_is_read_only_where_the_file_already_has_blocks() {
-        assert_eq!(warm_range(200, 100, FRAME, WAL_HEADER + 200 * FRAME), None, "appending: nothing to read");
-        let r = warm_range(200, 100, FRAME, WAL_HEADER + 250 * FRAME).unwrap();
+        assert_eq!(warm_range(log(200, 0), 100, FRAME, WAL_HEADER + 200 * FRAME), None, "appending: nothing to read");
+        let r = warm_range(log(200, 0), 100, FRAME, WAL_HEADER + 250 * FRAME).unwrap();
         assert_eq!(r.end, WAL_HEADER + 250 * FRAME, "up to the file's end");
     }
 
@@ -217,7 +241,7 @@ mod tests {
         commits(3000);
         let checkpointer = Connection::open(&db).unwrap();
         let page: u64 = checkpointer.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
-        let burst = checkpoint(&checkpointer, &db, "PASSIVE").unwrap();
+        let burst = checkpoint(&checkpointer, &db, "PASSIVE").unwrap().frames;
         let mut ahead = ReadAhead { log: log_path(&db), frame: FRAME_HEADER + page, frames: burst, buf: Vec::new() };
         // The writer starts the log over; a reader keeps the next checkpoint from
         // finishing, so the writer goes on where it is rather than starting over again.
@@ -234,9 +258,9 @@ mod tests {
             return;
         }
         // The checkpointer's round reads ahead; the writer's next second needs no disk.
-        let frames = checkpoint(&checkpointer, &db, "PASSIVE").unwrap();
-        assert!(frames < burst, "the log was started over");
-        ahead.after_checkpoint(frames);
+        let now = checkpoint(&checkpointer, &db, "PASSIVE").unwrap();
+        assert!(now.frames < burst && now.copied < now.frames, "the log was started over, and the reader holds it");
+        ahead.after_checkpoint(now);
         let before = storage_reads();
         commits(300);
         assert_eq!(storage_reads() - before, 0, "the writer read {cold} bytes from storage without the read-ahead");
@@ -245,7 +269,7 @@ mod tests {
 
     #[test]
     fn a_burst_reads_ahead_at_most_the_bound() {
-        let r = warm_range(100_000, 1, FRAME, u64::MAX).unwrap();
+        let r = warm_range(log(100_000, 0), 1, FRAME, u64::MAX).unwrap();
         assert_eq!(r.end - r.start, WARM_AHEAD_MAX);
     }
 }
