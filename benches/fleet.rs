@@ -903,7 +903,7 @@ async fn stall_phase(
         r.stall_runtime_late_p99_ms, r.stall_runtime_late_max_ms, r.stall_runtime_late_max_at_s, r.stall_thread_late_p99_ms
     );
     eprintln!(
-        "   the host froze a CPU {} times (not run for ≥ 25 ms; the longest {:.0} ms): {} stalls' deadline-to-abort spans crossed one; \
+        "   the host stopped a CPU {} times (not run for ≥ 25 ms; the longest {:.0} ms): {} stalls' deadline-to-abort spans crossed one; \
          abort latency p99 of the other {}: {:.2} ms",
         r.stall_cpu_freezes,
         r.stall_freeze_longest_ms,

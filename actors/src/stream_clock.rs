@@ -374,7 +374,7 @@ impl StreamClock {
     }
 
     /// What holds stream time back at `now`, for whoever looks into a lag (the fleet
-    /// bench; a person reading the status).
+    /// bench prints it at a stall phase's worst lag). One lock, as [`Self::lag`].
     pub fn behind(&self, now: Instant) -> Behind {
         let mut s = self.lock();
         let stream_now = s.stream_now(now);

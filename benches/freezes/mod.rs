@@ -74,10 +74,20 @@ impl FreezeWatch {
         Self { stop, threads, unpinned }
     }
 
-    /// Every freeze seen, in no particular order.
+    /// Every freeze seen, in time order; freezes that overlap — the same stop seen from
+    /// each CPU when the whole machine stopped — are one.
     pub fn finish(self) -> Vec<Freeze> {
         self.stop.store(true, Ordering::Relaxed);
-        self.threads.into_iter().flat_map(|t| t.join().unwrap_or_default()).collect()
+        let mut all: Vec<Freeze> = self.threads.into_iter().flat_map(|t| t.join().unwrap_or_default()).collect();
+        all.sort_by_key(|f| f.from_us);
+        let mut merged: Vec<Freeze> = Vec::with_capacity(all.len());
+        for f in all {
+            match merged.last_mut() {
+                Some(last) if f.from_us <= last.to_us => last.to_us = last.to_us.max(f.to_us),
+                _ => merged.push(f),
+            }
+        }
+        merged
     }
 }
 
