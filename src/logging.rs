@@ -23,6 +23,7 @@ use std::sync::{OnceLock, RwLock};
 use shepherd_actors::config::LogFormat;
 use shepherd_actors::redact::Redactor;
 use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder, WorkerGuard};
+use tracing_subscriber::fmt::format::{DefaultFields, Format};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
@@ -129,10 +130,17 @@ pub fn init(format: LogFormat, level: &str) -> LogGuard {
         LogFormat::Auto => !std::io::stderr().is_terminal(),
     };
     let (writer, guard) = process_writer(std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
-    // `try_init`: a second call (tests) keeps the first subscriber.
-    let _ = if json { builder.json().flatten_event(true).try_init() } else { builder.try_init() };
+    install(tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer), json);
     guard
+}
+
+/// Installs the process's subscriber, JSON lines or plain. `try_init`: a second call
+/// (tests) keeps the first subscriber.
+fn install<W>(builder: tracing_subscriber::fmt::SubscriberBuilder<DefaultFields, Format, EnvFilter, W>, json: bool)
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
+    let _ = if json { builder.json().flatten_event(true).try_init() } else { builder.try_init() };
 }
 
 /// Like [`init`], but every line goes to the file at `path` (created private, 0600; it
@@ -142,8 +150,7 @@ pub fn init_file(format: LogFormat, level: &str, path: &std::path::Path) -> std:
     let file = crate::private_state::create_new(path)?;
     let filter = env_filter(level);
     let (writer, guard) = process_writer(file);
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(writer);
-    let _ = if format == LogFormat::Json { builder.json().flatten_event(true).try_init() } else { builder.try_init() };
+    install(tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(writer), format == LogFormat::Json);
     Ok(guard)
 }
 

@@ -13,7 +13,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::sim::epoch_us;
 
 /// How often each CPU's thread wakes.
 const TICK: Duration = Duration::from_millis(2);
@@ -98,10 +100,6 @@ impl FreezeWatch {
 /// reads several times faster than the server writes).
 pub fn across(freezes: &[Freeze], from_us: i64, to_us: i64) -> bool {
     freezes.iter().any(|f| f.from_us < to_us && f.to_us + (f.to_us - f.from_us) > from_us)
-}
-
-fn epoch_us() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
 /// The CPUs this process may run on.

@@ -389,7 +389,9 @@ impl Shared {
     }
 }
 
-fn epoch_us() -> i64 {
+/// Wall-clock µs since the epoch: how the simulator stamps deadlines and aborts (and the
+/// bench's freeze watchers their freezes, to compare with them).
+pub(crate) fn epoch_us() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
 }
 

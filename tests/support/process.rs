@@ -69,9 +69,9 @@ impl ShepherdProcess {
         Ok(ShepherdProcess { child, log, seen: Vec::new(), reading_paused, log_fd })
     }
 
-    /// Stops reading the log, with the pipe open and its buffer shrunk to a page, so
-    /// that Shepherd's next few lines fill it: a terminal paused with Ctrl-S, a stuck
-    /// journald. (The reader may still take the line it is waiting for.)
+    /// Stops reading the log, with the pipe open, so that Shepherd's next lines fill it
+    /// (a few, once [`Self::shrink_log_pipe`] made it a page): a terminal paused with
+    /// Ctrl-S, a stuck journald. (The reader may still take the line it is waiting for.)
     pub fn pause_log_reading(&self) {
         self.reading_paused.send_replace(true);
     }
