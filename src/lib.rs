@@ -20,6 +20,7 @@ pub mod memory;
 pub mod metrics;
 pub mod notify;
 pub mod opencode;
+pub mod priority;
 pub mod private_state;
 pub mod reload;
 pub mod status;

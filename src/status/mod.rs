@@ -297,7 +297,7 @@ impl StatusWriter {
         let thread = std::thread::Builder::new()
             .name("shepherd-status".into())
             .spawn(move || {
-                lower_this_threads_priority(WRITER_NICE);
+                crate::priority::lower_this_thread(WRITER_NICE);
                 let system = actix::System::new();
                 system.block_on(run(cfg, file, records, board, stop_rx));
             })
@@ -399,22 +399,6 @@ async fn run(
     }
 }
 
-/// Gives the calling thread (only it: Linux's nice value is per thread) the nice value
-/// `nice`, unless it already runs at a lower priority (a daemon started with `nice 19`
-/// stays there). Raising one's own nice value needs no privilege; where it fails the
-/// thread keeps its priority, which is only slower for the sessions: logged and left.
-fn lower_this_threads_priority(nice: libc::c_int) {
-    // SAFETY: `gettid`, `getpriority` and `setpriority` take and return plain integers.
-    let tid = unsafe { libc::gettid() } as libc::id_t;
-    if unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) } >= nice {
-        return;
-    }
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) };
-    if rc != 0 {
-        tracing::debug!(error = %std::io::Error::last_os_error(), nice, "status: could not lower the writer's priority");
-    }
-}
-
 /// When the next write may start, after one that ended at `ended` and took `took`:
 /// `status.min_interval` later, or later still so that writing keeps to
 /// `status.max_write_share` of the time. The file of a large fleet is written less
@@ -457,25 +441,6 @@ mod tests {
         assert_eq!(next_write_at(t, Duration::from_secs(5), &all) - t, all.min_interval, "share 1: no spacing");
     }
 
-    /// The writer's nice value is its thread's alone: the daemon's other threads (the
-    /// pumps, the sessions) keep theirs.
-    #[test]
-    fn lowering_the_writers_priority_leaves_the_other_threads_alone() {
-        // SAFETY: plain integers in and out.
-        let nice_of = |tid: libc::pid_t| unsafe { libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) };
-        let here = unsafe { libc::gettid() };
-        let before = nice_of(here);
-        let (tid, nice) = std::thread::spawn(move || {
-            lower_this_threads_priority(WRITER_NICE);
-            let tid = unsafe { libc::gettid() };
-            (tid, nice_of(tid))
-        })
-        .join()
-        .unwrap();
-        assert_ne!(tid, here);
-        assert_eq!(nice, WRITER_NICE.max(before), "the writer's thread runs at the writer's nice value");
-        assert_eq!(nice_of(here), before, "the calling thread keeps its own");
-    }
 
     #[test]
     fn the_default_path_is_beside_the_ledger() {

@@ -10,21 +10,28 @@
 //! (never blocking the writer or a reader) every [`INTERVAL`], and once more, truncating
 //! the log, when the writer has stopped.
 //!
-//! It also reads ahead of the writer ([`warm_range`]). Once a checkpoint has copied the
-//! whole log, the writer starts it over from the top, writing over the previous round's
-//! blocks; a log frame is 24 bytes longer than a page, so nearly every write covers part
-//! of a block, and a block no longer (or not wholly) in memory — the system reclaims
+//! It also reads the log ahead of the writer ([`ReadAhead`]). Once a checkpoint has
+//! copied the whole log, the writer starts it over from the top, writing over the
+//! previous rounds' blocks; a log frame is 24 bytes longer than a page, so nearly every
+//! write covers part of a block, and a block no longer in memory — the system reclaims
 //! cold file pages under memory pressure, or proactively — is read from the disk before
-//! the write can go on: on the fleet bench's host the writer waited 10–30 ms at a time
-//! in ext4's `write_begin`, tens of times a run, and every intent (an abort waits for
-//! its intent) waited with it. Reading the part of the log the writer is about to
-//! overwrite, here, keeps those blocks in memory; appending past the end needs nothing.
+//! the write can go on. On the fleet bench's host such a read took 0.3 ms on a quiet
+//! disk and 20–50 ms behind a checkpoint's writes, and every intent (an abort waits for
+//! its intent) waited with it. So the writer tells this thread where it is: SQLite's
+//! WAL hook gives the log's frames after each commit, the writer publishes them
+//! ([`WriterEnd`]) and sends a note when it comes within half a read-ahead of the end
+//! of what was read, or has started the log over; this thread then reads the next
+//! stretch — one second of the writer's current pace ([`ahead_bytes`]) — before the
+//! writer gets there. A burst that follows a lull is followed within its first
+//! megabyte; an idle log sends no note and reads nothing.
 
+use std::cell::Cell;
 use std::io::Read as _;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
 
@@ -35,23 +42,54 @@ use rusqlite::{Connection, OpenFlags};
 /// 10,000 sessions tracked at once leave ~100 MB, started over at the next lull.
 pub const INTERVAL: Duration = Duration::from_secs(1);
 
-/// At most this much of the log is read ahead of the writer in one round. Not a tuning
-/// knob: twice what the busiest second measured wrote (the fleet bench's stall phase,
-/// ~25 MB/s); an idle log reads nothing.
-const WARM_AHEAD_MAX: u64 = 64 << 20;
+/// How far ahead of the writer the log is read: what the writer writes in this long at
+/// its current pace, within [`AHEAD_MIN`]..[`AHEAD_MAX`]. Not a tuning knob: the
+/// writer notes at half of it, so a reading round (one checkpoint, tens of ms under
+/// load) fits in the slack many times over, and pages read are written over within a
+/// second, long before the system counts them cold.
+const AHEAD: Duration = Duration::from_secs(1);
+/// What was read ahead longer ago than this is not counted on: the system may have
+/// taken it back (on the fleet bench's host a log's pages were gone within ~5 s of their
+/// use). Not a tuning knob: twice [`AHEAD`], so a steady writer (it notes every half a
+/// read-ahead, half a second at its pace) never finds its stretch counted stale, and one
+/// back from a lull, or slower than [`AHEAD_MIN`] a second, has it read again.
+const STALE: Duration = Duration::from_secs(2);
+/// The least read ahead: a writer just back from a lull, whose pace is not known yet.
+const AHEAD_MIN: u64 = 1 << 20;
+/// The most read ahead in one go: above twice what the busiest second measured wrote
+/// (the fleet bench's stall phase, ~30 MB/s).
+const AHEAD_MAX: u64 = 64 << 20;
+
+/// The shortest span a pace is measured over: notes closer together than this would
+/// measure noise.
+const PACE_SPAN: Duration = Duration::from_millis(10);
+
+/// This thread's nice value (0 is normal, 19 the lowest): its work can wait. A
+/// checkpoint under load is ~100 ms of copying and syncing once a second (the fleet
+/// bench's stall phase), and on a machine with no core to spare the pumps, the sessions
+/// and the ledger's writer — what an abort waits for — should have the cores first.
+const NICE: libc::c_int = 10;
 
 /// The log's header, and each frame's header before its page (SQLite's WAL format).
 const WAL_HEADER: u64 = 32;
 const FRAME_HEADER: u64 = 24;
 
-/// Starts the checkpointer for the database at `path`; it runs until `writer_done`
-/// disconnects (the writer thread drops its end as it exits).
-pub fn start(path: PathBuf, writer_done: mpsc::Receiver<()>) -> std::io::Result<()> {
-    std::thread::Builder::new().name("shepherd-ledger-checkpoint".into()).spawn(move || run(&path, &writer_done))?;
-    Ok(())
+/// Starts the checkpointer for the database at `path`, whose writer commits through
+/// `writer`; it runs until the returned [`WriterEnd`] is dropped (the writer thread
+/// drops it as it exits).
+pub fn start(path: PathBuf, writer: &Connection) -> std::io::Result<WriterEnd> {
+    let (notes, inbox) = mpsc::channel();
+    let cursor = Arc::new(Cursor::default());
+    let theirs = Arc::clone(&cursor);
+    std::thread::Builder::new()
+        .name("shepherd-ledger-checkpoint".into())
+        .spawn(move || run(&path, &theirs, &inbox))?;
+    follow_commits(writer);
+    Ok(WriterEnd { cursor, notes, last: 0, started_over: false })
 }
 
-fn run(path: &Path, writer_done: &mpsc::Receiver<()>) {
+fn run(path: &Path, cursor: &Cursor, notes: &mpsc::Receiver<()>) {
+    crate::priority::lower_this_thread(NICE);
     let flags = OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW;
     let conn = match Connection::open_with_flags(path, flags) {
         Ok(c) => c,
@@ -61,16 +99,19 @@ fn run(path: &Path, writer_done: &mpsc::Receiver<()>) {
         }
     };
     let page: u64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap_or(4096);
-    let mut ahead = ReadAhead { log: log_path(path), frame: FRAME_HEADER + page, frames: 0 };
+    let mut ahead = ReadAhead::new(log_path(path), FRAME_HEADER + page, Instant::now());
+    let mut round = Instant::now() + INTERVAL;
     loop {
-        match writer_done.recv_timeout(INTERVAL) {
+        match notes.recv_timeout(round.saturating_duration_since(Instant::now())) {
+            Ok(()) => ahead.follow(cursor, Instant::now()),
             Err(mpsc::RecvTimeoutError::Timeout) => {
+                round = Instant::now() + INTERVAL;
                 if let Some(log) = checkpoint(&conn, path, "PASSIVE") {
-                    ahead.after_checkpoint(log);
+                    ahead.after_checkpoint(log, cursor, Instant::now());
                 }
             }
             // The writer has stopped: leave an empty log behind.
-            _ => {
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
                 checkpoint(&conn, path, "TRUNCATE");
                 return;
             }
@@ -106,26 +147,163 @@ fn log_path(db: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Reads the part of the log the writer is about to overwrite (module doc).
+thread_local! {
+    /// The log's frames after this thread's last commit, as SQLite's WAL hook told it.
+    static LOG_FRAMES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Has `conn`'s commits leave the log's frames in [`LOG_FRAMES`] (of the committing
+/// thread). SQLite's `wal_autocheckpoint` uses the same hook: set it after that pragma.
+fn follow_commits(conn: &Connection) {
+    conn.wal_hook(Some(|_, frames| {
+        LOG_FRAMES.with(|f| f.set(u64::try_from(frames).unwrap_or(0)));
+        Ok(())
+    }));
+}
+
+/// Where the writer is in the log, shared by the writer and the checkpointer.
+#[derive(Default)]
+struct Cursor {
+    /// The log's frames after the writer's last commit.
+    frames: AtomicU64,
+    /// The writer sends a note once the log holds this many frames.
+    wake_at: AtomicU64,
+    /// A note is on its way and not yet taken: the writer sends no other meanwhile.
+    noted: AtomicBool,
+}
+
+/// The writer's end of the checkpointer: told of each batch, it publishes where the
+/// writer is and sends the checkpointer a note when it should read further ahead.
+/// Dropping it tells the checkpointer the writer has stopped.
+pub struct WriterEnd {
+    cursor: Arc<Cursor>,
+    notes: mpsc::Sender<()>,
+    /// The frames after the previous batch.
+    last: u64,
+    /// The log was started over and no note has said so yet.
+    started_over: bool,
+}
+
+impl WriterEnd {
+    /// After a batch of the writer's (on the writer's thread).
+    pub fn after_batch(&mut self) {
+        self.committed(LOG_FRAMES.with(Cell::get));
+    }
+
+    /// The log holds `frames` frames after the writer's last commit. Costs two atomic
+    /// loads and a store; a note is a channel send, a few a second under load.
+    fn committed(&mut self, frames: u64) {
+        if frames < self.last {
+            self.started_over = true;
+        }
+        self.last = frames;
+        self.cursor.frames.store(frames, Ordering::Release);
+        let due = self.started_over || frames >= self.cursor.wake_at.load(Ordering::Acquire);
+        if due && !self.cursor.noted.swap(true, Ordering::AcqRel) {
+            self.started_over = false;
+            // The checkpointer gone (it could not open the file): nothing to tell.
+            let _ = self.notes.send(());
+        }
+    }
+}
+
+/// Reads the log ahead of the writer (module doc).
 struct ReadAhead {
     log: PathBuf,
     /// A frame's bytes: its header and a page.
     frame: u64,
-    /// The log's frames at the previous round.
-    frames: u64,
+    /// The writer's frames when last seen, and when.
+    seen: (u64, Instant),
+    /// The writer's pace when last measured, in frames a second.
+    pace: f64,
+    /// The stretch of the log (bytes) read for the writer's way ahead, and when it was
+    /// last read further ([`STALE`]).
+    warm: Range<u64>,
+    warmed: Instant,
+    /// A checkpoint copied the log back whole when it held this many frames: the
+    /// writer's next commit starts it over, and should say so.
+    start_over_due: Option<u64>,
 }
 
 impl ReadAhead {
-    fn after_checkpoint(&mut self, log: Log) {
-        let before = std::mem::replace(&mut self.frames, log.frames);
-        if log.frames == before {
-            return; // nothing written: an idle log costs nothing
+    fn new(log: PathBuf, frame: u64, now: Instant) -> Self {
+        Self { log, frame, seen: (0, now), pace: 0.0, warm: 0..0, warmed: now, start_over_due: None }
+    }
+
+    /// The writer's note: it nears the end of what was read, or started the log over.
+    fn follow(&mut self, cursor: &Cursor, now: Instant) {
+        let frames = cursor.frames.load(Ordering::Acquire);
+        self.measure(frames, now);
+        let at = WAL_HEADER + frames * self.frame;
+        let ahead = ahead_bytes(self.pace, self.frame);
+        // A log that cannot be read wakes this thread only when started over, not at
+        // every commit.
+        let mut wake_at = match self.len() {
+            Some(len) if self.warm_up(at, ahead, len, now) => wake_at(self.warm.end, ahead, self.frame, len),
+            _ => u64::MAX,
+        };
+        // Not started over yet (another note came first): the next commit still tells.
+        match self.start_over_due {
+            Some(copied) if frames == copied => wake_at = 0,
+            _ => self.start_over_due = None,
         }
-        let Ok(len) = std::fs::metadata(&self.log).map(|m| m.len()) else { return };
-        let Some(range) = warm_range(log, before, self.frame, len) else { return };
-        if let Err(e) = self.read(range) {
-            tracing::debug!(path = %self.log.display(), error = %e, "ledger: could not read the log ahead of the writer");
+        cursor.wake_at.store(wake_at, Ordering::Release);
+        cursor.noted.store(false, Ordering::Release);
+    }
+
+    /// After a checkpoint: when it copied the whole log back, the writer starts over
+    /// at the top with its next commit — read that stretch now, ahead of it, and have
+    /// that commit note (a log started over may hold more frames at once than the old
+    /// one did, which the writer alone would not tell from going on). Once read, the
+    /// top is not read again while the log is idle.
+    fn after_checkpoint(&mut self, log: Log, cursor: &Cursor, now: Instant) {
+        self.measure(log.frames, now);
+        if log.copied < log.frames {
+            return; // the writer goes on where it is, and its notes say where
         }
+        if let Some(len) = self.len() {
+            self.warm_up(WAL_HEADER, ahead_bytes(self.pace, self.frame), len, now);
+        }
+        self.start_over_due = Some(log.frames);
+        cursor.wake_at.store(0, Ordering::Release);
+    }
+
+    /// The writer's pace since it was last seen; notes closer together than
+    /// [`PACE_SPAN`] measure from the earlier one.
+    fn measure(&mut self, frames: u64, now: Instant) {
+        let (before, then) = self.seen;
+        let span = now.saturating_duration_since(then);
+        // Fewer frames than before: the log was started over; at least these are new.
+        let (written, started_over) = if frames >= before { (frames - before, false) } else { (frames, true) };
+        if span < PACE_SPAN && !started_over {
+            return;
+        }
+        self.pace = written as f64 / span.max(PACE_SPAN).as_secs_f64();
+        self.seen = (frames, now);
+    }
+
+    fn len(&self) -> Option<u64> {
+        std::fs::metadata(&self.log).map(|m| m.len()).ok()
+    }
+
+    /// Reads what [`plan`] says is missing of `ahead` bytes past `at`; `false` when the
+    /// log could not be read (logged at debug: the writer then reads for itself).
+    fn warm_up(&mut self, at: u64, ahead: u64, len: u64, now: Instant) -> bool {
+        if now.saturating_duration_since(self.warmed) > STALE {
+            self.warm = 0..0; // read too long ago to count on
+        }
+        let (warm, read) = plan(&self.warm, at, ahead, len);
+        if let Some(range) = read {
+            if let Err(e) = self.read(range) {
+                tracing::debug!(path = %self.log.display(), error = %e, "ledger: could not read the log ahead of the writer");
+                return false;
+            }
+        }
+        if warm != self.warm {
+            self.warm = warm;
+            self.warmed = now;
+        }
+        true
     }
 
     /// Reads `range` of the log and forgets it: what matters is that it is in memory.
@@ -154,23 +332,33 @@ impl ReadAhead {
     }
 }
 
-/// The part of the log (byte offsets) to read ahead of the writer, now that it holds
-/// `log.frames` frames of `frame` bytes and held `before` at the previous round, in a
-/// file of `len` bytes: from where the next frame goes — the top, when every frame is
-/// copied back and the writer starts over — twice what was written since (at most
-/// [`WARM_AHEAD_MAX`]), within the file. `None` when nothing was written (an idle log
-/// costs nothing) or the writer is at the file's end (appending reads nothing).
-fn warm_range(log: Log, before: u64, frame: u64, len: u64) -> Option<Range<u64>> {
-    let frames = log.frames;
-    // Fewer frames than before: the log was started over; at least these are new.
-    let written = if frames >= before { frames - before } else { frames };
-    if written == 0 {
-        return None;
+/// How far ahead of the writer to read at `pace` frames a second of `frame` bytes:
+/// [`AHEAD`] of it, within [`AHEAD_MIN`]..[`AHEAD_MAX`].
+fn ahead_bytes(pace: f64, frame: u64) -> u64 {
+    let bytes = pace * frame as f64 * AHEAD.as_secs_f64();
+    (bytes as u64).clamp(AHEAD_MIN, AHEAD_MAX)
+}
+
+/// With `warm` read already, what to read (byte offsets) so that `ahead` bytes past `at`
+/// (where the writer's next frame goes) are in memory, in a file of `len` bytes, and
+/// what is warm then. From the end of `warm` when the writer is within it; from `at`
+/// when it is elsewhere (it started the log over, or passed the end). Nothing past the
+/// file's end: appending reads nothing.
+fn plan(warm: &Range<u64>, at: u64, ahead: u64, len: u64) -> (Range<u64>, Option<Range<u64>>) {
+    let within = warm.start <= at && at <= warm.end;
+    let (start, from) = if within { (warm.start, warm.end) } else { (at, at) };
+    let end = at.saturating_add(ahead).min(len).max(from);
+    (start..end, (from < end).then_some(from..end))
+}
+
+/// The log's frames at which the writer should note again: half a read-ahead before the
+/// end of `warm_end`; never (`u64::MAX`, only a new start of the log notes) once what was
+/// read reaches the file's end, past which the writer appends.
+fn wake_at(warm_end: u64, ahead: u64, frame: u64, len: u64) -> u64 {
+    if warm_end >= len {
+        return u64::MAX;
     }
-    let next = if log.copied >= frames { 0 } else { frames };
-    let start = WAL_HEADER + next * frame;
-    let end = start.saturating_add((2 * written * frame).min(WARM_AHEAD_MAX)).min(len);
-    (start < end).then_some(start..end)
+    warm_end.saturating_sub(ahead / 2).saturating_sub(WAL_HEADER) / frame
 }
 
 #[cfg(test)]
@@ -178,37 +366,123 @@ mod tests {
     use super::*;
 
     const FRAME: u64 = FRAME_HEADER + 4096;
+    const MIB: u64 = 1 << 20;
 
-    /// A log of `frames`, `copied` of them copied back.
-    fn log(frames: u64, copied: u64) -> Log {
-        Log { frames, copied }
+    #[test]
+    fn the_writer_is_read_ahead_one_second_of_its_pace_within_bounds() {
+        assert_eq!(ahead_bytes(0.0, FRAME), AHEAD_MIN, "a writer back from a lull: the least");
+        assert_eq!(ahead_bytes(1_000.0, FRAME), 1_000 * FRAME);
+        assert_eq!(ahead_bytes(1e9, FRAME), AHEAD_MAX);
     }
 
     #[test]
-    fn an_idle_log_is_not_read() {
-        assert_eq!(warm_range(log(10, 5), 10, FRAME, 100 * FRAME), None);
-        assert_eq!(warm_range(log(10, 10), 10, FRAME, 100 * FRAME), None, "copied back, and nothing more written");
-        assert_eq!(warm_range(log(0, 0), 0, FRAME, 100 * FRAME), None);
+    fn a_writer_within_what_was_read_has_only_the_rest_read() {
+        let (warm, read) = plan(&(0..10 * MIB), 6 * MIB, 8 * MIB, 100 * MIB);
+        assert_eq!(read, Some(10 * MIB..14 * MIB));
+        assert_eq!(warm, 0..14 * MIB);
+        let (_, read) = plan(&(0..14 * MIB), 6 * MIB, 8 * MIB, 100 * MIB);
+        assert_eq!(read, None, "already read");
     }
 
     #[test]
-    fn a_log_started_over_is_read_ahead_of_the_writer_twice_as_far_as_it_wrote() {
-        // The previous round ended at 5,000 frames; the writer started over and is at 100.
-        let r = warm_range(log(100, 0), 5_000, FRAME, 10_000 * FRAME).unwrap();
-        assert_eq!(r, WAL_HEADER + 100 * FRAME..WAL_HEADER + 300 * FRAME);
+    fn a_writer_that_started_over_is_read_ahead_from_where_it_is() {
+        let (warm, read) = plan(&(50 * MIB..60 * MIB), WAL_HEADER, 4 * MIB, 100 * MIB);
+        assert_eq!(read, Some(WAL_HEADER..WAL_HEADER + 4 * MIB));
+        assert_eq!(warm, WAL_HEADER..WAL_HEADER + 4 * MIB);
     }
 
     #[test]
-    fn a_log_copied_back_whole_is_read_from_the_top_where_the_writer_starts_over() {
-        let r = warm_range(log(5_000, 5_000), 4_000, FRAME, 10_000 * FRAME).unwrap();
-        assert_eq!(r, WAL_HEADER..WAL_HEADER + 2_000 * FRAME);
+    fn nothing_past_the_files_end_is_read() {
+        let (warm, read) = plan(&(0..0), 90 * MIB, 20 * MIB, 100 * MIB);
+        assert_eq!(read, Some(90 * MIB..100 * MIB), "up to the file's end");
+        assert_eq!(wake_at(warm.end, 20 * MIB, FRAME, 100 * MIB), u64::MAX, "past it the writer appends: no note");
+        assert_eq!(plan(&(0..0), 120 * MIB, 20 * MIB, 100 * MIB).1, None, "appending reads nothing");
     }
 
     #[test]
-    fn a_growing_log_is_read_only_where_the_file_already_has_blocks() {
-        assert_eq!(warm_range(log(200, 0), 100, FRAME, WAL_HEADER + 200 * FRAME), None, "appending: nothing to read");
-        let r = warm_range(log(200, 0), 100, FRAME, WAL_HEADER + 250 * FRAME).unwrap();
-        assert_eq!(r.end, WAL_HEADER + 250 * FRAME, "up to the file's end");
+    fn the_writer_notes_half_a_read_ahead_before_the_end_of_what_was_read() {
+        let end = WAL_HEADER + 3_000 * FRAME;
+        assert_eq!(wake_at(end, 2_000 * FRAME, FRAME, 100 * MIB), 2_000);
+    }
+
+    /// The writer's end and the cursor it shares, with the checkpointer's inbox.
+    fn writer_end() -> (WriterEnd, Arc<Cursor>, mpsc::Receiver<()>) {
+        let (notes, inbox) = mpsc::channel();
+        let cursor = Arc::new(Cursor::default());
+        (WriterEnd { cursor: Arc::clone(&cursor), notes, last: 0, started_over: false }, cursor, inbox)
+    }
+
+    /// The checkpointer takes every note waiting, as its thread would.
+    fn take_notes(inbox: &mpsc::Receiver<()>, cursor: &Cursor, wake_at: u64) -> usize {
+        let n = inbox.try_iter().count();
+        if n > 0 {
+            cursor.wake_at.store(wake_at, Ordering::Release);
+            cursor.noted.store(false, Ordering::Release);
+        }
+        n
+    }
+
+    #[test]
+    fn the_writer_notes_once_it_reaches_the_mark_and_not_again_until_the_note_is_taken() {
+        let (mut w, cursor, inbox) = writer_end();
+        w.committed(5);
+        assert_eq!(take_notes(&inbox, &cursor, 100), 1, "nothing read yet: the first commit notes");
+        w.committed(50);
+        assert_eq!(take_notes(&inbox, &cursor, 100), 0, "below the mark");
+        w.committed(100);
+        w.committed(120);
+        w.committed(140);
+        assert_eq!(cursor.frames.load(Ordering::Acquire), 140, "where the writer is, published");
+        assert_eq!(take_notes(&inbox, &cursor, 1_000), 1, "one note until it is taken");
+    }
+
+    #[test]
+    fn a_log_started_over_is_noted_even_when_a_note_was_on_its_way() {
+        let (mut w, cursor, inbox) = writer_end();
+        w.committed(500);
+        w.committed(3); // started over while the first note waits
+        assert_eq!(inbox.try_iter().count(), 1);
+        cursor.wake_at.store(10_000, Ordering::Release);
+        cursor.noted.store(false, Ordering::Release);
+        w.committed(4);
+        assert_eq!(take_notes(&inbox, &cursor, 10_000), 1, "the new start is told, though below the mark");
+        w.committed(5);
+        assert_eq!(take_notes(&inbox, &cursor, 10_000), 0);
+    }
+
+    #[test]
+    fn the_commit_after_a_checkpoint_copied_the_log_back_whole_notes_whatever_it_holds() {
+        let (mut w, cursor, inbox) = writer_end();
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = Instant::now();
+        // No log file to read: only the notes are looked at here.
+        let mut ahead = ReadAhead::new(dir.path().join("none-wal"), FRAME, t0);
+        w.committed(1);
+        assert_eq!(inbox.try_iter().count(), 1);
+        ahead.follow(&cursor, t0);
+        ahead.after_checkpoint(Log { frames: 1, copied: 1 }, &cursor, t0 + INTERVAL);
+        // Started over, the log holds more frames than the old one did: the writer
+        // alone would not tell.
+        w.committed(4);
+        assert_eq!(inbox.try_iter().count(), 1, "the start over is noted");
+        ahead.follow(&cursor, t0 + INTERVAL);
+        w.committed(5);
+        assert_eq!(inbox.try_iter().count(), 0, "then quiet again");
+    }
+
+    #[test]
+    fn what_was_read_long_ago_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("l-wal");
+        std::fs::write(&log, vec![0u8; 4 << 20]).unwrap();
+        let t0 = Instant::now();
+        let mut ahead = ReadAhead::new(log, FRAME, t0);
+        assert!(ahead.warm_up(WAL_HEADER, MIB, 4 * MIB, t0));
+        assert_eq!(ahead.warm, WAL_HEADER..WAL_HEADER + MIB);
+        assert!(ahead.warm_up(WAL_HEADER + 100, MIB, 4 * MIB, t0 + STALE / 2));
+        assert_eq!(ahead.warm.start, WAL_HEADER, "recent: only the rest was read");
+        assert!(ahead.warm_up(WAL_HEADER + 200, MIB, 4 * MIB, t0 + STALE * 2));
+        assert_eq!(ahead.warm, WAL_HEADER + 200..WAL_HEADER + 200 + MIB, "stale: read again from the writer");
     }
 
     /// Bytes this thread has had read from storage (`/proc/thread-self/io`).
@@ -227,52 +501,80 @@ mod tests {
         assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
     }
 
+    /// A log a burst filled and a checkpoint copied back whole, its pages gone from
+    /// memory as after a lull: the writer's connection (its commits told through the WAL
+    /// hook), the checkpointer's, and a commit of one row.
     #[cfg(target_os = "linux")]
-    #[test]
-    fn a_log_started_over_is_read_ahead_so_the_writer_waits_on_no_disk_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("l.sqlite3");
+    fn cold_log(dir: &Path) -> (Connection, Connection, PathBuf, impl Fn(&Connection)) {
+        let db = dir.join("l.sqlite3");
         let w = Connection::open(&db).unwrap();
         w.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0; CREATE TABLE t(id INTEGER PRIMARY KEY, s TEXT)").unwrap();
+        follow_commits(&w);
         let row = "x".repeat(3000);
-        let commits = |n: usize| {
-            for _ in 0..n {
-                w.execute("INSERT INTO t(s) VALUES (?1)", [&row]).unwrap();
-            }
+        let commit = move |c: &Connection| {
+            c.execute("INSERT INTO t(s) VALUES (?1)", [&row]).unwrap();
         };
-        // A burst fills the log; the checkpointer copies all of it back.
-        commits(3000);
+        for _ in 0..3000 {
+            commit(&w);
+        }
         let checkpointer = Connection::open(&db).unwrap();
+        let log = checkpoint(&checkpointer, &db, "PASSIVE").unwrap();
+        assert_eq!(log.copied, log.frames, "copied back whole: the writer starts over at its next commit");
+        let wal = log_path(&db);
+        evict(&wal);
+        (w, checkpointer, wal, commit)
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_burst_after_a_lull_finds_the_log_it_writes_over_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let (w, checkpointer, wal, commit) = cold_log(dir.path());
         let page: u64 = checkpointer.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
-        let burst = checkpoint(&checkpointer, &db, "PASSIVE").unwrap().frames;
-        let mut ahead = ReadAhead { log: log_path(&db), frame: FRAME_HEADER + page, frames: burst };
-        // The writer starts the log over; a reader keeps the next checkpoint from
-        // finishing, so the writer goes on where it is rather than starting over again.
-        commits(1);
-        let reader = Connection::open(&db).unwrap();
-        reader.execute_batch("BEGIN; SELECT count(*) FROM t;").unwrap();
-        // The system takes the cold log's pages; the writer writes over them.
-        evict(&ahead.log);
+        let (mut end, cursor, inbox) = writer_end();
+        let mut ahead = ReadAhead::new(wal.clone(), FRAME_HEADER + page, Instant::now());
+        // The writer's first commit after the lull starts the log over at the top, and
+        // may read its first blocks; from there on its notes keep it ahead.
+        commit(&w);
+        end.after_batch();
+        let mut cold = 0;
+        for _ in 0..600 {
+            // The checkpointer's thread, here in step with the writer's.
+            if inbox.try_iter().count() > 0 {
+                ahead.follow(&cursor, Instant::now());
+            }
+            let before = storage_reads();
+            commit(&w);
+            end.after_batch();
+            cold += storage_reads() - before;
+        }
+        assert!(cursor.frames.load(Ordering::Acquire) > 600, "the burst wrote over the log's old blocks");
+        // The same burst without the read-ahead reads what it writes over.
+        evict(&wal);
         let before = storage_reads();
-        commits(300);
-        let cold = storage_reads() - before;
-        if cold == 0 {
+        for _ in 0..600 {
+            commit(&w);
+        }
+        let without = storage_reads() - before;
+        if without == 0 {
             eprintln!("this file system keeps the log in memory (or cannot drop it): nothing to read ahead of here");
             return;
         }
-        // The checkpointer's round reads ahead; the writer's next second needs no disk.
-        let now = checkpoint(&checkpointer, &db, "PASSIVE").unwrap();
-        assert!(now.frames < burst && now.copied < now.frames, "the log was started over, and the reader holds it");
-        ahead.after_checkpoint(now);
-        let before = storage_reads();
-        commits(300);
-        assert_eq!(storage_reads() - before, 0, "the writer read {cold} bytes from storage without the read-ahead");
-        reader.execute_batch("COMMIT").unwrap();
+        assert_eq!(cold, 0, "the writer read {without} bytes from storage without the read-ahead");
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
-    fn a_burst_reads_ahead_at_most_the_bound() {
-        let r = warm_range(log(100_000, 0), 1, FRAME, u64::MAX).unwrap();
-        assert_eq!(r.end - r.start, WARM_AHEAD_MAX);
+    fn a_checkpoint_that_copied_the_log_back_reads_the_top_before_the_writer_starts_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let (w, _checkpointer, wal, commit) = cold_log(dir.path());
+        let page: u64 = w.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
+        let mut ahead = ReadAhead::new(wal, FRAME_HEADER + page, Instant::now());
+        ahead.after_checkpoint(Log { frames: 3_000, copied: 3_000 }, &Cursor::default(), Instant::now() + Duration::from_secs(1));
+        let before = storage_reads();
+        for _ in 0..50 {
+            commit(&w);
+        }
+        assert_eq!(storage_reads() - before, 0, "the top of the log was read ahead of the first commits");
     }
 }

@@ -127,23 +127,24 @@ impl SqliteLedger {
 
     fn start(conn: Connection, path: Option<PathBuf>) -> Result<SqliteLedger, LedgerError> {
         let (commands, queue) = mpsc::channel();
-        // A file's log is copied back by a thread of its own (see `checkpoint`); the
-        // writer tells it it has stopped by dropping `done`.
-        let (done, writer_done) = mpsc::channel::<()>();
+        // A file's log is copied back, and read ahead of the writer, by a thread of its
+        // own (see `checkpoint`); the writer tells it where it is, and that it has
+        // stopped by dropping its end.
+        let mut checkpointer = None;
         if let Some(path) = &path {
             let at = |e| storage_error(&path.display().to_string(), e);
             conn.execute_batch("PRAGMA wal_autocheckpoint = 0").map_err(at)?;
-            if let Err(e) = checkpoint::start(path.clone(), writer_done) {
-                tracing::warn!(path = %path.display(), error = %e, "ledger: no checkpointer thread; the writer checkpoints");
-                conn.execute_batch("PRAGMA wal_autocheckpoint = 1000").map_err(at)?;
+            match checkpoint::start(path.clone(), &conn) {
+                Ok(end) => checkpointer = Some(end),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "ledger: no checkpointer thread; the writer checkpoints");
+                    conn.execute_batch("PRAGMA wal_autocheckpoint = 1000").map_err(at)?;
+                }
             }
         }
         std::thread::Builder::new()
             .name("shepherd-ledger".into())
-            .spawn(move || {
-                serve(conn, queue);
-                drop(done);
-            })
+            .spawn(move || serve(conn, queue, checkpointer))
             .map_err(|e| LedgerError::Storage(format!("starting the ledger thread: {e}")))?;
         Ok(SqliteLedger { commands, path })
     }

@@ -11,6 +11,7 @@ use shepherd_actors::journal::ActionRecord;
 use shepherd_actors::ledger::{Claim, DurableState, Intent, LedgerError, Snapshot};
 use tokio::sync::oneshot;
 
+use crate::store::checkpoint::WriterEnd;
 use super::{handoff, intent, journal, session_state, setting, storage_error};
 
 /// At most this many queued commands share one transaction, so one reply is never held
@@ -103,8 +104,10 @@ pub(in crate::store) trait Job: Send {
     fn fail(self: Box<Self>, err: LedgerError);
 }
 
-/// The writer thread: runs until every [`SqliteLedger`](super::SqliteLedger) handle is dropped.
-pub(super) fn serve(mut conn: Connection, queue: mpsc::Receiver<Command>) {
+/// The writer thread: runs until every [`SqliteLedger`](super::SqliteLedger) handle is
+/// dropped; tells the checkpointer, when there is one, where it is in the log after each
+/// batch (and, by dropping its end, that it has stopped).
+pub(super) fn serve(mut conn: Connection, queue: mpsc::Receiver<Command>, mut checkpointer: Option<WriterEnd>) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -114,6 +117,9 @@ pub(super) fn serve(mut conn: Connection, queue: mpsc::Receiver<Command>) {
             }
         }
         run_batch(&mut conn, batch);
+        if let Some(end) = checkpointer.as_mut() {
+            end.after_batch();
+        }
     }
 }
 
