@@ -180,13 +180,16 @@ struct StallPhase {
     stall_stream_lag_max_ms: f64,
     #[serde(default, deserialize_with = "nan_if_null")]
     stall_stream_lag_max_at_s: f64,
-    /// Freezes of a CPU (not run for ≥ 25 ms: [`freezes`]) during the phase, the longest
-    /// (ms), how many stalls' deadline-to-abort span one fell across, and the abort
-    /// latency p99 of the other stalls.
+    /// Freezes of a CPU (not run for ≥ `stall_freeze_gap_ms`: [`freezes`]) during the
+    /// phase, the longest (ms), how many stalls' deadline-to-abort span one fell across,
+    /// and the abort latency p99 of the other stalls.
     #[serde(default)]
     stall_cpu_freezes: u64,
     #[serde(default, deserialize_with = "nan_if_null")]
     stall_freeze_longest_ms: f64,
+    /// The shortest stop the watchers see (ms): 8 at real-time priority, else 25.
+    #[serde(default)]
+    stall_freeze_gap_ms: u64,
     #[serde(default)]
     stalls_across_freeze: u64,
     #[serde(default, deserialize_with = "nan_if_null")]
@@ -823,7 +826,7 @@ async fn stall_phase(
     };
     let phase_secs = t.elapsed().as_secs_f64();
     let late = probe.finish().await;
-    let unpinned = freeze_watch.unpinned;
+    let (unpinned, gap_ms) = (freeze_watch.unpinned, freeze_watch.gap_ms());
     let frozen = freeze_watch.finish();
     (r.stall_runtime_late_p99_ms, r.stall_thread_late_p99_ms, r.stall_runtime_late_max_ms, r.stall_runtime_late_max_at_s) =
         (late.runtime_p99_ms, late.thread_p99_ms, late.runtime_max_ms, late.runtime_max_at_s);
@@ -880,6 +883,7 @@ async fn stall_phase(
     r.stall_cpu_freezes = frozen.len() as u64;
     r.stall_freezes = frozen.iter().map(|f| (f.from_us, f.to_us)).collect();
     r.stall_freeze_longest_ms = frozen.iter().map(freezes::Freeze::ms).fold(0.0, f64::max);
+    r.stall_freeze_gap_ms = gap_ms;
     r.stalls_across_freeze = (stall_times.len() - clear.len()) as u64;
     r.abort_p99_clear_ms = percentile(&clear, 99.0);
     if unpinned > 0 {
@@ -913,9 +917,10 @@ async fn stall_phase(
         r.stall_runtime_late_p99_ms, r.stall_runtime_late_max_ms, r.stall_runtime_late_max_at_s, r.stall_thread_late_p99_ms
     );
     eprintln!(
-        "   the host stopped a CPU {} times (not run for ≥ 25 ms; the longest {:.0} ms): {} stalls' deadline-to-abort spans crossed one; \
+        "   the host stopped a CPU {} times (not run for ≥ {} ms; the longest {:.0} ms): {} stalls' deadline-to-abort spans crossed one; \
          abort latency p99 of the other {}: {:.2} ms",
         r.stall_cpu_freezes,
+        r.stall_freeze_gap_ms,
         r.stall_freeze_longest_ms,
         r.stalls_across_freeze,
         r.stalls.saturating_sub(r.stalls_across_freeze),

@@ -4,7 +4,13 @@
 //! (measured: 100-ms gaps in `perf`'s samples of a CPU running Shepherd with no steal
 //! counted), so each CPU gets a thread pinned to it that wakes every [`TICK`]; a wake-up
 //! [`GAP`] late means the CPU did not run. A waking thread that slept is run within a
-//! few ms even on a busy CPU, so a gap this long is the CPU, not the scheduler.
+//! few ms even on a busy CPU, so a gap this long is the CPU, not the scheduler. Where the
+//! system lets it, the thread runs at real-time priority (`SCHED_FIFO`): it then takes
+//! its CPU from any other thread the moment its timer fires, and a wake-up
+//! [`GAP_REALTIME`] late is already the CPU (traced on the bench's host: stops of 10–20
+//! ms, in which every thread of the process — the freeze watchers, the sessions' threads
+//! with timers due — sat still at once, were too short for [`GAP`]). The watchers only
+//! take a timestamp and sleep: a few µs per wake-up.
 //!
 //! The stall phase tells apart the aborts whose deadline-to-abort span a freeze (or the
 //! catching up after it) fell across: their latency is the host's, and the p99 of the
@@ -21,6 +27,8 @@ use crate::sim::epoch_us;
 const TICK: Duration = Duration::from_millis(2);
 /// A wake-up this much later than [`TICK`] is a frozen CPU.
 const GAP: Duration = Duration::from_millis(25);
+/// The same for a watcher at real-time priority, which nothing on its CPU delays.
+const GAP_REALTIME: Duration = Duration::from_millis(8);
 
 /// One CPU not run from `from_us` to `to_us` (wall clock, µs since the epoch, as the
 /// simulator stamps deadlines and aborts).
@@ -42,6 +50,8 @@ pub struct FreezeWatch {
     threads: Vec<std::thread::JoinHandle<Vec<Freeze>>>,
     /// CPUs whose thread could not be pinned (watched from wherever it runs).
     pub unpinned: usize,
+    /// CPUs whose thread runs at real-time priority (its stops seen from [`GAP_REALTIME`]).
+    realtime: usize,
 }
 
 impl FreezeWatch {
@@ -49,20 +59,27 @@ impl FreezeWatch {
         let stop = Arc::new(AtomicBool::new(false));
         let cpus = allowed_cpus();
         let pinned = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let realtime = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let threads: Vec<_> = cpus
             .iter()
             .map(|&cpu| {
-                let (stop, pinned) = (Arc::clone(&stop), Arc::clone(&pinned));
+                let (stop, pinned, realtime) = (Arc::clone(&stop), Arc::clone(&pinned), Arc::clone(&realtime));
                 std::thread::spawn(move || {
                     if pin_to(cpu) {
                         pinned.fetch_add(1, Ordering::Relaxed);
                     }
+                    let gap = if to_realtime() {
+                        realtime.fetch_add(1, Ordering::Relaxed);
+                        GAP_REALTIME
+                    } else {
+                        GAP
+                    };
                     let mut freezes = Vec::new();
                     while !stop.load(Ordering::Relaxed) {
                         let before = epoch_us();
                         std::thread::sleep(TICK);
                         let after = epoch_us();
-                        if after - before > (TICK + GAP).as_micros() as i64 {
+                        if after - before > (TICK + gap).as_micros() as i64 {
                             freezes.push(Freeze { from_us: before + TICK.as_micros() as i64, to_us: after });
                         }
                     }
@@ -73,7 +90,14 @@ impl FreezeWatch {
         // Pinning happens first thing on each thread; a moment later it is known.
         std::thread::sleep(Duration::from_millis(20));
         let unpinned = cpus.len().saturating_sub(pinned.load(Ordering::Relaxed));
-        Self { stop, threads, unpinned }
+        Self { stop, threads, unpinned, realtime: realtime.load(Ordering::Relaxed) }
+    }
+
+    /// The shortest stop every watcher sees (ms): [`GAP_REALTIME`] when all of them run
+    /// at real-time priority, else [`GAP`].
+    pub fn gap_ms(&self) -> u64 {
+        let gap = if self.realtime == self.threads.len() { GAP_REALTIME } else { GAP };
+        gap.as_millis() as u64
     }
 
     /// Every freeze seen, in time order; freezes that overlap — the same stop seen from
@@ -131,5 +155,19 @@ fn pin_to(cpu: usize) -> bool {
 
 #[cfg(not(target_os = "linux"))]
 fn pin_to(_: usize) -> bool {
+    false
+}
+
+/// Gives the calling thread real-time priority (`SCHED_FIFO`, the lowest level); `false`
+/// where the system does not allow it (no `CAP_SYS_NICE`, no real-time budget).
+#[cfg(target_os = "linux")]
+fn to_realtime() -> bool {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: `param` is a valid sched_param; 0 is the calling thread.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn to_realtime() -> bool {
     false
 }

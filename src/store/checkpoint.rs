@@ -17,13 +17,13 @@
 //! cold file pages under memory pressure, or proactively — is read from the disk before
 //! the write can go on. On the fleet bench's host such a read took 0.3 ms on a quiet
 //! disk and 20–50 ms behind a checkpoint's writes, and every intent (an abort waits for
-//! its intent) waited with it. So the writer tells this thread where it is: SQLite's
+//! its intent) waited with it. So the writer tells the read-ahead where it is: SQLite's
 //! WAL hook gives the log's frames after each commit, the writer publishes them
 //! ([`WriterEnd`]) and sends a note when it comes within half a read-ahead of the end
-//! of what was read, or has started the log over; this thread then reads the next
-//! stretch — one second of the writer's current pace ([`ahead_bytes`]) — before the
-//! writer gets there. A burst that follows a lull is followed within its first
-//! megabyte; an idle log sends no note and reads nothing.
+//! of what was read, or has started the log over; a thread of the read-ahead's own then
+//! reads the next stretch — one second of the writer's current pace ([`ahead_bytes`])
+//! — before the writer gets there. A burst that follows a lull is followed within its
+//! first few megabytes; an idle log sends no note and reads nothing.
 
 use std::cell::Cell;
 use std::io::Read as _;
@@ -44,9 +44,8 @@ pub const INTERVAL: Duration = Duration::from_secs(1);
 
 /// How far ahead of the writer the log is read: what the writer writes in this long at
 /// its current pace, within [`AHEAD_MIN`]..[`AHEAD_MAX`]. Not a tuning knob: the
-/// writer notes at half of it, so a reading round (one checkpoint, tens of ms under
-/// load) fits in the slack many times over, and pages read are written over within a
-/// second, long before the system counts them cold.
+/// writer notes at half of it, so the read-ahead has half a second to answer, and pages
+/// read are written over within a second, long before the system counts them cold.
 const AHEAD: Duration = Duration::from_secs(1);
 /// What was read ahead longer ago than this is not counted on: the system may have
 /// taken it back (on the fleet bench's host a log's pages were gone within ~5 s of their
@@ -55,7 +54,9 @@ const AHEAD: Duration = Duration::from_secs(1);
 /// back from a lull, or slower than [`AHEAD_MIN`] a second, has it read again.
 const STALE: Duration = Duration::from_secs(2);
 /// The least read ahead: a writer just back from a lull, whose pace is not known yet.
-const AHEAD_MIN: u64 = 1 << 20;
+/// Half of it is the slack before its first note is answered: ~60 ms at the busiest
+/// pace measured.
+const AHEAD_MIN: u64 = 4 << 20;
 /// The most read ahead in one go: above twice what the busiest second measured wrote
 /// (the fleet bench's stall phase, ~30 MB/s).
 const AHEAD_MAX: u64 = 64 << 20;
@@ -64,7 +65,7 @@ const AHEAD_MAX: u64 = 64 << 20;
 /// measure noise.
 const PACE_SPAN: Duration = Duration::from_millis(10);
 
-/// This thread's nice value (0 is normal, 19 the lowest): its work can wait. A
+/// The checkpointer thread's nice value (0 is normal, 19 the lowest): its work can wait. A
 /// checkpoint under load is ~100 ms of copying and syncing once a second (the fleet
 /// bench's stall phase), and on a machine with no core to spare the pumps, the sessions
 /// and the ledger's writer — what an abort waits for — should have the cores first.
@@ -74,21 +75,34 @@ const NICE: libc::c_int = 10;
 const WAL_HEADER: u64 = 32;
 const FRAME_HEADER: u64 = 24;
 
-/// Starts the checkpointer for the database at `path`, whose writer commits through
-/// `writer`; it runs until the returned [`WriterEnd`] is dropped (the writer thread
-/// drops it as it exits).
+/// Starts the checkpointer and the read-ahead for the database at `path`, whose writer
+/// commits through `writer`; they run until the returned [`WriterEnd`] is dropped (the
+/// writer thread drops it as it exits).
+///
+/// Two threads: the checkpointer's work can wait (it runs at [`NICE`]); the
+/// read-ahead's cannot — the writer is on its way — and costs little CPU (it mostly
+/// waits for a note, or for the disk), so it keeps the normal priority.
 pub fn start(path: PathBuf, writer: &Connection) -> std::io::Result<WriterEnd> {
+    let page: u64 = writer.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap_or(4096);
     let (notes, inbox) = mpsc::channel();
+    let (done, writer_done) = mpsc::channel();
     let cursor = Arc::new(Cursor::default());
     let theirs = Arc::clone(&cursor);
+    let log = log_path(&path);
+    std::thread::Builder::new()
+        .name("shepherd-ledger-readahead".into())
+        .spawn(move || read_ahead(ReadAhead::new(log, FRAME_HEADER + page, Instant::now()), &theirs, &inbox))?;
+    let checkpoints = notes.clone();
     std::thread::Builder::new()
         .name("shepherd-ledger-checkpoint".into())
-        .spawn(move || run(&path, &theirs, &inbox))?;
+        .spawn(move || run(&path, &writer_done, &checkpoints))?;
     follow_commits(writer);
-    Ok(WriterEnd { cursor, notes, last: 0, started_over: false })
+    Ok(WriterEnd { cursor, notes, _done: done, last: 0, started_over: false })
 }
 
-fn run(path: &Path, cursor: &Cursor, notes: &mpsc::Receiver<()>) {
+/// The checkpointer's thread: a `PASSIVE` checkpoint every [`INTERVAL`], each told to
+/// the read-ahead; a `TRUNCATE` one once the writer has stopped.
+fn run(path: &Path, writer_done: &mpsc::Receiver<()>, read_ahead: &mpsc::Sender<Note>) {
     crate::priority::lower_this_thread(NICE);
     let flags = OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW;
     let conn = match Connection::open_with_flags(path, flags) {
@@ -98,23 +112,37 @@ fn run(path: &Path, cursor: &Cursor, notes: &mpsc::Receiver<()>) {
             return;
         }
     };
-    let page: u64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap_or(4096);
-    let mut ahead = ReadAhead::new(log_path(path), FRAME_HEADER + page, Instant::now());
-    let mut round = Instant::now() + INTERVAL;
     loop {
-        match notes.recv_timeout(round.saturating_duration_since(Instant::now())) {
-            Ok(()) => ahead.follow(cursor, Instant::now()),
+        match writer_done.recv_timeout(INTERVAL) {
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                round = Instant::now() + INTERVAL;
                 if let Some(log) = checkpoint(&conn, path, "PASSIVE") {
-                    ahead.after_checkpoint(log, cursor, Instant::now());
+                    let _ = read_ahead.send(Note::Checkpointed(log));
                 }
             }
             // The writer has stopped: leave an empty log behind.
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
+            _ => {
                 checkpoint(&conn, path, "TRUNCATE");
                 return;
             }
+        }
+    }
+}
+
+/// What the read-ahead's thread is told.
+enum Note {
+    /// The writer nears the end of what was read, or started the log over.
+    Moved,
+    /// A checkpoint left the log so.
+    Checkpointed(Log),
+}
+
+/// The read-ahead's thread: sleeps until told something; ends once the writer and the
+/// checkpointer have both stopped.
+fn read_ahead(mut ahead: ReadAhead, cursor: &Cursor, inbox: &mpsc::Receiver<Note>) {
+    while let Ok(note) = inbox.recv() {
+        match note {
+            Note::Moved => ahead.follow(cursor, Instant::now()),
+            Note::Checkpointed(log) => ahead.after_checkpoint(log, cursor, Instant::now()),
         }
     }
 }
@@ -177,7 +205,9 @@ struct Cursor {
 /// Dropping it tells the checkpointer the writer has stopped.
 pub struct WriterEnd {
     cursor: Arc<Cursor>,
-    notes: mpsc::Sender<()>,
+    notes: mpsc::Sender<Note>,
+    /// Dropped with this end: the checkpointer's sign that the writer has stopped.
+    _done: mpsc::Sender<()>,
     /// The frames after the previous batch.
     last: u64,
     /// The log was started over and no note has said so yet.
@@ -202,7 +232,7 @@ impl WriterEnd {
         if due && !self.cursor.noted.swap(true, Ordering::AcqRel) {
             self.started_over = false;
             // The checkpointer gone (it could not open the file): nothing to tell.
-            let _ = self.notes.send(());
+            let _ = self.notes.send(Note::Moved);
         }
     }
 }
@@ -236,7 +266,7 @@ impl ReadAhead {
         self.measure(frames, now);
         let at = WAL_HEADER + frames * self.frame;
         let ahead = ahead_bytes(self.pace, self.frame);
-        // A log that cannot be read wakes this thread only when started over, not at
+        // A log that cannot be read wakes the read-ahead only when started over, not at
         // every commit.
         let mut wake_at = match self.len() {
             Some(len) if self.warm_up(at, ahead, len, now) => wake_at(self.warm.end, ahead, self.frame, len),
@@ -371,7 +401,7 @@ mod tests {
     #[test]
     fn the_writer_is_read_ahead_one_second_of_its_pace_within_bounds() {
         assert_eq!(ahead_bytes(0.0, FRAME), AHEAD_MIN, "a writer back from a lull: the least");
-        assert_eq!(ahead_bytes(1_000.0, FRAME), 1_000 * FRAME);
+        assert_eq!(ahead_bytes(2_000.0, FRAME), 2_000 * FRAME);
         assert_eq!(ahead_bytes(1e9, FRAME), AHEAD_MAX);
     }
 
@@ -406,14 +436,15 @@ mod tests {
     }
 
     /// The writer's end and the cursor it shares, with the checkpointer's inbox.
-    fn writer_end() -> (WriterEnd, Arc<Cursor>, mpsc::Receiver<()>) {
+    fn writer_end() -> (WriterEnd, Arc<Cursor>, mpsc::Receiver<Note>) {
         let (notes, inbox) = mpsc::channel();
         let cursor = Arc::new(Cursor::default());
-        (WriterEnd { cursor: Arc::clone(&cursor), notes, last: 0, started_over: false }, cursor, inbox)
+        let (done, _) = mpsc::channel();
+        (WriterEnd { cursor: Arc::clone(&cursor), notes, _done: done, last: 0, started_over: false }, cursor, inbox)
     }
 
     /// The checkpointer takes every note waiting, as its thread would.
-    fn take_notes(inbox: &mpsc::Receiver<()>, cursor: &Cursor, wake_at: u64) -> usize {
+    fn take_notes(inbox: &mpsc::Receiver<Note>, cursor: &Cursor, wake_at: u64) -> usize {
         let n = inbox.try_iter().count();
         if n > 0 {
             cursor.wake_at.store(wake_at, Ordering::Release);
