@@ -6,7 +6,8 @@
 #   scripts/fleet-compare.sh 10000 3 /tmp/fleet-before /tmp/fleet-after
 #
 # Each line: events/s and the simulator's own rate in the run, the abort latency (p50 /
-# p99 / max ms; past 10,000 sessions also the phase at the 10k load), the stall path
+# p99 / max ms; past 10,000 sessions also the phase at the 10k load), the p99 of the
+# stalls no stop of the host touched (with how many one did), the stall path
 # split in two (deadline → stall_detected, → abort request), the burst's CPU time per
 # event, Shepherd's and the simulator's (on a machine the two fill, events/s is the
 # cores over their sum), live RSS per session after all phases, and the share of the
@@ -35,6 +36,8 @@ line = [
     name,
     "ev/s %.0f (%.0f%% of %.0f)" % (ev, 100 * ev / r["sim_capacity_fps"], r["sim_capacity_fps"]),
     "abort p50/p99/max %.1f/%.1f/%.1f" % (r["abort_p50_ms"], r["abort_p99_ms"], r["abort_max_ms"]),
+    # The p99 of the stalls no stop of the host touched, and how many a stop did.
+    "no-stop p99 %.1f (%d left out, stops from %s ms)" % (r.get("abort_p99_clear_ms", float("nan")), r.get("stalls_across_freeze", 0), r.get("stall_freeze_gap_ms") or 25),
     "detect p99 %.1f, to abort p99 %.1f" % (r["detect_p99_ms"], r["detect_to_abort_p99_ms"]),
     # A share of a core (%) over events per second, in µs per event.
     "burst CPU µs/event: Shepherd %.2f, simulator %.2f" % (r["burst_cpu_pct"] * 1e4 / ev, r["burst_sim_cpu_pct"] * 1e4 / ev),
