@@ -54,9 +54,10 @@ const AHEAD: Duration = Duration::from_secs(1);
 /// back from a lull, or slower than [`AHEAD_MIN`] a second, has it read again.
 const STALE: Duration = Duration::from_secs(2);
 /// The least read ahead: a writer just back from a lull, whose pace is not known yet.
-/// Half of it is the slack before its first note is answered: ~60 ms at the busiest
-/// pace measured.
-const AHEAD_MIN: u64 = 4 << 20;
+/// Half of it is the slack before its first note is answered (~15 ms at the busiest pace
+/// measured; the read-ahead's thread sleeps until then, and answers at once), and what
+/// an idle ledger's occasional write costs: 1 MiB read from memory.
+const AHEAD_MIN: u64 = 1 << 20;
 /// The most read ahead in one go: above twice what the busiest second measured wrote
 /// (the fleet bench's stall phase, ~30 MB/s).
 const AHEAD_MAX: u64 = 64 << 20;
@@ -100,8 +101,9 @@ pub fn start(path: PathBuf, writer: &Connection) -> std::io::Result<WriterEnd> {
     Ok(WriterEnd { cursor, notes, _done: done, last: 0, started_over: false })
 }
 
-/// The checkpointer's thread: a `PASSIVE` checkpoint every [`INTERVAL`], each told to
-/// the read-ahead; a `TRUNCATE` one once the writer has stopped.
+/// The checkpointer's thread: a `PASSIVE` checkpoint every [`INTERVAL`], each that
+/// found the log changed told to the read-ahead; a `TRUNCATE` one once the writer has
+/// stopped.
 fn run(path: &Path, writer_done: &mpsc::Receiver<()>, read_ahead: &mpsc::Sender<Note>) {
     crate::priority::lower_this_thread(NICE);
     let flags = OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW;
@@ -112,11 +114,16 @@ fn run(path: &Path, writer_done: &mpsc::Receiver<()>, read_ahead: &mpsc::Sender<
             return;
         }
     };
+    // What the previous round left: a round that finds the log as it was (idle) tells
+    // the read-ahead nothing, so an idle ledger wakes no thread but this one.
+    let mut left = None;
     loop {
         match writer_done.recv_timeout(INTERVAL) {
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 if let Some(log) = checkpoint(&conn, path, "PASSIVE") {
-                    let _ = read_ahead.send(Note::Checkpointed(log));
+                    if left.replace(log) != Some(log) {
+                        let _ = read_ahead.send(Note::Checkpointed(log));
+                    }
                 }
             }
             // The writer has stopped: leave an empty log behind.
@@ -285,7 +292,7 @@ impl ReadAhead {
     /// at the top with its next commit — read that stretch now, ahead of it, and have
     /// that commit note (a log started over may hold more frames at once than the old
     /// one did, which the writer alone would not tell from going on). Once read, the
-    /// top is not read again while the log is idle.
+    /// top is not read again while the log is idle (the checkpointer tells no idle round).
     fn after_checkpoint(&mut self, log: Log, cursor: &Cursor, now: Instant) {
         self.measure(log.frames, now);
         if log.copied < log.frames {
