@@ -15,7 +15,7 @@
 //! The stall phase tells apart the aborts whose deadline-to-abort span a freeze (or the
 //! catching up after it) fell across: their latency is the host's, and the p99 of the
 //! others is Shepherd's. On the bench's host both CPUs stop together (the whole virtual
-//! machine), 25–100 ms, about once per stall phase.
+//! machine): 25–100 ms about once per stall phase, 8–25 ms a few times more.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

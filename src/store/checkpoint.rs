@@ -23,7 +23,7 @@
 //! of what was read, or has started the log over; a thread of the read-ahead's own then
 //! reads the next stretch — one second of the writer's current pace ([`ahead_bytes`])
 //! — before the writer gets there. A burst that follows a lull is followed within its
-//! first few megabytes; an idle log sends no note and reads nothing.
+//! first megabyte; an idle log sends no note and reads nothing.
 
 use std::cell::Cell;
 use std::io::Read as _;
@@ -196,7 +196,7 @@ fn follow_commits(conn: &Connection) {
     }));
 }
 
-/// Where the writer is in the log, shared by the writer and the checkpointer.
+/// Where the writer is in the log, shared by the writer and the read-ahead.
 #[derive(Default)]
 struct Cursor {
     /// The log's frames after the writer's last commit.
@@ -207,9 +207,9 @@ struct Cursor {
     noted: AtomicBool,
 }
 
-/// The writer's end of the checkpointer: told of each batch, it publishes where the
-/// writer is and sends the checkpointer a note when it should read further ahead.
-/// Dropping it tells the checkpointer the writer has stopped.
+/// The writer's end of the checkpointer and the read-ahead: told of each batch, it
+/// publishes where the writer is and sends the read-ahead a note when it should read
+/// further ahead. Dropping it tells the checkpointer the writer has stopped.
 pub struct WriterEnd {
     cursor: Arc<Cursor>,
     notes: mpsc::Sender<Note>,
@@ -238,7 +238,7 @@ impl WriterEnd {
         let due = self.started_over || frames >= self.cursor.wake_at.load(Ordering::Acquire);
         if due && !self.cursor.noted.swap(true, Ordering::AcqRel) {
             self.started_over = false;
-            // The checkpointer gone (it could not open the file): nothing to tell.
+            // The read-ahead's thread gone (it panicked): nothing to tell.
             let _ = self.notes.send(Note::Moved);
         }
     }
