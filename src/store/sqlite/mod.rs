@@ -127,9 +127,9 @@ impl SqliteLedger {
 
     fn start(conn: Connection, path: Option<PathBuf>) -> Result<SqliteLedger, LedgerError> {
         let (commands, queue) = mpsc::channel();
-        // A file's log is copied back, and read ahead of the writer, by a thread of its
-        // own (see `checkpoint`); the writer tells it where it is, and that it has
-        // stopped by dropping its end.
+        // A file's log is copied back, and read ahead of the writer, by two threads of
+        // their own (see `checkpoint`); the writer tells them where it is in the log, and
+        // that it has stopped by dropping its end.
         let mut checkpointer = None;
         if let Some(path) = &path {
             let at = |e| storage_error(&path.display().to_string(), e);

@@ -105,8 +105,8 @@ pub(in crate::store) trait Job: Send {
 }
 
 /// The writer thread: runs until every [`SqliteLedger`](super::SqliteLedger) handle is
-/// dropped; tells the checkpointer, when there is one, where it is in the log after each
-/// batch (and, by dropping its end, that it has stopped).
+/// dropped; after each batch tells the checkpointer's threads, when there are any, where
+/// it is in the log (and, by dropping its end, that it has stopped).
 pub(super) fn serve(mut conn: Connection, queue: mpsc::Receiver<Command>, mut checkpointer: Option<WriterEnd>) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
