@@ -541,9 +541,10 @@ mod tests {
 
     /// A log a burst filled and a checkpoint copied back whole, its pages gone from
     /// memory as after a lull: the writer's connection (its commits told through the WAL
-    /// hook), the checkpointer's, and a commit of one row.
+    /// hook), a read-ahead of the log that has read nothing yet, the log's path, and a
+    /// commit of one row.
     #[cfg(target_os = "linux")]
-    fn cold_log(dir: &Path) -> (Connection, Connection, PathBuf, impl Fn(&Connection)) {
+    fn cold_log(dir: &Path) -> (Connection, ReadAhead, PathBuf, impl Fn(&Connection)) {
         let db = dir.join("l.sqlite3");
         let w = Connection::open(&db).unwrap();
         w.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0; CREATE TABLE t(id INTEGER PRIMARY KEY, s TEXT)").unwrap();
@@ -560,24 +561,24 @@ mod tests {
         assert_eq!(log.copied, log.frames, "copied back whole: the writer starts over at its next commit");
         let wal = log_path(&db);
         evict(&wal);
-        (w, checkpointer, wal, commit)
+        let page: u64 = w.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
+        let ahead = ReadAhead::new(wal.clone(), FRAME_HEADER + page, Instant::now());
+        (w, ahead, wal, commit)
     }
 
     #[cfg(target_os = "linux")]
     #[test]
     fn a_burst_after_a_lull_finds_the_log_it_writes_over_in_memory() {
         let dir = tempfile::tempdir().unwrap();
-        let (w, checkpointer, wal, commit) = cold_log(dir.path());
-        let page: u64 = checkpointer.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
+        let (w, mut ahead, wal, commit) = cold_log(dir.path());
         let (mut end, cursor, inbox) = writer_end();
-        let mut ahead = ReadAhead::new(wal.clone(), FRAME_HEADER + page, Instant::now());
         // The writer's first commit after the lull starts the log over at the top, and
         // may read its first blocks; from there on its notes keep it ahead.
         commit(&w);
         end.after_batch();
         let mut cold = 0;
         for _ in 0..600 {
-            // The checkpointer's thread, here in step with the writer's.
+            // The read-ahead's thread, here in step with the writer's.
             if inbox.try_iter().count() > 0 {
                 ahead.follow(&cursor, Instant::now());
             }
@@ -605,9 +606,7 @@ mod tests {
     #[test]
     fn a_checkpoint_that_copied_the_log_back_reads_the_top_before_the_writer_starts_over() {
         let dir = tempfile::tempdir().unwrap();
-        let (w, _checkpointer, wal, commit) = cold_log(dir.path());
-        let page: u64 = w.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
-        let mut ahead = ReadAhead::new(wal, FRAME_HEADER + page, Instant::now());
+        let (w, mut ahead, _, commit) = cold_log(dir.path());
         ahead.after_checkpoint(Log { frames: 3_000, copied: 3_000 }, &Cursor::default(), Instant::now() + Duration::from_secs(1));
         let before = storage_reads();
         for _ in 0..50 {
