@@ -116,6 +116,9 @@ async fn a_scripted_run_reads_back_from_metrics_with_exact_counts_and_no_secrets
     };
     let prompts = |kind, outcome| value(&s, "shepherd_prompts_total", &[("kind", kind), ("outcome", outcome)]);
     assert_eq!(value(&s, "shepherd_stall_detections_total", &[]), Some(1.0));
+    assert_eq!(value(&s, "shepherd_stall_detection_delay_seconds_count", &[]), Some(1.0));
+    let late = value(&s, "shepherd_stall_detection_delay_seconds_sum", &[]).unwrap_or(f64::NAN);
+    assert!((0.0..1.0).contains(&late), "a quiet daemon looks at a stall within a second of its deadline: {late} s");
     assert_eq!(value(&s, "shepherd_recoveries_total", &[("outcome", "succeeded")]), Some(1.0));
     assert_eq!(value(&s, "shepherd_recovery_duration_seconds_count", &[]), Some(1.0));
     let took = value(&s, "shepherd_recovery_duration_seconds_sum", &[]).unwrap_or(0.0);
@@ -184,6 +187,7 @@ async fn a_scripted_run_reads_back_from_metrics_with_exact_counts_and_no_secrets
     // session or opens a door.
     let (text, _) = api.scrape().await?;
     assert!(text.contains("# TYPE shepherd_recovery_duration_seconds histogram"), "{text}");
+    assert!(text.contains("# TYPE shepherd_stall_detection_delay_seconds histogram"), "{text}");
     assert!(text.contains("# TYPE shepherd_opencode_request_duration_seconds histogram"), "{text}");
     assert!(text.contains("# TYPE shepherd_prompts_total counter"), "{text}");
     assert!(text.contains("# TYPE shepherd_sessions gauge"), "{text}");

@@ -61,6 +61,7 @@ impl Journal {
                     without_progress_ms = n.without_progress_ms,
                     compacting_for_ms = n.compacting_for_ms,
                     waits_on = n.waits_on.as_deref(),
+                    late_ms = n.late_ms,
                     "{} {}: {}", r.action.as_str(), r.outcome.as_str(), r.reason
                 )
             };

@@ -1,21 +1,35 @@
 //! Where a stall phase's time went, as Shepherd itself measures it: every call to the
 //! OpenCode server by its template, until the answer's head
 //! (`shepherd_opencode_request_duration_seconds`), and every ledger write by its
-//! operation (`shepherd_ledger_write_duration_seconds`), read from
-//! the daemon's own `/metrics` exposition before and after the phase. The abort's tail
-//! is a status read, an intent's write and the abort itself; these say which of them
-//! grew, without a probe patched into the daemon.
+//! operation (`shepherd_ledger_write_duration_seconds`), and how long after its deadline
+//! each stall was detected (`shepherd_stall_detection_delay_seconds`), read from the
+//! daemon's own `/metrics` exposition before and after the phase. The abort's tail is
+//! the detection's delay (the timer, the wait for stream time), then a status read, an
+//! intent's write and the abort itself; these say which of them grew, without a probe
+//! patched into the daemon.
 
 use std::collections::BTreeMap;
 
 use shepherd::metrics::exposition;
 
-/// The two histograms read.
-const HISTOGRAMS: [(&str, &str); 2] =
-    [("shepherd_opencode_request_duration_seconds", "call"), ("shepherd_ledger_write_duration_seconds", "operation")];
+/// The histograms read, each with the label that says what was timed, or the name a
+/// histogram without one is shown by.
+const HISTOGRAMS: [(&str, Timed); 3] = [
+    ("shepherd_opencode_request_duration_seconds", Timed::Label("call")),
+    ("shepherd_ledger_write_duration_seconds", Timed::Label("operation")),
+    ("shepherd_stall_detection_delay_seconds", Timed::Named("stall detected after its deadline")),
+];
+
+/// What a histogram's series time.
+enum Timed {
+    /// Told apart by this label (the call's template, the ledger operation).
+    Label(&'static str),
+    /// One series, shown by this name.
+    Named(&'static str),
+}
 
 /// The bounds (seconds) a share of slow ones is told against: both are bucket bounds of
-/// both histograms, so the shares are exact.
+/// every histogram read, so the shares are exact.
 const SLOW: [f64; 2] = [0.005, 0.010];
 
 /// One histogram series: how many, their sum (s), and the cumulative count at each
@@ -37,9 +51,15 @@ impl Timings {
     pub fn parse(exposition: &str) -> Timings {
         let mut all: BTreeMap<String, Series> = BTreeMap::new();
         for sample in exposition::parse(exposition) {
-            for (histogram, what) in HISTOGRAMS {
+            for (histogram, what) in &HISTOGRAMS {
                 let Some(part) = sample.name.strip_prefix(histogram) else { continue };
-                let Some(timed) = sample.label(what) else { continue };
+                let timed = match what {
+                    Timed::Label(label) => match sample.label(label) {
+                        Some(timed) => timed,
+                        None => continue,
+                    },
+                    Timed::Named(name) => name,
+                };
                 let key = match sample.label("outcome").filter(|o| *o != "ok") {
                     Some(outcome) => format!("{timed} ({outcome})"),
                     None => timed.to_string(),

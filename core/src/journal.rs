@@ -174,6 +174,11 @@ pub struct Numbers {
     /// id, or the id of the reply that asks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waits_on: Option<String>,
+    /// How long after its deadline a stall was looked at: the timer's own lateness and
+    /// the wait for stream time (the events the server sent before the deadline handled
+    /// first). Grows when Shepherd falls behind its stream or its threads wait for a CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub late_ms: Option<u64>,
 }
 
 /// One decision about one session.

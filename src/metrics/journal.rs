@@ -28,8 +28,9 @@ pub enum Observation {
     Action { action: &'static str, outcome: &'static str, reason: &'static str },
     /// `shepherd_prompts_total{kind, outcome}`.
     Prompt { kind: &'static str, outcome: &'static str },
-    /// `shepherd_stall_detections_total`.
-    StallDetected,
+    /// `shepherd_stall_detections_total` and, when the record says it, how long after its
+    /// deadline the stall was looked at (`shepherd_stall_detection_delay_seconds`).
+    StallDetected { late_seconds: Option<f64> },
     /// `shepherd_recoveries_total{outcome}` and, for a success, the time from the stall's
     /// detection to its continue (`shepherd_recovery_duration_seconds`).
     Recovery { outcome: &'static str, seconds: Option<f64> },
@@ -79,7 +80,8 @@ impl JournalFold {
         let key = || (r.server.clone(), r.session.clone());
         match (r.action, r.outcome) {
             (Action::StallDetected, Outcome::Done) => {
-                out.push(Observation::StallDetected);
+                let late_seconds = r.numbers.late_ms.map(|ms| ms as f64 / 1000.0);
+                out.push(Observation::StallDetected { late_seconds });
                 self.start(key(), r.at_ms);
             }
             // An orphaned or interrupted turn taken up: a recovery without a stall.
@@ -250,7 +252,7 @@ pub(super) mod tests {
     fn a_stall_and_its_continue_make_one_detection_and_one_recovery_timed_from_detection_to_continue() {
         let mut fold = JournalFold::new();
         let detected = fold.observe(&rec("ses_1", 10_000, Action::StallDetected, Outcome::Done, "no progress"));
-        assert!(detected.contains(&Observation::StallDetected));
+        assert!(detected.contains(&Observation::StallDetected { late_seconds: None }));
         fold.observe(&rec("ses_1", 11_000, Action::Abort, Outcome::Done, "stalled session aborted"));
         let cont = fold.observe(&rec("ses_1", 12_500, Action::Continue, Outcome::Done, "continue sent"));
         assert_eq!(

@@ -50,6 +50,9 @@ const OPENCODE_CALL_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 /// Histogram buckets of one ledger write, seconds: well under a millisecond on a quiet
 /// disk; a disk that stalls holds every write behind it.
 const LEDGER_WRITE_BUCKETS: [f64; 10] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+/// Histogram buckets of a stall's detection after its deadline, seconds: a few ms while
+/// Shepherd keeps up with its stream, seconds while it is behind (a CPU-starved host).
+const DETECTION_DELAY_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
 /// Histogram buckets of one advisor model call, seconds (`advisor.timeout` is 5 s by default).
 const ADVISOR_BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0];
 
@@ -71,8 +74,9 @@ impl std::fmt::Debug for Metrics {
 
 impl Metrics {
     pub fn new() -> Arc<Self> {
-        let histograms: [(&str, &[f64]); 4] = [
+        let histograms: [(&str, &[f64]); 5] = [
             ("shepherd_recovery_duration_seconds", &RECOVERY_BUCKETS),
+            ("shepherd_stall_detection_delay_seconds", &DETECTION_DELAY_BUCKETS),
             ("shepherd_advisor_call_duration_seconds", &ADVISOR_BUCKETS),
             ("shepherd_opencode_request_duration_seconds", &OPENCODE_CALL_BUCKETS),
             ("shepherd_ledger_write_duration_seconds", &LEDGER_WRITE_BUCKETS),
@@ -248,7 +252,12 @@ fn apply(o: &Observation) {
         Observation::Prompt { kind, outcome } => {
             counter!("shepherd_prompts_total", "kind" => kind, "outcome" => outcome).increment(1);
         }
-        Observation::StallDetected => counter!("shepherd_stall_detections_total").increment(1),
+        Observation::StallDetected { late_seconds } => {
+            counter!("shepherd_stall_detections_total").increment(1);
+            if let Some(seconds) = late_seconds {
+                histogram!("shepherd_stall_detection_delay_seconds").record(seconds);
+            }
+        }
         Observation::Recovery { outcome, seconds } => {
             counter!("shepherd_recoveries_total", "outcome" => outcome).increment(1);
             if let Some(seconds) = seconds {
@@ -313,6 +322,11 @@ fn describe() {
         "Prompts by kind and outcome (sent, deduplicated, rate_limited, declined, failed)"
     );
     describe_counter!("shepherd_stall_detections_total", "Busy sessions found without progress past their timeout");
+    describe_histogram!(
+        "shepherd_stall_detection_delay_seconds",
+        Unit::Seconds,
+        "How long after its deadline a stall was detected (the timer's lateness and the wait for events read before the deadline)"
+    );
     describe_counter!("shepherd_recoveries_total", "Recoveries (abort + continue) by outcome");
     describe_histogram!(
         "shepherd_recovery_duration_seconds",
@@ -395,17 +409,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn journal_records_become_counters_and_a_recovery_histogram_without_session_ids() {
+    async fn journal_records_become_counters_and_detection_and_recovery_histograms_without_session_ids() {
         let metrics = Metrics::new();
         let journal = Journal::new();
         let task = metrics.follow(&journal);
-        journal.record(rec("ses_secret_1", 1_000, Action::StallDetected, Outcome::Done, "no progress"));
+        let mut detected = rec("ses_secret_1", 1_000, Action::StallDetected, Outcome::Done, "no progress");
+        detected.numbers.late_ms = Some(40);
+        journal.record(detected);
         journal.record(rec("ses_secret_1", 2_000, Action::Abort, Outcome::Done, "stalled session aborted"));
         journal.record(rec("ses_secret_1", 4_000, Action::Continue, Outcome::Done, "continue sent"));
         journal.record(rec("ses_secret_2", 5_000, Action::Nudge, Outcome::Done, "nudge sent"));
         let text = until(&metrics, "shepherd_nudges_total", &[("outcome", "done")], 1.0).await;
         let s = parse(&text);
         assert_eq!(value(&s, "shepherd_stall_detections_total", &[]), Some(1.0));
+        assert_eq!(value(&s, "shepherd_stall_detection_delay_seconds_count", &[]), Some(1.0));
+        assert_eq!(value(&s, "shepherd_stall_detection_delay_seconds_bucket", &[("le", "0.025")]), Some(0.0));
+        assert_eq!(value(&s, "shepherd_stall_detection_delay_seconds_bucket", &[("le", "0.05")]), Some(1.0));
         assert_eq!(value(&s, "shepherd_recovery_duration_seconds_count", &[]), Some(1.0));
         assert_eq!(value(&s, "shepherd_recovery_duration_seconds_sum", &[]), Some(3.0));
         assert_eq!(value(&s, "shepherd_recovery_duration_seconds_bucket", &[("le", "2")]), Some(0.0));

@@ -142,6 +142,7 @@ impl SessionCore {
             max_attempts: Some(cfg.recovery.max_auto_submits),
             auto_submits: Some(self.auto_submits),
             last_part: self.last_part.clone(),
+            late_ms: Some(ms(now.mono.saturating_duration_since(deadline))),
             ..Numbers::default()
         };
 
@@ -633,6 +634,23 @@ mod tests {
         assert!(recovers(&effects));
         let r = record_of(&effects, Action::StallDetected);
         assert_eq!(r.numbers.idle_for_ms, Some(180_000), "silence counted from the stream's return");
+    }
+
+    /// The record says how long after its deadline a stall was looked at: what the
+    /// timer's lateness and the wait for stream time cost (`shepherd_stall_detection_delay_seconds`).
+    #[test]
+    fn a_stall_looked_at_after_its_deadline_records_how_late() {
+        let mut b = Bench::new();
+        b.busy(0);
+        let on_time = b.tick(180);
+        assert_eq!(record_of(&on_time, Action::StallDetected).numbers.late_ms, Some(0));
+
+        let mut b = Bench::new();
+        b.busy(0);
+        let effects = b.tick_ms(180_250);
+        let r = record_of(&effects, Action::StallDetected);
+        assert_eq!(r.numbers.late_ms, Some(250));
+        assert_eq!(r.numbers.idle_for_ms, Some(180_250));
     }
 
     #[test]
