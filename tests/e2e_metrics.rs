@@ -178,6 +178,8 @@ async fn a_scripted_run_reads_back_from_metrics_with_exact_counts_and_no_secrets
     };
     assert_eq!(calls("POST /session/{id}/abort"), Some(1.0), "the stall's one abort");
     assert!(calls("GET /session/status").unwrap_or(0.0) >= 1.0, "the status read before the abort");
+    let waits = calls("GET /session/status (a reader's wait, shared reads)").unwrap_or(0.0);
+    assert!(waits >= 1.0, "the recovery's wait for that read, timed whole: {waits}");
     assert!(calls("POST /session/{id}/prompt_async").unwrap_or(0.0) >= 2.0, "the continue and the nudge");
     // And every ledger write: the recovery's intent written before its abort among them.
     let puts = value(&s, "shepherd_ledger_write_duration_seconds_count", &[("operation", "put_intent")]);

@@ -35,6 +35,11 @@ type Waiter = (Want, tokio::sync::oneshot::Sender<Result<Entries, EngineError>>)
 /// tuning knob: a burst still costs a handful of reads, not one per reader.
 const READS_IN_FLIGHT: usize = 2;
 
+/// What a reader's wait for a (shared) `GET /session/status` answer is timed as: the
+/// call's own time leaves out the wait for a read to go out and the hand-back, which a
+/// burst of readers of one directory makes the larger part.
+pub const READER_WAIT: &str = "GET /session/status (a reader's wait, shared reads)";
+
 /// Coalesces `GET /session/status` reads per directory. A reader never gets an answer
 /// to a request sent before it asked (a recovery must see the status *after* its
 /// stall deadline): a reader joins the next read to go out, which answers every reader
@@ -116,14 +121,23 @@ impl Drop for UnderWay {
 impl OpenCodeClient {
     /// The entries `want` names of a `GET /session/status` for `directory` sent after
     /// this call began, possibly shared with other readers (see [`StatusReads`]).
+    ///
+    /// The reader's whole wait — for a read to go out, the read, the scan — is timed as
+    /// [`READER_WAIT`], beside the calls themselves.
     pub(super) async fn status_entries(&self, directory: &str, want: Want) -> Result<Entries, EngineError> {
+        let started = std::time::Instant::now();
         let (tx, rx) = tokio::sync::oneshot::channel();
         if let Some(round) = self.status_reads.join(directory, (want, tx)) {
             // Detached, so that no reader's cancellation strands the others.
             let client = self.clone();
             tokio::spawn(async move { client.status_rounds(round).await });
         }
-        rx.await.unwrap_or_else(|_| Err(EngineError::Unreachable("GET /session/status: read abandoned".into())))
+        let answer =
+            rx.await.unwrap_or_else(|_| Err(EngineError::Unreachable("GET /session/status: read abandoned".into())));
+        if let Some(timer) = &self.timer {
+            (timer.0)(READER_WAIT, started.elapsed(), if answer.is_ok() { "ok" } else { "failed" });
+        }
+        answer
     }
 
     /// Reads for `round`, then for whoever waits when it ends (while the directory's
@@ -313,10 +327,51 @@ mod tests {
         let gone = OpenCodeClient::new(&gone, None).unwrap().with_call_timer(timer);
         assert!(gone.status("/p", "ses_a").await.is_err());
         let told = told.lock().unwrap();
-        assert_eq!(told.len(), 2, "{told:?}");
-        assert_eq!((told[0].0.as_str(), told[0].2), ("GET /session/status", "ok"));
+        let seen: Vec<_> = told.iter().map(|(call, _, outcome)| (call.as_str(), *outcome)).collect();
+        assert_eq!(
+            seen,
+            [
+                ("GET /session/status", "ok"),
+                (READER_WAIT, "ok"),
+                ("GET /session/status", "failed"),
+                (READER_WAIT, "failed")
+            ]
+        );
         assert!(told[0].1 >= std::time::Duration::from_millis(100), "the server answers after 100 ms: {told:?}");
-        assert_eq!((told[1].0.as_str(), told[1].2), ("GET /session/status", "failed"));
+    }
+
+    /// A reader that joins a later read waits for the read under way to end and then for
+    /// its own: its wait is timed whole, beside the calls, which are each one read.
+    #[tokio::test]
+    async fn a_readers_wait_for_a_shared_read_is_timed_beside_the_calls() {
+        let (url, _) = numbered_status_server().await;
+        type Told = Vec<(String, std::time::Duration)>;
+        let told: Arc<std::sync::Mutex<Told>> = Arc::default();
+        let timer = {
+            let told = Arc::clone(&told);
+            super::super::CallTimer(Arc::new(move |call: &str, took, _| told.lock().unwrap().push((call.to_string(), took))))
+        };
+        let server: ServerConfig = serde_json::from_value(json!({"name": "t", "url": url})).unwrap();
+        let client = OpenCodeClient::new(&server, None).unwrap().with_call_timer(timer);
+        let read = |c: &OpenCodeClient| {
+            let c = c.clone();
+            tokio::spawn(async move { c.status("/p", "ses_a").await })
+        };
+        let first = read(&client);
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        let later: Vec<_> = (0..5).map(|_| read(&client)).collect();
+        first.await.unwrap().unwrap();
+        for reader in later {
+            reader.await.unwrap().unwrap();
+        }
+        let told = told.lock().unwrap();
+        let took = |which: &str| told.iter().filter(|(call, _)| call == which).map(|(_, t)| *t).collect::<Vec<_>>();
+        let (calls, waits) = (took("GET /session/status"), took(READER_WAIT));
+        assert_eq!((calls.len(), waits.len()), (3, 6), "{told:?}");
+        // Four readers asked while two reads were under way: each waited for the first to
+        // end (≥ 70 ms) and then for the third read (≥ 100 ms).
+        let long = waits.iter().filter(|t| **t >= std::time::Duration::from_millis(170)).count();
+        assert!(long >= 4, "{told:?}");
     }
 
     #[tokio::test]
