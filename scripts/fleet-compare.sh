@@ -11,7 +11,8 @@
 # split in two (deadline → stall_detected, → abort request), the burst's CPU time per
 # event, Shepherd's and the simulator's (on a machine the two fill, events/s is the
 # cores over their sum), live RSS per session after all phases, and the share of the
-# CPUs the host took (steal) in the burst and while the stalls were aborted — a run with
+# CPUs the host took (steal) in the burst and while the stalls were aborted, Shepherd's own
+# measure of how late it looked at the stalls and of its wait for status reads — a run with
 # a few percent stolen has a longer tail whatever the
 # build. The environment passes through (FLEET_IDLE_SECS defaults to 1 here).
 set -euo pipefail
@@ -44,6 +45,13 @@ line = [
     "live RSS %.2f KiB" % ((r["rss_end_live_kib"] - r["rss_connected_live_kib"]) / n),
     "stolen %.0f%%/%.0f%%" % (r.get("burst_steal_pct", float("nan")), r.get("stall_steal_pct", float("nan"))),
 ]
+# Shepherd-side halves, from its /metrics (the timings line): how late stalls were
+# looked at, and a recovery waiting whole for its (shared) status read.
+import re
+for label, name in (("detection", "stall detected after its deadline"), ("status wait", "GET /session/status (a reader\x27s wait, shared reads)")):
+    m = re.search(re.escape(name) + r" \d+ × ([\d.]+) ms \([\d.]+ % over 5 ms, ([\d.]+) % over 10 ms\)", r.get("timings_stall", ""))
+    if m:
+        line.append("%s mean %s ms, %s %% over 10 ms" % (label, m.group(1), m.group(2)))
 s = r.get("stall_same_load")
 if s:
     line.append("10k load p99 %.1f (stolen %.0f%%)" % (s["abort_p99_ms"], s.get("stall_steal_pct", float("nan"))))
