@@ -307,17 +307,24 @@ mod tests {
         (url, count)
     }
 
+    /// What a [`CallTimer`](super::super::CallTimer) was told: each call, its time, its
+    /// outcome, in order.
+    type Told = Arc<std::sync::Mutex<Vec<(String, std::time::Duration, &'static str)>>>;
+
+    /// A call timer that keeps what it is told.
+    fn recording_timer() -> (super::super::CallTimer, Told) {
+        let told = Told::default();
+        let keep = Arc::clone(&told);
+        let timer = super::super::CallTimer(Arc::new(move |call: &str, took, outcome| {
+            keep.lock().unwrap().push((call.to_string(), took, outcome))
+        }));
+        (timer, told)
+    }
+
     #[tokio::test]
     async fn every_call_is_timed_by_its_template_with_how_it_ended() {
         let (url, _) = numbered_status_server().await;
-        type Told = Vec<(String, std::time::Duration, &'static str)>;
-        let told: Arc<std::sync::Mutex<Told>> = Arc::default();
-        let timer = {
-            let told = Arc::clone(&told);
-            super::super::CallTimer(Arc::new(move |call: &str, took, outcome| {
-                told.lock().unwrap().push((call.to_string(), took, outcome))
-            }))
-        };
+        let (timer, told) = recording_timer();
         let server: ServerConfig = serde_json::from_value(json!({"name": "t", "url": url})).unwrap();
         let client = OpenCodeClient::new(&server, None).unwrap().with_call_timer(timer.clone());
         client.status("/p", "ses_a").await.unwrap();
@@ -345,12 +352,7 @@ mod tests {
     #[tokio::test]
     async fn a_readers_wait_for_a_shared_read_is_timed_beside_the_calls() {
         let (url, _) = numbered_status_server().await;
-        type Told = Vec<(String, std::time::Duration)>;
-        let told: Arc<std::sync::Mutex<Told>> = Arc::default();
-        let timer = {
-            let told = Arc::clone(&told);
-            super::super::CallTimer(Arc::new(move |call: &str, took, _| told.lock().unwrap().push((call.to_string(), took))))
-        };
+        let (timer, told) = recording_timer();
         let server: ServerConfig = serde_json::from_value(json!({"name": "t", "url": url})).unwrap();
         let client = OpenCodeClient::new(&server, None).unwrap().with_call_timer(timer);
         let read = |c: &OpenCodeClient| {
@@ -365,7 +367,7 @@ mod tests {
             reader.await.unwrap().unwrap();
         }
         let told = told.lock().unwrap();
-        let took = |which: &str| told.iter().filter(|(call, _)| call == which).map(|(_, t)| *t).collect::<Vec<_>>();
+        let took = |which: &str| told.iter().filter(|(call, ..)| call == which).map(|(_, t, _)| *t).collect::<Vec<_>>();
         let (calls, waits) = (took("GET /session/status"), took(READER_WAIT));
         assert_eq!((calls.len(), waits.len()), (3, 6), "{told:?}");
         // Four readers asked while two reads were under way: each waited for the first to
