@@ -99,6 +99,33 @@ async fn saved_state_is_loaded_by_a_new_ledger_on_the_same_file_after_a_restart(
     assert_eq!(after.history("ses_a", 10).await.unwrap(), vec![record("ses_a", Action::Nudge, 10)]);
 }
 
+/// A session's records and the state naming the last of them are one write: after a
+/// restart both are there, and a write refused part-way keeps neither — no state naming
+/// a record the journal lacks, no record kept while the state beside it was lost.
+#[tokio::test]
+async fn a_sessions_records_and_its_state_are_written_together_or_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_file(&dir);
+    let first = [record("ses_a", Action::StallDetected, 10), record("ses_a", Action::Abort, 11)];
+    let refused = [record("ses_a", Action::Continue, 12)];
+    let alone = [record("ses_a", Action::Nudge, 13)];
+    {
+        let ledger = SqliteLedger::open(&path).unwrap();
+        ledger.write("local", "ses_a", &first, Some(&state(1))).await.unwrap();
+        // The state's row is refused (as a full disk or a damaged table would refuse it).
+        tamper(&path, "CREATE TRIGGER refuse BEFORE INSERT ON session_state BEGIN SELECT RAISE(ABORT, 'refused'); END");
+        let err = ledger.write("local", "ses_a", &refused, Some(&state(2))).await.unwrap_err();
+        assert!(err.to_string().contains("refused"), "{err}");
+        // Records without a state are not held back by it.
+        ledger.write("local", "ses_a", &alone, None).await.unwrap();
+    }
+    tamper(&path, "DROP TRIGGER refuse");
+    let after = SqliteLedger::open(&path).unwrap();
+    assert_eq!(after.load("local", "ses_a").await.unwrap(), Some(state(1)), "the refused write's state is not there");
+    let kept: Vec<ActionRecord> = first.iter().chain(&alone).cloned().collect();
+    assert_eq!(after.history("ses_a", 10).await.unwrap(), kept, "nor its record");
+}
+
 /// `shepherd pause --all` survives a restart; `resume --all` removes it for good.
 #[tokio::test]
 async fn the_fleet_pause_is_kept_across_a_restart_until_it_is_lifted() {

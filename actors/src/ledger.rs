@@ -20,6 +20,31 @@ pub trait Ledger: SnapshotStore + IntentLog + FleetSettings {
     async fn load(&self, server: &str, session: &str) -> Result<Option<DurableState>, LedgerError>;
     async fn save(&self, server: &str, session: &str, state: &DurableState) -> Result<(), LedgerError>;
     async fn append(&self, record: &ActionRecord) -> Result<(), LedgerError>;
+    /// Writes records of one session and, when given, its state, as one write: a
+    /// session's records and the state naming the last of them reach the ledger together,
+    /// and it costs the caller one round trip instead of one per record plus one for the
+    /// state (a recovery makes four records). An adapter that can makes it atomic (SQLite:
+    /// both or neither); this default writes each in turn and reports the first failure.
+    async fn write(
+        &self,
+        server: &str,
+        session: &str,
+        records: &[ActionRecord],
+        state: Option<&DurableState>,
+    ) -> Result<(), LedgerError> {
+        let mut first_failure = None;
+        for record in records {
+            if let Err(e) = self.append(record).await {
+                first_failure.get_or_insert(e);
+            }
+        }
+        if let Some(state) = state {
+            if let Err(e) = self.save(server, session, state).await {
+                first_failure.get_or_insert(e);
+            }
+        }
+        first_failure.map_or(Ok(()), Err)
+    }
     /// The journal of one session, oldest first, at most `limit` newest entries.
     async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError>;
     /// Sessions of `server` whose hand-off was under way when Shepherd stopped: they are

@@ -1208,6 +1208,8 @@ struct FlakyLedger {
     saves: std::sync::atomic::AtomicUsize,
     /// Held (written) by a test: state loads wait until it is released.
     load_gate: tokio::sync::RwLock<()>,
+    /// Each write's records, and whether the state went with them.
+    writes: Mutex<Vec<(Vec<Action>, bool)>>,
 }
 
 impl FlakyLedger {
@@ -1218,6 +1220,7 @@ impl FlakyLedger {
             gate: Default::default(),
             saves: 0.into(),
             load_gate: Default::default(),
+            writes: Default::default(),
         }
     }
 }
@@ -1284,12 +1287,58 @@ impl Ledger for FlakyLedger {
     async fn append(&self, record: &ActionRecord) -> Result<(), LedgerError> {
         self.inner.append(record).await
     }
+    async fn write(
+        &self,
+        server: &str,
+        session: &str,
+        records: &[ActionRecord],
+        state: Option<&DurableState>,
+    ) -> Result<(), LedgerError> {
+        self.writes.lock().unwrap().push((records.iter().map(|r| r.action).collect(), state.is_some()));
+        for record in records {
+            self.inner.append(record).await?;
+        }
+        match state {
+            Some(state) => self.save(server, session, state).await,
+            None => Ok(()),
+        }
+    }
     async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError> {
         self.inner.history(session, limit).await
     }
     async fn unfinished_handoffs(&self, server: &str) -> Result<Vec<String>, LedgerError> {
         self.inner.unfinished_handoffs(server).await
     }
+}
+
+/// A recovery's records reach the ledger with the state that names the last of them,
+/// in one write per step rather than one per record plus one per state: `shepherd
+/// history` and a restart's resume agree on what was done, at a third of the round trips.
+#[actix::test]
+async fn a_recoverys_records_go_to_the_ledger_with_its_state_in_one_write_per_step() {
+    tokio::time::pause();
+    let ledger = Arc::new(FlakyLedger::new(0));
+    let mut w = world_with_ledger(cfg(), ledger.clone());
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(190)).await; // stall -> recovery
+    settle().await;
+    assert!(w.engine.calls().contains(&"prompt ses_A".to_string()));
+    let mut journal = Vec::new();
+    while let Ok(r) = w.records.try_recv() {
+        journal.push(r.action);
+    }
+    let kept: Vec<Action> = ledger.inner.history("ses_A", 100).await.unwrap().iter().map(|r| r.action).collect();
+    assert_eq!(kept, journal, "every record the journal told of is in the ledger, in order");
+    let saved = ledger.inner.load("srv", "ses_A").await.unwrap().expect("written");
+    let last = ledger.inner.history("ses_A", 1).await.unwrap().pop().expect("a record");
+    assert_eq!(saved.last_action, Some(format!("{}:{}", last.action.as_str(), last.outcome.as_str())));
+    let writes = ledger.writes.lock().unwrap().clone();
+    let written: usize = writes.iter().map(|(records, _)| records.len()).sum();
+    assert_eq!(written, journal.len(), "each record written once: {writes:?}");
+    let with_records: Vec<_> = writes.iter().filter(|(records, _)| !records.is_empty()).collect();
+    assert!(with_records.iter().all(|(_, state)| *state), "each went with the state: {writes:?}");
+    assert!(with_records.len() < journal.len(), "records of one step share a write: {writes:?}");
 }
 
 #[actix::test]

@@ -34,7 +34,7 @@ impl CountingLedger {
     }
 
     /// Times the write and counts it if it failed.
-    async fn write<T>(
+    async fn timed<T>(
         &self,
         operation: &'static str,
         write: impl std::future::Future<Output = Result<T, LedgerError>>,
@@ -52,7 +52,7 @@ impl CountingLedger {
 #[async_trait]
 impl SnapshotStore for CountingLedger {
     async fn save_snapshot(&self, snapshot: &Snapshot) -> Result<Option<String>, LedgerError> {
-        self.write("save_snapshot", self.inner.save_snapshot(snapshot)).await
+        self.timed("save_snapshot", self.inner.save_snapshot(snapshot)).await
     }
 
     async fn snapshots(&self, server: &str, session: &str) -> Result<Vec<Result<Snapshot, LedgerError>>, LedgerError> {
@@ -64,7 +64,7 @@ impl SnapshotStore for CountingLedger {
     }
 
     async fn claim(&self, id: &str, session: &str) -> Result<Claim, LedgerError> {
-        self.write("claim", self.inner.claim(id, session)).await
+        self.timed("claim", self.inner.claim(id, session)).await
     }
 }
 
@@ -75,7 +75,7 @@ impl FleetSettings for CountingLedger {
     }
 
     async fn set_fleet_pause(&self, pause: Option<&FleetPause>) -> Result<(), LedgerError> {
-        self.write("set_fleet_pause", self.inner.set_fleet_pause(pause)).await
+        self.timed("set_fleet_pause", self.inner.set_fleet_pause(pause)).await
     }
 
     async fn watched_until(&self, server: &str) -> Result<Option<i64>, LedgerError> {
@@ -83,18 +83,18 @@ impl FleetSettings for CountingLedger {
     }
 
     async fn set_watched_until(&self, server: &str, wall_ms: i64) -> Result<(), LedgerError> {
-        self.write("set_watched_until", self.inner.set_watched_until(server, wall_ms)).await
+        self.timed("set_watched_until", self.inner.set_watched_until(server, wall_ms)).await
     }
 }
 
 #[async_trait]
 impl IntentLog for CountingLedger {
     async fn put_intent(&self, intent: &Intent) -> Result<(), LedgerError> {
-        self.write("put_intent", self.inner.put_intent(intent)).await
+        self.timed("put_intent", self.inner.put_intent(intent)).await
     }
 
     async fn end_intent(&self, server: &str, decision: &str) -> Result<(), LedgerError> {
-        self.write("end_intent", self.inner.end_intent(server, decision)).await
+        self.timed("end_intent", self.inner.end_intent(server, decision)).await
     }
 
     async fn open_intents(&self, server: &str, session: Option<&str>) -> Result<Vec<Intent>, LedgerError> {
@@ -109,11 +109,27 @@ impl Ledger for CountingLedger {
     }
 
     async fn save(&self, server: &str, session: &str, state: &DurableState) -> Result<(), LedgerError> {
-        self.write("save", self.inner.save(server, session, state)).await
+        self.timed("save", self.inner.save(server, session, state)).await
     }
 
     async fn append(&self, record: &ActionRecord) -> Result<(), LedgerError> {
-        self.write("append", self.inner.append(record)).await
+        self.timed("append", self.inner.append(record)).await
+    }
+
+    /// Timed as `save`, `append` or `append_and_save`: what the write held.
+    async fn write(
+        &self,
+        server: &str,
+        session: &str,
+        records: &[ActionRecord],
+        state: Option<&DurableState>,
+    ) -> Result<(), LedgerError> {
+        let operation = match (records.is_empty(), state.is_some()) {
+            (true, _) => "save",
+            (false, false) => "append",
+            (false, true) => "append_and_save",
+        };
+        self.timed(operation, self.inner.write(server, session, records, state)).await
     }
 
     async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError> {

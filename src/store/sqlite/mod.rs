@@ -59,7 +59,7 @@ use shepherd_actors::ledger::{DurableState, Ledger, LedgerError};
 use tokio::sync::oneshot;
 
 use self::schema::migrate;
-use self::writer::{serve, Reply};
+use self::writer::{serve, Reply, StateRow};
 use crate::private_state;
 
 pub(super) use self::journal::JournalRow;
@@ -164,15 +164,32 @@ impl Ledger for SqliteLedger {
     }
 
     async fn save(&self, server: &str, session: &str, state: &DurableState) -> Result<(), LedgerError> {
-        let state_json = serde_json::to_string(state)
-            .map_err(|e| LedgerError::Storage(format!("encoding the state of {server}/{session}: {e}")))?;
-        let (server, session) = (server.to_string(), session.to_string());
-        self.ask(|reply| Command::Save { server, session, state_json, updated_ms: now_ms(), reply }).await
+        self.write(server, session, &[], Some(state)).await
     }
 
     async fn append(&self, record: &ActionRecord) -> Result<(), LedgerError> {
-        let record = record.clone();
-        self.ask(|reply| Command::Append { record: Box::new(record), reply }).await
+        self.write(&record.server, &record.session, std::slice::from_ref(record), None).await
+    }
+
+    async fn write(
+        &self,
+        server: &str,
+        session: &str,
+        records: &[ActionRecord],
+        state: Option<&DurableState>,
+    ) -> Result<(), LedgerError> {
+        let state = match state {
+            Some(state) => Some(Box::new(StateRow {
+                state_json: serde_json::to_string(state)
+                    .map_err(|e| LedgerError::Storage(format!("encoding the state of {server}/{session}: {e}")))?,
+                server: server.to_string(),
+                session: session.to_string(),
+                updated_ms: now_ms(),
+            })),
+            None => None,
+        };
+        let records = records.to_vec();
+        self.ask(|reply| Command::Write { records, state, reply }).await
     }
 
     async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError> {

@@ -26,16 +26,11 @@ pub(in crate::store) enum Command {
         session: String,
         reply: Reply<Option<DurableState>>,
     },
-    Save {
-        server: String,
-        session: String,
-        state_json: String,
-        updated_ms: i64,
-        reply: Reply<()>,
-    },
-    /// Boxed: a record is several times the size of the other commands.
-    Append {
-        record: Box<ActionRecord>,
+    /// Records of one session and, when given, its state: written as one (a savepoint:
+    /// both or neither).
+    Write {
+        records: Vec<ActionRecord>,
+        state: Option<Box<StateRow>>,
         reply: Reply<()>,
     },
     History {
@@ -96,6 +91,28 @@ pub(in crate::store) enum Command {
     },
     /// A command of a port kept in a module of its own (`crate::store::notified`).
     Job(Box<dyn Job>),
+}
+
+/// A session's state, encoded, as `session_state` keeps it.
+pub(in crate::store) struct StateRow {
+    pub(super) server: String,
+    pub(super) session: String,
+    pub(super) state_json: String,
+    pub(super) updated_ms: i64,
+}
+
+/// [`Command::Write`]: inside a savepoint of the batch's transaction, so a failure of any
+/// part leaves none of it (the rest of the batch still commits).
+fn write(conn: &Connection, records: &[ActionRecord], state: Option<&StateRow>) -> Result<(), LedgerError> {
+    let at = |e| storage_error("ledger: a savepoint", e);
+    conn.execute_batch("SAVEPOINT session_write").map_err(at)?;
+    let written = records.iter().try_for_each(|r| journal::append(conn, r)).and_then(|()| match state {
+        Some(s) => session_state::save(conn, &s.server, &s.session, &s.state_json, s.updated_ms),
+        None => Ok(()),
+    });
+    let end = if written.is_ok() { "RELEASE session_write" } else { "ROLLBACK TO session_write; RELEASE session_write" };
+    conn.execute_batch(end).map_err(at)?;
+    written
 }
 
 /// A command defined outside this module: run in the batch's transaction, or failed with it.
@@ -175,10 +192,7 @@ impl Command {
         match self {
             Command::Load { server, session, reply } => read(reply, session_state::load(conn, &server, &session)),
             Command::History { session, limit, reply } => read(reply, journal::history(conn, &session, limit)),
-            Command::Save { server, session, state_json, updated_ms, reply } => {
-                Finished::Write(reply, session_state::save(conn, &server, &session, &state_json, updated_ms))
-            }
-            Command::Append { record, reply } => Finished::Write(reply, journal::append(conn, &record)),
+            Command::Write { records, state, reply } => Finished::Write(reply, write(conn, &records, state.as_deref())),
             Command::SaveSnapshot { snapshot, readable, reply } => {
                 Finished::Write(reply, handoff::save_snapshot(conn, &snapshot, readable.as_deref()))
             }
@@ -211,8 +225,7 @@ impl Command {
         // A caller that stopped waiting is not an error here.
         match self {
             Command::Load { reply, .. } => drop(reply.send(Err(err))),
-            Command::Save { reply, .. } => drop(reply.send(Err(err))),
-            Command::Append { reply, .. } => drop(reply.send(Err(err))),
+            Command::Write { reply, .. } => drop(reply.send(Err(err))),
             Command::History { reply, .. } => drop(reply.send(Err(err))),
             Command::SaveSnapshot { reply, .. } => drop(reply.send(Err(err))),
             Command::Snapshots { reply, .. } => drop(reply.send(Err(err))),

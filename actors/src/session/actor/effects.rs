@@ -21,24 +21,17 @@ impl SessionActor {
             self.last_action = Some(last);
             self.publish();
         }
+        let mut records = Vec::new();
         for effect in effects {
             match effect {
                 Effect::Record(r) => {
-                    // The one door of every record: the ledger, the journal's log line and
-                    // its subscribers (status, history, `/v1/status`, toasts, metrics).
+                    // The one door of every record: the ledger (with the state, below),
+                    // the journal's log line and its subscribers (status, history,
+                    // `/v1/status`, toasts, metrics).
                     let r = r.redacted(&self.cfg().redactor);
                     self.last_action = Some(LastAction::from(&r));
                     self.record_unsaved = true;
-                    let ledger = Arc::clone(&self.env.ledger);
-                    let entry = r.clone();
-                    ctx.spawn(
-                        async move {
-                            if let Err(e) = ledger.append(&entry).await {
-                                tracing::warn!(server = %entry.server, session = %entry.session, error = %e, "ledger: journal write failed");
-                            }
-                        }
-                        .into_actor(self),
-                    );
+                    records.push(r.clone());
                     self.env.journal.record(r);
                 }
                 Effect::Recover(order) => self.run(Procedure::Recover(order), ctx),
@@ -55,22 +48,23 @@ impl SessionActor {
                 Effect::Stop => ctx.stop(),
             }
         }
-        self.persist(ctx);
+        self.persist(records, ctx);
         self.settle(ctx);
     }
 
-    /// Writes the durable state when it changed since the last write: the core counts
-    /// its changes, so most events (deltas, part updates) cost one comparison here. The
-    /// state counts as saved only once the write succeeded; a failed write is retried
-    /// [`SAVE_RETRY`] later with the state as it is then, so a restart never acts again
-    /// on an edge whose handling was not written.
+    /// Writes `records` and the durable state when it changed since the last write,
+    /// as one ledger write: the core counts its changes, so most events (deltas, part
+    /// updates) cost one comparison here. The state counts as saved only once the write
+    /// succeeded; a failed write is retried [`SAVE_RETRY`] later with the state as it is
+    /// then, so a restart never acts again on an edge whose handling was not written.
     ///
-    /// One write at a time: what changes while one is under way goes into the next, sent
-    /// as soon as that one is done (the state is whole, so the later write holds every
-    /// change). A turn's edges come within milliseconds of each other; each written on
-    /// its own cost the server's thread an encoding and a wake-up of the ledger's.
+    /// One state write at a time: what changes while one is under way goes into the
+    /// next, sent as soon as that one is done (the state is whole, so the later write
+    /// holds every change); records made meanwhile go at once, on their own. A turn's
+    /// edges come within milliseconds of each other; each written on its own cost the
+    /// server's thread an encoding and a wake-up of the ledger's.
     /// Eviction and retirement write the state themselves before the actor stops.
-    fn persist(&mut self, ctx: &mut Context<Self>) {
+    fn persist(&mut self, records: Vec<ActionRecord>, ctx: &mut Context<Self>) {
         let generation = self.core.durable_generation();
         let written_or_writing =
             self.saved_generation == Some(generation) || self.saving_generation == Some(generation);
@@ -79,6 +73,7 @@ impl SessionActor {
         }
         if self.saving_generation.is_some() {
             self.save_pending = true;
+            self.write_records(records, ctx);
             return;
         }
         self.record_unsaved = false;
@@ -86,34 +81,55 @@ impl SessionActor {
         let state = self.durable_state();
         let ledger = Arc::clone(&self.env.ledger);
         let (server, id) = (self.env.server.clone(), self.core.id().to_string());
-        ctx.spawn(async move { ledger.save(&server, &id, &state).await }.into_actor(self).map(
-            move |saved, act, ctx| match saved {
-                Ok(()) => {
-                    act.saved_generation = Some(generation);
-                    if act.saving_generation == Some(generation) {
-                        act.saving_generation = None;
-                    }
-                    if std::mem::take(&mut act.save_pending) {
-                        act.persist(ctx);
-                    }
+        let write = async move {
+            let written = ledger.write(&server, &id, &records, Some(&state)).await;
+            (written, records.len())
+        };
+        ctx.spawn(write.into_actor(self).map(move |(written, records), act, ctx| match written {
+            Ok(()) => {
+                act.saved_generation = Some(generation);
+                if act.saving_generation == Some(generation) {
+                    act.saving_generation = None;
                 }
-                Err(e) => {
-                    if act.saving_generation == Some(generation) {
-                        act.saving_generation = None;
-                    }
-                    // The retry below writes whatever changed meanwhile too.
-                    act.save_pending = false;
-                    tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, retry_in_ms = SAVE_RETRY.as_millis() as u64, "ledger: state write failed; retrying");
-                    act.record_unsaved = true;
-                    if act.save_retry.is_none() {
-                        act.save_retry = Some(ctx.run_later(SAVE_RETRY, |act, ctx| {
-                            act.save_retry = None;
-                            act.persist(ctx);
-                        }));
-                    }
+                if std::mem::take(&mut act.save_pending) {
+                    act.persist(Vec::new(), ctx);
                 }
-            },
-        ));
+            }
+            Err(e) => {
+                if act.saving_generation == Some(generation) {
+                    act.saving_generation = None;
+                }
+                // The retry below writes whatever changed meanwhile too; the records
+                // are in the log and the journal's subscribers, not in the ledger.
+                act.save_pending = false;
+                tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, records, retry_in_ms = SAVE_RETRY.as_millis() as u64, "ledger: state write failed; retrying");
+                act.record_unsaved = true;
+                if act.save_retry.is_none() {
+                    act.save_retry = Some(ctx.run_later(SAVE_RETRY, |act, ctx| {
+                        act.save_retry = None;
+                        act.persist(Vec::new(), ctx);
+                    }));
+                }
+            }
+        }));
+    }
+
+    /// Records made while a state write is under way: written at once, without the
+    /// state (the next state write follows that one).
+    fn write_records(&mut self, records: Vec<ActionRecord>, ctx: &mut Context<Self>) {
+        if records.is_empty() {
+            return;
+        }
+        let ledger = Arc::clone(&self.env.ledger);
+        let (server, id) = (self.env.server.clone(), self.core.id().to_string());
+        ctx.spawn(
+            async move {
+                if let Err(e) = ledger.write(&server, &id, &records, None).await {
+                    tracing::warn!(%server, session = %id, error = %e, records = records.len(), "ledger: journal write failed");
+                }
+            }
+            .into_actor(self),
+        );
     }
 
     /// The core's durable state plus the latest record.

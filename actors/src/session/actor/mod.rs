@@ -46,7 +46,7 @@ use crate::control::{ControlError, CustomPromptReply, CustomPromptRequest};
 use crate::control::{HandoffView, PauseView, SessionDetail};
 use crate::event::{Event, ModelRef, SessionInfo, Todo};
 use crate::guard::PromptGuard;
-use crate::journal::{Journal, LastAction};
+use crate::journal::{ActionRecord, Journal, LastAction};
 use crate::ledger::{DurableState, Intent, Ledger, LedgerError};
 use crate::ports::{Clock, Engine, Reads, Workspace};
 use crate::session::breaker::{Permit, ProviderBreaker};
