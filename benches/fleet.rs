@@ -873,10 +873,15 @@ async fn stall_phase(
     r.abort_p99_ms = percentile(&lat, 99.0);
     r.abort_max_ms = lat.last().copied().unwrap_or(f64::NAN);
     // The aborts whose deadline-to-abort span a frozen CPU (or the catching up after it)
-    // fell across, and the rest's.
+    // fell across, or whose last event left while one did — Shepherd read it that much
+    // later, so its deadline came that much after the simulator's — and the rest's.
+    let timeout_us = STALL_TIMEOUT.as_micros() as i64;
     let mut clear: Vec<f64> = stall_times
         .iter()
-        .filter(|(_, deadline_us, abort_us)| !freezes::across(&frozen, *deadline_us, *abort_us))
+        .filter(|(_, deadline_us, abort_us)| {
+            let last_left = deadline_us - timeout_us;
+            !freezes::across(&frozen, *deadline_us, *abort_us) && !freezes::across(&frozen, last_left, last_left)
+        })
         .map(|(_, deadline_us, abort_us)| (abort_us - deadline_us) as f64 / 1000.0)
         .collect();
     clear.sort_by(f64::total_cmp);

@@ -13,8 +13,10 @@
 //! take a timestamp and sleep: a few µs per wake-up.
 //!
 //! The stall phase tells apart the aborts whose deadline-to-abort span a freeze (or the
-//! catching up after it) fell across: their latency is the host's, and the p99 of the
-//! others is Shepherd's. On the bench's host both CPUs stop together (the whole virtual
+//! catching up after it) fell across, and those whose last event left while one did (a
+//! 100-ms stop then, traced, made a clump of ~40 stalls detected up to 90 ms "late" by
+//! the simulator's clock and on time by Shepherd's, which read the event 90 ms later):
+//! their latency is the host's, and the p99 of the others is Shepherd's. On the bench's host both CPUs stop together (the whole virtual
 //! machine): 25–100 ms about once per stall phase, 8–25 ms a few times more.
 
 use std::sync::atomic::{AtomicBool, Ordering};
