@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, TransactionBehavior};
 use shepherd_actors::journal::ActionRecord;
@@ -17,6 +18,16 @@ use super::{handoff, intent, journal, session_state, setting, storage_error};
 /// At most this many queued commands share one transaction, so one reply is never held
 /// back behind an unbounded queue.
 const MAX_BATCH: usize = 512;
+
+/// How long a batch of nothing but sessions' records and states waits for more before
+/// it commits. Each transaction costs the writer its locks, the log's header and a
+/// frame per page it touched — half of the writer's time in a burst of recoveries —
+/// while nobody waits on these writes (a session's next state write follows when this
+/// one is done, holding every change made meanwhile). Anything a caller waits on (an
+/// intent before an abort, a load before a session's first event) ends the wait at
+/// once. Not a tuning knob: a crash within it loses what a crash just before the
+/// writes were sent would.
+const LINGER: Duration = Duration::from_millis(2);
 
 pub(super) type Reply<T> = oneshot::Sender<Result<T, LedgerError>>;
 
@@ -105,13 +116,16 @@ pub(in crate::store) struct StateRow {
 /// part leaves none of it (the rest of the batch still commits).
 fn write(conn: &Connection, records: &[ActionRecord], state: Option<&StateRow>) -> Result<(), LedgerError> {
     let at = |e| storage_error("ledger: a savepoint", e);
-    conn.execute_batch("SAVEPOINT session_write").map_err(at)?;
+    let run = |sql: &str| conn.prepare_cached(sql).and_then(|mut st| st.execute([])).map(drop).map_err(at);
+    run("SAVEPOINT session_write")?;
     let written = records.iter().try_for_each(|r| journal::append(conn, r)).and_then(|()| match state {
         Some(s) => session_state::save(conn, &s.server, &s.session, &s.state_json, s.updated_ms),
         None => Ok(()),
     });
-    let end = if written.is_ok() { "RELEASE session_write" } else { "ROLLBACK TO session_write; RELEASE session_write" };
-    conn.execute_batch(end).map_err(at)?;
+    if written.is_err() {
+        run("ROLLBACK TO session_write")?;
+    }
+    run("RELEASE session_write")?;
     written
 }
 
@@ -126,10 +140,12 @@ pub(in crate::store) trait Job: Send {
 /// it is in the log (and, by dropping its end, that it has stopped).
 pub(super) fn serve(mut conn: Connection, queue: mpsc::Receiver<Command>, mut checkpointer: Option<WriterEnd>) {
     while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(next) => batch.push(next),
+        let mut batch = Vec::new();
+        let mut may_wait = take(first, &queue, &mut batch);
+        let until = Instant::now() + LINGER;
+        while may_wait && batch.len() < MAX_BATCH {
+            match queue.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(next) => may_wait = take(next, &queue, &mut batch),
                 Err(_) => break,
             }
         }
@@ -138,6 +154,23 @@ pub(super) fn serve(mut conn: Connection, queue: mpsc::Receiver<Command>, mut ch
             end.after_batch();
         }
     }
+}
+
+/// Adds `next` and what is queued now to `batch`, up to [`MAX_BATCH`]; whether every
+/// command taken [may wait](Command::may_wait).
+fn take(next: Command, queue: &mpsc::Receiver<Command>, batch: &mut Vec<Command>) -> bool {
+    let mut may_wait = next.may_wait();
+    batch.push(next);
+    while batch.len() < MAX_BATCH {
+        match queue.try_recv() {
+            Ok(next) => {
+                may_wait &= next.may_wait();
+                batch.push(next);
+            }
+            Err(_) => break,
+        }
+    }
+    may_wait
 }
 
 /// Runs `batch` in one transaction and replies once it is committed: a write is only
@@ -183,6 +216,12 @@ impl Finished {
 }
 
 impl Command {
+    /// Whether the caller can wait [`LINGER`] for this write to share a transaction:
+    /// a session's records and state, written behind its back.
+    fn may_wait(&self) -> bool {
+        matches!(self, Command::Write { .. })
+    }
+
     fn run(self, conn: &Connection) -> Finished {
         fn read<T: Send + 'static>(reply: Reply<T>, result: Result<T, LedgerError>) -> Finished {
             Finished::Read(Box::new(move || {
