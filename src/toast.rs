@@ -64,7 +64,7 @@ impl Toasts {
     pub fn start(cfg: &ToastsConfig, journal: &Journal) -> Toasts {
         let toasts = Toasts::default();
         toasts.set_config(cfg.clone());
-        let mut records = journal.subscribe();
+        let mut records = journal.subscribe_paced();
         let poster = toasts.clone();
         actix::spawn(async move {
             loop {

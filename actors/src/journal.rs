@@ -4,7 +4,16 @@
 
 pub use shepherd_core::journal::*;
 
+use std::time::Duration;
+
 use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+
+/// How long a [`PacedRecords`] subscriber lets records gather once they come in a
+/// stream. Not a tuning knob: what follows the journal (metrics, the status file, toasts,
+/// notifications) is read in seconds, and a burst of recoveries made a record every
+/// half-millisecond, each waking every subscriber's thread from the session's.
+pub const RECORDS_PACE: Duration = Duration::from_millis(50);
 
 /// Where records go: the log and every subscriber.
 #[derive(Debug, Clone)]
@@ -27,6 +36,12 @@ impl Journal {
     /// Every record from now on (slow readers lose the oldest, never block Shepherd).
     pub fn subscribe(&self) -> broadcast::Receiver<ActionRecord> {
         self.tx.subscribe()
+    }
+
+    /// [`Journal::subscribe`], read in batches while records come fast: see
+    /// [`PacedRecords`].
+    pub fn subscribe_paced(&self) -> PacedRecords {
+        PacedRecords { rx: self.tx.subscribe(), pace: RECORDS_PACE, gathering: false }
     }
 
     pub fn record(&self, r: ActionRecord) {
@@ -71,5 +86,108 @@ impl Journal {
             _ => emit!(info),
         }
         let _ = self.tx.send(r);
+    }
+}
+
+/// A subscription that wakes for the first record after a quiet spell, and while
+/// records keep coming reads them every [`RECORDS_PACE`] rather than one wake-up each: a
+/// waiting receiver is woken by every send, from the thread that records (a session's),
+/// and a sleeping one costs that thread nothing. A lone record is read at once; a burst
+/// at most `RECORDS_PACE` late, in order, none lost that the channel keeps.
+///
+/// [`PacedRecords::recv`] is cancel-safe (for `select!`): a record is only taken when
+/// returned.
+#[derive(Debug)]
+pub struct PacedRecords {
+    rx: broadcast::Receiver<ActionRecord>,
+    pace: Duration,
+    /// A record came lately: when none is queued, let the next ones gather first.
+    gathering: bool,
+}
+
+impl PacedRecords {
+    /// The next record, as [`broadcast::Receiver::recv`] (a slow reader is told how many
+    /// it missed).
+    pub async fn recv(&mut self) -> Result<ActionRecord, RecvError> {
+        loop {
+            match self.rx.try_recv() {
+                Ok(r) => {
+                    self.gathering = true;
+                    return Ok(r);
+                }
+                Err(TryRecvError::Lagged(n)) => return Err(RecvError::Lagged(n)),
+                Err(TryRecvError::Closed) => return Err(RecvError::Closed),
+                Err(TryRecvError::Empty) => {}
+            }
+            if self.gathering {
+                tokio::time::sleep(self.pace).await;
+                self.gathering = false;
+                continue;
+            }
+            let next = self.rx.recv().await;
+            self.gathering = next.is_ok();
+            return next;
+        }
+    }
+
+    /// A queued record, without waiting.
+    pub fn try_recv(&mut self) -> Result<ActionRecord, TryRecvError> {
+        self.rx.try_recv()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(i: u32) -> ActionRecord {
+        ActionRecord {
+            server: "s".into(),
+            session: "ses".into(),
+            action: Action::Nudge,
+            outcome: Outcome::Done,
+            reason: format!("r{i}"),
+            numbers: Numbers::default(),
+            at_ms: i64::from(i),
+        }
+    }
+
+    /// A lone record is read at once; records that follow it within the pace are read
+    /// together after it, in order, and none is lost; after a quiet spell the next one
+    /// is again read at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_record_is_read_at_once_and_a_stream_in_batches_in_order() {
+        let journal = Journal::new();
+        let mut paced = journal.subscribe_paced();
+        let start = tokio::time::Instant::now();
+        journal.record(rec(0));
+        assert_eq!(paced.recv().await.unwrap().at_ms, 0);
+        assert_eq!(start.elapsed(), Duration::ZERO, "the first record of a quiet spell is read at once");
+
+        let sender = journal.clone();
+        let stream = tokio::spawn(async move {
+            for i in 1..=20 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                sender.record(rec(i));
+            }
+        });
+        let mut read = Vec::new();
+        let mut reads_at = Vec::new();
+        while read.len() < 20 {
+            read.push(paced.recv().await.unwrap().at_ms);
+            reads_at.push(start.elapsed());
+        }
+        stream.await.unwrap();
+        assert_eq!(read, (1..=20).collect::<Vec<_>>(), "every record, in order");
+        reads_at.dedup();
+        assert!(reads_at.len() <= 3, "20 records 5 ms apart were read in a few batches, not one by one: {reads_at:?}");
+        assert!(reads_at.iter().all(|t| *t <= Duration::from_millis(100) + RECORDS_PACE), "none later than the pace: {reads_at:?}");
+
+        // Quiet for longer than the pace: the next record is read at once again.
+        tokio::time::sleep(RECORDS_PACE * 3).await;
+        let quiet_end = tokio::time::Instant::now();
+        journal.record(rec(99));
+        assert_eq!(paced.recv().await.unwrap().at_ms, 99);
+        assert_eq!(quiet_end.elapsed(), Duration::ZERO);
     }
 }

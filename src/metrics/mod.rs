@@ -102,7 +102,7 @@ impl Metrics {
     /// Counts the records of `journal` from now on, until the journal closes or the task
     /// is aborted. Subscribes before returning, so no record is missed.
     pub fn follow(self: &Arc<Self>, journal: &Journal) -> JoinHandle<()> {
-        let mut records = journal.subscribe();
+        let mut records = journal.subscribe_paced();
         let metrics = Arc::clone(self);
         tokio::spawn(async move {
             let mut fold = JournalFold::new();

@@ -34,7 +34,7 @@ use std::time::Duration;
 use actix::Addr;
 use shepherd_actors::config::{check_url, NotifyConfig, CATCH_UP_MAX_RECORDS, NOTIFIED_KEEP, NOTIFY_SHUTDOWN_GRACE};
 use shepherd_actors::control::GetSession;
-use shepherd_actors::journal::{ActionRecord, Journal};
+use shepherd_actors::journal::{Journal, PacedRecords};
 use shepherd_actors::ledger::NotifyLedger;
 use shepherd_actors::ports::Clock;
 use shepherd_actors::redact::Redactor;
@@ -127,7 +127,7 @@ impl Notifiers {
                 events = ?cfg.events.iter().map(|e| e.as_str()).collect::<Vec<_>>(), "notifier started");
             let notifier = Arc::new(Notifier { cfg: cfg.clone(), name, ledger_id, target });
             // Subscribed before the journal is read back: no record falls between.
-            let records = w.journal.subscribe();
+            let records = w.journal.subscribe_paced();
             let (queue, messages) = mpsc::channel(cfg.queue.max(1));
             tasks.push(tokio::spawn(decide_loop(
                 Arc::clone(&notifier),
@@ -173,7 +173,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 async fn decide_loop(
     n: Arc<Notifier>,
-    mut records: broadcast::Receiver<ActionRecord>,
+    mut records: PacedRecords,
     queue: mpsc::Sender<Message>,
     w: Watch,
     mut stop: watch::Receiver<bool>,

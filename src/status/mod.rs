@@ -28,7 +28,7 @@ use std::time::Duration;
 use actix::Addr;
 use anyhow::Context as _;
 use shepherd_actors::config::{StatusConfig, MIN_WRITE_SHARE};
-use shepherd_actors::journal::{ActionRecord, Journal};
+use shepherd_actors::journal::{ActionRecord, Journal, PacedRecords};
 use shepherd_actors::stats::{LiveSession, StatsBook, StatusDocument, StreamFacts};
 use shepherd_actors::supervisor::{FleetView, InspectFleet, Supervisor};
 use tokio::sync::{broadcast, watch};
@@ -290,7 +290,7 @@ impl StatusWriter {
             remove_stale_temp_files(path);
             rotate(path, cfg.rotate).with_context(|| format!("status: rotating {}", path.display()))?;
         }
-        let records = journal.subscribe();
+        let records = journal.subscribe_paced();
         let (stop, stop_rx) = watch::channel(false);
         let cfg = cfg.clone();
         let file = path.clone();
@@ -325,7 +325,7 @@ impl StatusWriter {
 async fn run(
     cfg: StatusConfig,
     path: Option<PathBuf>,
-    mut records: broadcast::Receiver<ActionRecord>,
+    mut records: PacedRecords,
     board: StatusBoard,
     mut stop: watch::Receiver<bool>,
 ) {
