@@ -184,18 +184,34 @@ impl OpenCodeClient {
     }
 }
 
+/// Up to this many wanted ids are compared one by one rather than looked up: most
+/// reads answer one reader or a few, and hashing every key of a directory's thousands
+/// cost more than skipping their entries.
+const FEW_WANTED: usize = 8;
+
+/// Whether `key` is one of `wanted`.
+fn is_wanted(wanted: &HashSet<&str>, key: &[u8]) -> bool {
+    if wanted.len() <= FEW_WANTED {
+        wanted.iter().any(|w| w.as_bytes() == key)
+    } else {
+        std::str::from_utf8(key).is_ok_and(|k| wanted.contains(k))
+    }
+}
+
 /// The entries of a `GET /session/status` body (`{id: status, …}`) whose ids are in
 /// `wanted` (all of them if `None`), found by scanning: other entries are skipped
 /// unparsed and their keys are not copied.
 pub(super) fn entries(body: &[u8], wanted: Option<&HashSet<&str>>) -> Result<HashMap<String, Status>, serde_json::Error> {
     use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-    /// A map key: kept (copied) only when it is wanted.
+    /// A map key: kept (copied) only when it is wanted. Read as raw bytes: most keys are
+    /// compared and dropped, and checking each as text cost as much as skipping its
+    /// entry; a kept one is checked then.
     struct Key<'w>(Option<&'w HashSet<&'w str>>);
     impl<'de> DeserializeSeed<'de> for Key<'_> {
         type Value = Option<String>;
         fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
-            d.deserialize_str(self)
+            d.deserialize_bytes(self)
         }
     }
     impl Visitor<'_> for Key<'_> {
@@ -203,8 +219,11 @@ pub(super) fn entries(body: &[u8], wanted: Option<&HashSet<&str>>) -> Result<Has
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a session id")
         }
-        fn visit_str<E>(self, key: &str) -> Result<Option<String>, E> {
-            Ok(self.0.is_none_or(|w| w.contains(key)).then(|| key.to_string()))
+        fn visit_bytes<E: serde::de::Error>(self, key: &[u8]) -> Result<Option<String>, E> {
+            if !self.0.is_none_or(|w| is_wanted(w, key)) {
+                return Ok(None);
+            }
+            String::from_utf8(key.to_vec()).map(Some).map_err(|_| E::custom("a session id that is not UTF-8"))
         }
     }
 
@@ -269,6 +288,25 @@ mod tests {
         assert_eq!(some.len(), 2, "{some:?}");
         assert_eq!(some.get("ses_b"), Some(&Status::Retry { attempt: Some(2), next: Some(9) }));
         assert_eq!(entries(body, None).unwrap().len(), 3);
+    }
+
+    /// Keys are compared as they are sent, escapes undone; one that is not text fails
+    /// the read only when it would be kept (another session's odd key costs nobody
+    /// their answer). Past a few wanted ids they are looked up rather than compared.
+    #[test]
+    fn keys_are_matched_unescaped_and_only_a_kept_one_must_be_text() {
+        let body = b"{\"ses_\xff\":{\"type\":\"busy\"},\"ses_\\u0061\":{\"type\":\"busy\"},\"ses_b\":{\"type\":\"busy\"}}";
+        assert_eq!(status_of(body, "ses_a").unwrap(), Some(Status::Busy), "the escaped key is ses_a");
+        assert_eq!(status_of(body, "ses_b").unwrap(), Some(Status::Busy));
+        assert!(entries(body, None).is_err(), "kept whole, the key that is not text fails the read");
+
+        let ids: Vec<String> = (0..20).map(|i| format!("ses_{i:02}")).collect();
+        let body = serde_json::to_vec(&ids.iter().map(|id| (id.clone(), json!({"type": "busy"}))).collect::<serde_json::Map<_, _>>()).unwrap();
+        let many: HashSet<&str> = ids.iter().step_by(2).map(String::as_str).chain(["ses_zz"]).collect();
+        assert!(many.len() > FEW_WANTED);
+        let found = entries(&body, Some(&many)).unwrap();
+        assert_eq!(found.len(), 10, "{found:?}");
+        assert!(found.keys().all(|k| many.contains(k.as_str())));
     }
 
     /// A status endpoint that answers slowly, numbering each answer after its request
