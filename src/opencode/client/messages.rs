@@ -6,6 +6,8 @@
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::json;
+use serde_json::value::RawValue;
+use serde_json::Value;
 use shepherd_actors::event::{MessageInfo, Role, ShepherdTag, ToolStatus};
 use shepherd_actors::ids::{self, IdKind};
 use shepherd_actors::ports::{EngineError, HistoryMessage, HistoryPart, Prompt, TurnSettings};
@@ -31,9 +33,75 @@ pub(super) struct ErrorName {
 #[derive(Deserialize)]
 pub(super) struct MessageWithParts {
     /// Decoded only where needed ([`decode_message`]), straight from its text.
-    pub(super) info: Box<serde_json::value::RawValue>,
+    pub(super) info: Box<RawValue>,
+    /// Each decoded only where needed ([`PartFields::of`]): most of a turn's text is a
+    /// tool's output or a file's contents, which nothing here reads — kept as text, never
+    /// built into a tree (thirty messages of file reads were megabytes of small
+    /// allocations on the sessions' thread at every continue).
     #[serde(default)]
-    pub(super) parts: Vec<serde_json::Value>,
+    pub(super) parts: Vec<Box<RawValue>>,
+}
+
+/// The fields of a message part Shepherd reads, each as the server sent it (of the
+/// wrong type it reads as absent, as from the whole part); everything else is skipped
+/// unparsed. A part that is not an object (or names a field twice) is skipped.
+#[derive(Deserialize, Default)]
+pub(super) struct PartFields {
+    #[serde(rename = "type", default)]
+    pub(super) kind: Value,
+    #[serde(default)]
+    pub(super) text: Value,
+    #[serde(default)]
+    synthetic: Value,
+    #[serde(default)]
+    ignored: Value,
+    #[serde(default)]
+    pub(super) tool: Value,
+    #[serde(default)]
+    metadata: Value,
+    /// Kept as text and read by itself ([`PartFields::state`]): its output is large, and
+    /// a state that does not read must not cost the part.
+    #[serde(default)]
+    state: Option<Box<RawValue>>,
+}
+
+/// A tool part's `state`, the fields Shepherd reads.
+#[derive(Deserialize, Default)]
+pub(super) struct ToolState {
+    #[serde(default)]
+    pub(super) status: Value,
+    #[serde(default)]
+    input: Value,
+    #[serde(default)]
+    error: Value,
+    #[serde(default)]
+    metadata: Option<Box<RawValue>>,
+}
+
+/// A tool state's `metadata`: the child session of a `task`.
+#[derive(Deserialize)]
+struct ToolMetadata {
+    #[serde(rename = "sessionId", default)]
+    session_id: Value,
+}
+
+impl PartFields {
+    pub(super) fn of(part: &RawValue) -> Option<PartFields> {
+        serde_json::from_str(part.get()).ok()
+    }
+
+    /// The tool's state (empty when absent or unreadable).
+    pub(super) fn state(&self) -> ToolState {
+        self.state.as_deref().and_then(|s| serde_json::from_str(s.get()).ok()).unwrap_or_default()
+    }
+}
+
+impl ToolState {
+    /// A `task`'s child session, when its id is one.
+    fn child_session(&self) -> Option<String> {
+        let meta: ToolMetadata = serde_json::from_str(self.metadata.as_deref()?.get()).ok()?;
+        meta.session_id.as_str().filter(|c| ids::check(IdKind::Session, c).is_ok()).map(str::to_string)
+    }
 }
 
 impl OpenCodeClient {
@@ -92,32 +160,30 @@ pub(super) fn history_message(m: &MessageWithParts) -> Option<HistoryMessage> {
     let parts = m
         .parts
         .iter()
+        .filter_map(|p| PartFields::of(p))
         .filter_map(|p| {
-            let text = || p["text"].as_str().unwrap_or_default().to_string();
-            match p["type"].as_str()? {
+            let text = || p.text.as_str().unwrap_or_default().to_string();
+            match p.kind.as_str()? {
                 "text" => Some(HistoryPart::Text {
                     text: text(),
-                    synthetic: p["synthetic"].as_bool().unwrap_or(false),
-                    ignored: p["ignored"].as_bool().unwrap_or(false),
+                    synthetic: p.synthetic.as_bool().unwrap_or(false),
+                    ignored: p.ignored.as_bool().unwrap_or(false),
                     shepherd: p
-                        .pointer("/metadata/shepherd")
+                        .metadata
+                        .get("shepherd")
                         .and_then(|v| serde_json::from_value::<ShepherdTag>(v.clone()).ok()),
                 }),
                 "reasoning" => Some(HistoryPart::Reasoning { text: text() }),
-                "tool" => Some(HistoryPart::Tool {
-                    tool: p["tool"].as_str().unwrap_or_default().to_string(),
-                    status: p
-                        .pointer("/state/status")
-                        .and_then(|v| serde_json::from_value::<ToolStatus>(v.clone()).ok())
-                        .unwrap_or(ToolStatus::Pending),
-                    input: p.pointer("/state/input").cloned().unwrap_or_default(),
-                    error: p.pointer("/state/error").and_then(|v| v.as_str()).map(str::to_string),
-                    child_session: p
-                        .pointer("/state/metadata/sessionId")
-                        .and_then(|v| v.as_str())
-                        .filter(|c| ids::check(IdKind::Session, c).is_ok())
-                        .map(str::to_string),
-                }),
+                "tool" => {
+                    let state = p.state();
+                    Some(HistoryPart::Tool {
+                        tool: p.tool.as_str().unwrap_or_default().to_string(),
+                        status: serde_json::from_value::<ToolStatus>(state.status.clone()).unwrap_or(ToolStatus::Pending),
+                        child_session: state.child_session(),
+                        error: state.error.as_str().map(str::to_string),
+                        input: state.input,
+                    })
+                }
                 _ => None,
             }
         })
@@ -134,6 +200,77 @@ pub(super) fn history_message(m: &MessageWithParts) -> Option<HistoryMessage> {
 }
 
 /// A message's `info` through the same decoder the event stream uses.
-pub(super) fn decode_message(info: &serde_json::value::RawValue) -> Option<MessageInfo> {
+pub(super) fn decode_message(info: &RawValue) -> Option<MessageInfo> {
     shepherd_actors::event::decode_message_info(info.get()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each part reads as the history needs it — a text part's flags and Shepherd's tag,
+    /// a tool's status, input, error and child session — while a tool's output is never
+    /// read; a part that is not an object, or whose state does not read, costs nothing
+    /// else of the message.
+    #[test]
+    fn a_messages_parts_read_as_history_and_the_rest_is_skipped() {
+        let output = "x".repeat(200_000);
+        let m: MessageWithParts = serde_json::from_value(json!({
+            "info": {"id": "msg_1", "sessionID": "ses_A", "role": "assistant", "time": {"created": 5}},
+            "parts": [
+                {"type": "text", "text": "continue", "synthetic": true,
+                 "metadata": {"shepherd": {"kind": "continue", "instance": "i", "decision": "d"}}},
+                {"type": "text", "text": "by hand", "synthetic": "not a flag"},
+                {"type": "reasoning", "text": "thinking"},
+                {"type": "tool", "tool": "task", "state": {"status": "running", "input": {"prompt": "p"},
+                 "output": output, "metadata": {"sessionId": "ses_child", "output": output}}},
+                {"type": "tool", "tool": "bash", "state": {"status": "error", "error": "denied", "input": {}}},
+                {"type": "tool", "tool": "read", "state": "not an object"},
+                "not a part",
+                {"type": "step-start"}
+            ]
+        }))
+        .unwrap();
+        let h = history_message(&m).expect("the info reads");
+        assert_eq!(h.id, "msg_1");
+        assert_eq!(
+            h.parts,
+            vec![
+                HistoryPart::Text {
+                    text: "continue".into(),
+                    synthetic: true,
+                    ignored: false,
+                    shepherd: Some(ShepherdTag {
+                        kind: "continue".into(),
+                        instance: "i".into(),
+                        decision: "d".into(),
+                        lease: None
+                    }),
+                },
+                HistoryPart::Text { text: "by hand".into(), synthetic: false, ignored: false, shepherd: None },
+                HistoryPart::Reasoning { text: "thinking".into() },
+                HistoryPart::Tool {
+                    tool: "task".into(),
+                    status: ToolStatus::Running,
+                    input: json!({"prompt": "p"}),
+                    error: None,
+                    child_session: Some("ses_child".into()),
+                },
+                HistoryPart::Tool {
+                    tool: "bash".into(),
+                    status: ToolStatus::Error,
+                    input: json!({}),
+                    error: Some("denied".into()),
+                    child_session: None,
+                },
+                HistoryPart::Tool {
+                    tool: "read".into(),
+                    status: ToolStatus::Pending,
+                    input: Value::Null,
+                    error: None,
+                    child_session: None,
+                },
+            ]
+        );
+    }
 }

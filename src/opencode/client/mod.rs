@@ -29,6 +29,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use reqwest::Method;
 use serde_json::json;
+use serde_json::value::RawValue;
 use shepherd_actors::config::ServerConfig;
 use shepherd_actors::event::{Event, ModelRef, Role, SessionInfo, ShepherdSessionMark, Status, Todo};
 use shepherd_actors::ids::{self, IdKind};
@@ -37,7 +38,7 @@ use shepherd_actors::ports::{
 };
 
 use self::messages::{
-    decode_message, history_message, prompt_body, turn_settings, ErrorOnly, MessageWithParts, TURN_LOOKBACK_MESSAGES,
+    decode_message, history_message, prompt_body, turn_settings, ErrorOnly, MessageWithParts, PartFields, TURN_LOOKBACK_MESSAGES,
 };
 use self::session_ids::{check_session, session_path, valid_sessions};
 use self::status::{StatusReads, Want};
@@ -237,17 +238,18 @@ fn last_turn_of(session_id: &str, messages: &[MessageWithParts]) -> Option<LastT
         if info.role != Role::Assistant {
             continue;
         }
-        let running_parts: Vec<&serde_json::Value> = m
+        let running_parts: Vec<(&RawValue, PartFields)> = m
             .parts
             .iter()
-            .filter(|p| p["type"] == "tool" && p.pointer("/state/status").and_then(|v| v.as_str()) == Some("running"))
+            .filter_map(|p| Some((&**p, PartFields::of(p)?)))
+            .filter(|(_, f)| f.kind == "tool" && f.state().status == "running")
             .collect();
         return Some(LastTurn {
             message_id: info.id.clone(),
             completed: info.time.completed.is_some(),
             errored: info.error.is_some(),
-            running_task: running_parts.iter().any(|p| p["tool"] == "task"),
-            running: running_parts.into_iter().filter_map(|p| running_part(session_id, p)).collect(),
+            running_task: running_parts.iter().any(|(_, f)| f.tool == "task"),
+            running: running_parts.into_iter().filter_map(|(p, _)| running_part(session_id, p)).collect(),
             reply: Some(Box::new(info)),
         });
     }
@@ -256,7 +258,7 @@ fn last_turn_of(session_id: &str, messages: &[MessageWithParts]) -> Option<LastT
 
 /// A running tool part of a message read by REST, as the `message.part.updated` event
 /// that said it runs: read by the stream's own decoder (the same checks), or dropped.
-fn running_part(session_id: &str, part: &serde_json::Value) -> Option<Event> {
+fn running_part(session_id: &str, part: &RawValue) -> Option<Event> {
     let properties = json!({"sessionID": session_id, "part": part});
     match asks::as_event("message.part.updated", &properties.to_string()) {
         Ok(event @ Event::PartUpdated(_)) => Some(event),
@@ -303,8 +305,13 @@ impl Control for OpenCodeClient {
         if let Some(err) = info.and_then(|i| i.error).map(|e| e.name) {
             return Err(EngineError::Http { status: 200, body: format!("the model's turn ended with {err}") });
         }
-        let text: Vec<&str> =
-            reply.parts.iter().filter(|p| p["type"] == "text").filter_map(|p| p["text"].as_str()).collect();
+        let text: Vec<String> = reply
+            .parts
+            .iter()
+            .filter_map(|p| PartFields::of(p))
+            .filter(|p| p.kind == "text")
+            .filter_map(|p| p.text.as_str().map(str::to_string))
+            .collect();
         Ok(text.join("\n"))
     }
 }
