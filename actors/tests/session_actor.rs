@@ -1295,13 +1295,15 @@ impl Ledger for FlakyLedger {
         state: Option<&DurableState>,
     ) -> Result<(), LedgerError> {
         self.writes.lock().unwrap().push((records.iter().map(|r| r.action).collect(), state.is_some()));
+        // As SQLite's: the state's write first, and the records only if it was kept (both
+        // or neither).
+        if let Some(state) = state {
+            self.save(server, session, state).await?;
+        }
         for record in records {
             self.inner.append(record).await?;
         }
-        match state {
-            Some(state) => self.save(server, session, state).await,
-            None => Ok(()),
-        }
+        Ok(())
     }
     async fn history(&self, session: &str, limit: u32) -> Result<Vec<ActionRecord>, LedgerError> {
         self.inner.history(session, limit).await
@@ -1345,7 +1347,7 @@ async fn a_recoverys_records_go_to_the_ledger_with_its_state_in_one_write_per_st
 async fn a_state_write_that_failed_is_retried_until_the_ledger_has_it() {
     tokio::time::pause();
     let ledger = Arc::new(FlakyLedger::new(3));
-    let w = world_with_ledger(cfg(), ledger.clone());
+    let mut w = world_with_ledger(cfg(), ledger.clone());
     w.busy("ses_A");
     settle().await;
     tokio::time::sleep(Duration::from_secs(190)).await; // stall -> recovery 1
@@ -1359,6 +1361,44 @@ async fn a_state_write_that_failed_is_retried_until_the_ledger_has_it() {
     assert_eq!(ledger.failing.load(SeqCst), 0, "every planned failure happened");
     let saved = ledger.inner.load("srv", "ses_A").await.unwrap().expect("written after the failures");
     assert_eq!(saved.attempts, 1, "the recovery's attempt is in the ledger: a restart does not repeat it");
+    // The records of the writes that failed went with the retry: each once, in order.
+    let mut journal = Vec::new();
+    while let Ok(r) = w.records.try_recv() {
+        journal.push(r.action);
+    }
+    let kept: Vec<Action> = ledger.inner.history("ses_A", 100).await.unwrap().iter().map(|r| r.action).collect();
+    assert_eq!(kept, journal, "no record lost with the state writes that failed");
+}
+
+/// The recovery's writes fail (a full disk) and succeed later: the records they held go
+/// with the retry — each once, in order — so `shepherd history` keeps what was done.
+#[actix::test]
+async fn the_records_of_a_write_that_failed_go_with_its_retry() {
+    tokio::time::pause();
+    let ledger = Arc::new(FlakyLedger::new(0));
+    let mut w = world_with_ledger(cfg(), ledger.clone());
+    w.busy("ses_A");
+    settle().await;
+    tokio::time::sleep(Duration::from_secs(170)).await;
+    settle().await;
+    ledger.failing.store(2, SeqCst);
+    tokio::time::sleep(Duration::from_secs(20)).await; // stall -> recovery, its writes fail
+    settle().await;
+    assert!(w.engine.calls().contains(&"prompt ses_A".to_string()));
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        settle().await;
+    }
+    assert_eq!(ledger.failing.load(SeqCst), 0, "every planned failure happened");
+    let failed_with_records = ledger.writes.lock().unwrap().iter().filter(|(records, _)| !records.is_empty()).count();
+    assert!(failed_with_records > 2, "records were in the writes that failed and again in a later one");
+    let mut journal = Vec::new();
+    while let Ok(r) = w.records.try_recv() {
+        journal.push(r.action);
+    }
+    assert!(journal.contains(&Action::StallDetected) && journal.contains(&Action::Continue), "{journal:?}");
+    let kept: Vec<Action> = ledger.inner.history("ses_A", 100).await.unwrap().iter().map(|r| r.action).collect();
+    assert_eq!(kept, journal, "no record lost with the writes that failed");
 }
 
 /// A turn's changes come within milliseconds: while one state write is under way the

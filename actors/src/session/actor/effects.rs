@@ -78,12 +78,19 @@ impl SessionActor {
         }
         self.record_unsaved = false;
         self.saving_generation = Some(generation);
+        let records = if self.unwritten.is_empty() {
+            records
+        } else {
+            let mut earlier = std::mem::take(&mut self.unwritten);
+            earlier.extend(records);
+            earlier
+        };
         let state = self.durable_state();
         let ledger = Arc::clone(&self.env.ledger);
         let (server, id) = (self.env.server.clone(), self.core.id().to_string());
         let write = async move {
             let written = ledger.write(&server, &id, &records, Some(&state)).await;
-            (written, records.len())
+            (written, records)
         };
         ctx.spawn(write.into_actor(self).map(move |(written, records), act, ctx| match written {
             Ok(()) => {
@@ -99,37 +106,43 @@ impl SessionActor {
                 if act.saving_generation == Some(generation) {
                     act.saving_generation = None;
                 }
-                // The retry below writes whatever changed meanwhile too; the records
-                // are in the log and the journal's subscribers, not in the ledger.
+                // The retry below writes whatever changed meanwhile too, and the records
+                // this write held.
                 act.save_pending = false;
-                tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, records, retry_in_ms = SAVE_RETRY.as_millis() as u64, "ledger: state write failed; retrying");
-                act.record_unsaved = true;
-                if act.save_retry.is_none() {
-                    act.save_retry = Some(ctx.run_later(SAVE_RETRY, |act, ctx| {
-                        act.save_retry = None;
-                        act.persist(Vec::new(), ctx);
-                    }));
-                }
+                tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, records = records.len(), retry_in_ms = SAVE_RETRY.as_millis() as u64, "ledger: state write failed; retrying");
+                act.retry_with(records, ctx);
             }
         }));
     }
 
+    /// After a failed write: `records` go with the next state write, which is tried
+    /// [`SAVE_RETRY`] from now unless one is already due.
+    fn retry_with(&mut self, records: Vec<ActionRecord>, ctx: &mut Context<Self>) {
+        self.unwritten.extend(records);
+        self.record_unsaved = true;
+        if self.save_retry.is_none() {
+            self.save_retry = Some(ctx.run_later(SAVE_RETRY, |act, ctx| {
+                act.save_retry = None;
+                act.persist(Vec::new(), ctx);
+            }));
+        }
+    }
+
     /// Records made while a state write is under way: written at once, without the
-    /// state (the next state write follows that one).
+    /// state (the next state write follows that one); if that fails, with the retry.
     fn write_records(&mut self, records: Vec<ActionRecord>, ctx: &mut Context<Self>) {
         if records.is_empty() {
             return;
         }
         let ledger = Arc::clone(&self.env.ledger);
         let (server, id) = (self.env.server.clone(), self.core.id().to_string());
-        ctx.spawn(
-            async move {
-                if let Err(e) = ledger.write(&server, &id, &records, None).await {
-                    tracing::warn!(%server, session = %id, error = %e, records = records.len(), "ledger: journal write failed");
-                }
+        let write = async move { (ledger.write(&server, &id, &records, None).await, records) };
+        ctx.spawn(write.into_actor(self).map(|(written, records), act, ctx| {
+            if let Err(e) = written {
+                tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, records = records.len(), retry_in_ms = SAVE_RETRY.as_millis() as u64, "ledger: journal write failed; retrying with the state");
+                act.retry_with(records, ctx);
             }
-            .into_actor(self),
-        );
+        }));
     }
 
     /// The core's durable state plus the latest record.

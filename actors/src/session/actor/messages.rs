@@ -95,9 +95,11 @@ impl Handler<Retire> for SessionActor {
 
     fn handle(&mut self, _: Retire, _: &mut Context<Self>) -> Self::Result {
         let state = self.durable_state();
+        let unwritten = std::mem::take(&mut self.unwritten);
         let ledger = Arc::clone(&self.env.ledger);
         let (server, id) = (self.env.server.clone(), self.core.id().to_string());
-        Box::pin(async move { ledger.save(&server, &id, &state).await }.into_actor(self).map(|saved, act, ctx| {
+        let write = async move { ledger.write(&server, &id, &unwritten, Some(&state)).await };
+        Box::pin(write.into_actor(self).map(|saved, act, ctx| {
             if let Err(e) = saved {
                 tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "ledger: state write failed before the session was released");
             }
@@ -176,16 +178,24 @@ impl Handler<Evict> for SessionActor {
             return Box::pin(actix::fut::ready(false));
         }
         let state = self.durable_state();
+        // Records a failed write left go with the state: kept if it is, kept for the
+        // retry if not.
+        let unwritten = std::mem::take(&mut self.unwritten);
         let ledger = Arc::clone(&self.env.ledger);
         let (server, id) = (self.env.server.clone(), self.core.id().to_string());
+        let write = async move {
+            let saved = ledger.write(&server, &id, &unwritten, Some(&state)).await;
+            (saved, unwritten)
+        };
         Box::pin(
-            async move { ledger.save(&server, &id, &state).await }.into_actor(self).map(|saved, act, ctx| {
+            write.into_actor(self).map(|(saved, unwritten), act, ctx| {
                 match saved {
                     Ok(()) => {
                         ctx.stop();
                         true
                     }
                     Err(e) => {
+                        act.unwritten.splice(0..0, unwritten);
                         tracing::warn!(server = %act.env.server, session = %act.core.id(), error = %e, "ledger: not evicting, state could not be written");
                         false
                     }

@@ -90,6 +90,9 @@ pub struct SessionActor {
     saving_generation: Option<u64>,
     /// The state changed while a write was under way: written once that one is done.
     save_pending: bool,
+    /// Records whose write failed: they go with the next state write (the retry's).
+    /// Empty (no allocation) unless the ledger failed.
+    unwritten: Vec<ActionRecord>,
     /// The session's status as its events show it, while a procedure that aborts
     /// waits on it (`None` otherwise).
     status_feed: Option<crate::session::procedures::abort_and_wait::StatusFeed>,
@@ -121,6 +124,7 @@ impl SessionActor {
             save_retry: None,
             saving_generation: None,
             save_pending: false,
+            unwritten: Vec::new(),
             status_feed: None,
             view: Arc::default(),
             shown: None,
