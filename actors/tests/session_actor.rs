@@ -12,6 +12,7 @@ use shepherd_actors::control::{
     ControlError, CustomPromptRequest, GetSession, ListSessions, PauseTarget, SendCustomPrompt, SessionDetail, SetPause, StartHandoff,
 };
 use shepherd_actors::session::actor::{Inspect, RefreshTodos, StopSession};
+use shepherd_actors::stats::LiveSession;
 use shepherd_actors::event::{decode, Event, ModelRef, Role, SessionInfo, Status, Todo};
 use shepherd_actors::journal::{Action, ActionRecord, Journal, Outcome};
 use shepherd_actors::ledger::{
@@ -24,7 +25,7 @@ use shepherd_actors::ports::{
 };
 use shepherd_actors::stream_clock::{ReadToken, StreamClock};
 use shepherd_actors::supervisor::{
-    AttachServer, DetachServer, Ingest, InspectFleet, ReconfigureAll, Registry, RouteState, Routed, Shutdown, StreamDown,
+    AttachServer, DetachServer, Ingest, InspectFleet, InspectLive, ReconfigureAll, Registry, RouteState, Routed, Shutdown, StreamDown,
     StreamUp, Supervisor,
 };
 
@@ -1811,6 +1812,9 @@ async fn assert_published_detail_is_the_actors(w: &World, id: &str, step: &str) 
     assert_eq!(listed.iter().find(|d| d.id == id), Some(&asked), "{step}: ListSessions");
     let fleet = w.supervisor.send(InspectFleet).await.unwrap();
     assert_eq!(fleet.sessions.iter().find(|d| d.id == id), Some(&asked), "{step}: InspectFleet");
+    // The status file's view, read from the same cell without copying the detail whole.
+    let live = w.supervisor.send(InspectLive).await.unwrap();
+    assert_eq!(live.sessions.iter().find(|l| &*l.id == id), Some(&LiveSession::from(&asked)), "{step}: InspectLive");
     asked
 }
 

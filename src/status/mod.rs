@@ -30,7 +30,7 @@ use anyhow::Context as _;
 use shepherd_actors::config::{StatusConfig, MIN_WRITE_SHARE};
 use shepherd_actors::journal::{ActionRecord, Journal, PacedRecords};
 use shepherd_actors::stats::{LiveSession, StatsBook, StatusDocument, StreamFacts};
-use shepherd_actors::supervisor::{FleetView, InspectFleet, Supervisor};
+use shepherd_actors::supervisor::{InspectLive, LiveView, Supervisor};
 use tokio::sync::{broadcast, watch};
 
 use crate::opencode::PumpRegistry;
@@ -179,39 +179,25 @@ impl StatusBoard {
     pub async fn read_live(&self) -> LiveFleet {
         // Before the question: no session's quiet time is overstated by the read's length.
         let read_ms = shepherd_actors::ports::Clock::wall_ms(&shepherd_actors::ports::SystemClock);
-        let fleet: FleetView = tokio::time::timeout(LIVE_READ_TIMEOUT, self.inner.supervisor.send(InspectFleet))
+        let fleet: LiveView = tokio::time::timeout(LIVE_READ_TIMEOUT, self.inner.supervisor.send(InspectLive))
             .await
             .ok()
             .and_then(Result::ok)
             .unwrap_or_default();
+        // Sorted and redacted here, on the status thread, not on the supervisor's or by
+        // each session actor.
+        let r = crate::logging::redactor();
+        let mut sessions = fleet.sessions;
+        for live in &mut sessions {
+            if let Some(title) = live.title.as_mut() {
+                r.redact_in_place(title);
+            }
+        }
+        sessions.sort_unstable_by(|a, b| (&*a.server, &*a.id).cmp(&(&*b.server, &*b.id)));
         LiveFleet {
             read_ms,
             reconciled: fleet.servers.iter().filter(|s| s.connected && s.reconciled).map(|s| s.name.clone()).collect(),
-            // Redacted here, on the status thread, not by each session actor.
-            sessions: {
-                let r = crate::logging::redactor();
-                // One copy of each server's name for all its sessions.
-                let mut servers: Vec<Arc<str>> = Vec::new();
-                fleet
-                    .sessions
-                    .iter()
-                    .map(|d| {
-                        let server = match servers.iter().find(|s| ***s == *d.server) {
-                            Some(s) => Arc::clone(s),
-                            None => {
-                                let s: Arc<str> = d.server.as_str().into();
-                                servers.push(Arc::clone(&s));
-                                s
-                            }
-                        };
-                        let mut live = LiveSession::of(d, server);
-                        if let Some(title) = live.title.as_mut() {
-                            r.redact_in_place(title);
-                        }
-                        live
-                    })
-                    .collect()
-            },
+            sessions,
         }
     }
 

@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::control::{HandoffView, SessionDetail};
+use crate::stats::{Activity, LiveSession, TodoCounts};
 use crate::event::Todo;
 use crate::journal::LastAction;
 use crate::session::core::{Now, SessionCore};
@@ -78,11 +79,26 @@ impl DetailCell {
     /// the slot's); `None` while nothing is published yet.
     pub fn detail(&self, server: &str, id: String, now: Now) -> Option<SessionDetail> {
         let published = Arc::clone(self.published.lock().unwrap_or_else(PoisonError::into_inner).as_ref()?);
-        let mut silent_since = from_nanos(self.silent_since.load(Ordering::Acquire));
-        if let Some(streamed) = *self.streamed.lock().unwrap_or_else(PoisonError::into_inner) {
-            silent_since = silent_since.max(streamed.at); // not yet in the core
+        Some(published.to_detail(server, id, last_activity_ms(now, self.silent_since_now())))
+    }
+
+    /// Since when the session is silent, counting deltas not yet in the core.
+    fn silent_since_now(&self) -> Instant {
+        let silent_since = from_nanos(self.silent_since.load(Ordering::Acquire));
+        match *self.streamed.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(streamed) => silent_since.max(streamed.at), // not yet in the core
+            None => silent_since,
         }
-        Some(published.to_detail(server, id, last_activity_ms(now, silent_since)))
+    }
+
+    /// What the status file shows of the session, read straight from the published
+    /// detail: the counts of its todo list, not a copy of it (at 100,000 sessions the
+    /// full details were the refresh's largest cost on the supervisor's thread).
+    /// `None` until the actor has published one. Equals [`LiveSession::of`] of
+    /// [`DetailCell::detail`].
+    pub fn live(&self, server: Arc<str>, id: &str, now: Now) -> Option<LiveSession> {
+        let published = Arc::clone(self.published.lock().unwrap_or_else(PoisonError::into_inner).as_ref()?);
+        Some(published.to_live(server, id, last_activity_ms(now, self.silent_since_now())))
     }
 
     /// Whether the actor has published its detail.
@@ -271,6 +287,30 @@ impl PublishedDetail {
     }
 
     /// The whole detail, with the session's name and last activity.
+    /// [`PublishedDetail::to_detail`] as the status file shows it.
+    pub fn to_live(&self, server: Arc<str>, id: &str, last_activity_ms: i64) -> LiveSession {
+        let c = crate::session::prompt::TodoCounts::of(&self.todos);
+        LiveSession {
+            id: id.into(),
+            server,
+            title: self.title.as_deref().map(Into::into),
+            paused: self.paused.map(|p| p.as_str().into()),
+            activity: Activity {
+                busy: self.busy,
+                waiting_on_person: self.waiting_on_person,
+                recovering: self.recovering,
+                compacting: self.compacting,
+                paused: self.paused.is_some(),
+                handoff: self.phase,
+                last_activity_ms,
+                stall_timeout_ms: self.stall_timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            },
+            todos: TodoCounts { open: c.open, completed: c.completed, total: c.total },
+            context_tokens: self.context_tokens,
+            context_window: self.context_window,
+        }
+    }
+
     pub fn to_detail(&self, server: &str, id: String, last_activity_ms: i64) -> SessionDetail {
         let names = self.handoff.as_deref().cloned().unwrap_or_default();
         SessionDetail {

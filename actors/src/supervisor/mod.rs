@@ -27,7 +27,7 @@ mod registry;
 mod stream;
 
 pub use commands::Shutdown;
-pub use inspect::{AskSessions, FleetView, InspectFleet, InspectServers, ServerView};
+pub use inspect::{AskSessions, FleetView, InspectFleet, InspectLive, InspectServers, LiveView, ServerView};
 pub use lifecycle::{AttachServer, DetachServer, ReconfigureAll};
 use registry::SessionSlot;
 pub use registry::{LongWay, Registry, RouteState, Routed};

@@ -503,6 +503,35 @@ impl Registry {
         }
     }
 
+    /// [`Registry::details`] as the status file shows them ([`DetailCell::live`]): no
+    /// copy of any todo list.
+    ///
+    /// [`DetailCell::live`]: crate::session::view::DetailCell::live
+    pub(crate) fn live(
+        &self,
+        server: &Arc<str>,
+        now: Now,
+        out: &mut Vec<crate::stats::LiveSession>,
+        unpublished: &mut Vec<Addr<SessionActor>>,
+    ) {
+        let cells: Vec<_> = self
+            .slots
+            .iter()
+            .filter(|slot| slot.addr.connected())
+            .map(|slot| {
+                let ask = (!slot.view.is_published()).then(|| Addr::clone(&slot.addr));
+                (slot.key().clone(), Arc::clone(&slot.view), ask)
+            })
+            .collect();
+        for (id, cell, ask) in cells {
+            match (cell.live(Arc::clone(server), &id, now), ask) {
+                (Some(live), _) => out.push(live),
+                (None, Some(addr)) => unpublished.push(addr),
+                (None, None) => {}
+            }
+        }
+    }
+
     /// The detail of the tracked session `id` as its actor published it, or its actor
     /// when it has published nothing yet; `None` when it is not tracked or has stopped.
     pub(crate) fn detail(&self, server: &str, id: &str, now: Now) -> Option<Result<SessionDetail, Addr<SessionActor>>> {
