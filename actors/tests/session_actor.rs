@@ -1314,6 +1314,28 @@ impl Ledger for FlakyLedger {
     }
 }
 
+/// The actions of the records the journal told of since the last call, in order.
+fn journal_actions(w: &mut World) -> Vec<Action> {
+    std::iter::from_fn(|| w.records.try_recv().ok()).map(|r| r.action).collect()
+}
+
+impl FlakyLedger {
+    /// Four state-write retries' time passes (no event comes to trigger a write): every
+    /// planned failure has happened.
+    async fn let_the_retries_run(&self) {
+        for _ in 0..4 {
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            settle().await;
+        }
+        assert_eq!(self.failing.load(SeqCst), 0, "every planned failure happened");
+    }
+
+    /// The actions of `session`'s records in the ledger, oldest first.
+    async fn actions(&self, session: &str) -> Vec<Action> {
+        self.inner.history(session, 100).await.unwrap().iter().map(|r| r.action).collect()
+    }
+}
+
 /// A recovery's records reach the ledger with the state that names the last of them,
 /// in one write per step rather than one per record plus one per state: `shepherd
 /// history` and a restart's resume agree on what was done, at a third of the round trips.
@@ -1327,11 +1349,8 @@ async fn a_recoverys_records_go_to_the_ledger_with_its_state_in_one_write_per_st
     tokio::time::sleep(Duration::from_secs(190)).await; // stall -> recovery
     settle().await;
     assert!(w.engine.calls().contains(&"prompt ses_A".to_string()));
-    let mut journal = Vec::new();
-    while let Ok(r) = w.records.try_recv() {
-        journal.push(r.action);
-    }
-    let kept: Vec<Action> = ledger.inner.history("ses_A", 100).await.unwrap().iter().map(|r| r.action).collect();
+    let journal = journal_actions(&mut w);
+    let kept = ledger.actions("ses_A").await;
     assert_eq!(kept, journal, "every record the journal told of is in the ledger, in order");
     let saved = ledger.inner.load("srv", "ses_A").await.unwrap().expect("written");
     let last = ledger.inner.history("ses_A", 1).await.unwrap().pop().expect("a record");
@@ -1355,19 +1374,12 @@ async fn a_state_write_that_failed_is_retried_until_the_ledger_has_it() {
     settle().await;
     assert!(w.engine.calls().contains(&"prompt ses_A".to_string()));
     // The writes of the recovery's state failed; no further event comes to trigger one.
-    for _ in 0..4 {
-        tokio::time::sleep(Duration::from_secs(6)).await;
-        settle().await;
-    }
-    assert_eq!(ledger.failing.load(SeqCst), 0, "every planned failure happened");
+    ledger.let_the_retries_run().await;
     let saved = ledger.inner.load("srv", "ses_A").await.unwrap().expect("written after the failures");
     assert_eq!(saved.attempts, 1, "the recovery's attempt is in the ledger: a restart does not repeat it");
     // The records of the writes that failed went with the retry: each once, in order.
-    let mut journal = Vec::new();
-    while let Ok(r) = w.records.try_recv() {
-        journal.push(r.action);
-    }
-    let kept: Vec<Action> = ledger.inner.history("ses_A", 100).await.unwrap().iter().map(|r| r.action).collect();
+    let journal = journal_actions(&mut w);
+    let kept = ledger.actions("ses_A").await;
     assert_eq!(kept, journal, "no record lost with the state writes that failed");
 }
 
@@ -1386,19 +1398,12 @@ async fn the_records_of_a_write_that_failed_go_with_its_retry() {
     tokio::time::sleep(Duration::from_secs(20)).await; // stall -> recovery, its writes fail
     settle().await;
     assert!(w.engine.calls().contains(&"prompt ses_A".to_string()));
-    for _ in 0..4 {
-        tokio::time::sleep(Duration::from_secs(6)).await;
-        settle().await;
-    }
-    assert_eq!(ledger.failing.load(SeqCst), 0, "every planned failure happened");
+    ledger.let_the_retries_run().await;
     let failed_with_records = ledger.writes.lock().unwrap().iter().filter(|(records, _)| !records.is_empty()).count();
     assert!(failed_with_records > 2, "records were in the writes that failed and again in a later one");
-    let mut journal = Vec::new();
-    while let Ok(r) = w.records.try_recv() {
-        journal.push(r.action);
-    }
+    let journal = journal_actions(&mut w);
     assert!(journal.contains(&Action::StallDetected) && journal.contains(&Action::Continue), "{journal:?}");
-    let kept: Vec<Action> = ledger.inner.history("ses_A", 100).await.unwrap().iter().map(|r| r.action).collect();
+    let kept = ledger.actions("ses_A").await;
     assert_eq!(kept, journal, "no record lost with the writes that failed");
 }
 

@@ -483,30 +483,11 @@ impl Registry {
         out: &mut Vec<SessionDetail>,
         unpublished: &mut Vec<Addr<SessionActor>>,
     ) {
-        // The shards are locked only to copy the cells out (the pump waits on them);
-        // the details are built after.
-        let cells: Vec<_> = self
-            .slots
-            .iter()
-            .filter(|slot| slot.addr.connected())
-            .map(|slot| {
-                let ask = (!slot.view.is_published()).then(|| Addr::clone(&slot.addr));
-                (slot.key().clone(), Arc::clone(&slot.view), ask)
-            })
-            .collect();
-        for (id, cell, ask) in cells {
-            match (cell.detail(server, id.to_string(), now), ask) {
-                (Some(detail), _) => out.push(detail),
-                (None, Some(addr)) => unpublished.push(addr),
-                (None, None) => {} // never: a detail once published stays
-            }
-        }
+        self.read_published(|id, cell| cell.detail(server, id.to_string(), now), out, unpublished);
     }
 
     /// [`Registry::details`] as the status file shows them ([`DetailCell::live`]): no
     /// copy of any todo list.
-    ///
-    /// [`DetailCell::live`]: crate::session::view::DetailCell::live
     pub(crate) fn live(
         &self,
         server: &Arc<str>,
@@ -514,6 +495,19 @@ impl Registry {
         out: &mut Vec<crate::stats::LiveSession>,
         unpublished: &mut Vec<Addr<SessionActor>>,
     ) {
+        self.read_published(|id, cell| cell.live(Arc::clone(server), id, now), out, unpublished);
+    }
+
+    /// What `read` makes of each running session's published detail, into `out`; the
+    /// actors that have published none yet into `unpublished`.
+    fn read_published<T>(
+        &self,
+        read: impl Fn(&str, &DetailCell) -> Option<T>,
+        out: &mut Vec<T>,
+        unpublished: &mut Vec<Addr<SessionActor>>,
+    ) {
+        // The shards are locked only to copy the cells out (the pump waits on them);
+        // what is read of them is built after.
         let cells: Vec<_> = self
             .slots
             .iter()
@@ -524,10 +518,10 @@ impl Registry {
             })
             .collect();
         for (id, cell, ask) in cells {
-            match (cell.live(Arc::clone(server), &id, now), ask) {
-                (Some(live), _) => out.push(live),
+            match (read(&id, &cell), ask) {
+                (Some(value), _) => out.push(value),
                 (None, Some(addr)) => unpublished.push(addr),
-                (None, None) => {}
+                (None, None) => {} // never: a detail once published stays
             }
         }
     }
