@@ -28,7 +28,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::control::{HandoffView, SessionDetail};
-use crate::stats::{Activity, LiveSession, TodoCounts};
 use crate::event::Todo;
 use crate::journal::LastAction;
 use crate::session::core::{Now, SessionCore};
@@ -91,14 +90,13 @@ impl DetailCell {
         }
     }
 
-    /// What the status file shows of the session, read straight from the published
-    /// detail: the counts of its todo list, not a copy of it (at 100,000 sessions the
-    /// full details were the refresh's largest cost on the supervisor's thread).
-    /// `None` until the actor has published one. Equals [`LiveSession::of`] of
-    /// [`DetailCell::detail`].
-    pub fn live(&self, server: Arc<str>, id: &str, now: Now) -> Option<LiveSession> {
+    /// What `read` makes of the published detail and the session's last activity (epoch
+    /// ms), without copying the detail (the status file's view reads only counts of the
+    /// todo list: `stats::LiveSession::of_published`). `None` until the actor has
+    /// published one.
+    pub fn read<T>(&self, now: Now, read: impl FnOnce(&PublishedDetail, i64) -> T) -> Option<T> {
         let published = Arc::clone(self.published.lock().unwrap_or_else(PoisonError::into_inner).as_ref()?);
-        Some(published.to_live(server, id, last_activity_ms(now, self.silent_since_now())))
+        Some(read(&published, last_activity_ms(now, self.silent_since_now())))
     }
 
     /// Whether the actor has published its detail.
@@ -215,20 +213,20 @@ fn from_nanos(n: i64) -> Instant {
 pub struct PublishedDetail {
     /// The core's own strings and list, shared (not copied: memory per session is a
     /// scale target).
-    title: Option<Arc<str>>,
+    pub(crate) title: Option<Arc<str>>,
     directory: Option<Arc<str>>,
-    todos: Arc<[Todo]>,
+    pub(crate) todos: Arc<[Todo]>,
     last_action: Option<LastAction>,
-    stall_timeout: Option<Duration>,
-    context_tokens: Option<u64>,
-    context_window: Option<u64>,
+    pub(crate) stall_timeout: Option<Duration>,
+    pub(crate) context_tokens: Option<u64>,
+    pub(crate) context_window: Option<u64>,
     attempts: u32,
-    paused: Option<Pause>,
-    phase: Phase,
-    busy: bool,
-    waiting_on_person: bool,
-    recovering: bool,
-    compacting: bool,
+    pub(crate) paused: Option<Pause>,
+    pub(crate) phase: Phase,
+    pub(crate) busy: bool,
+    pub(crate) waiting_on_person: bool,
+    pub(crate) recovering: bool,
+    pub(crate) compacting: bool,
     /// The hand-off's names, when it has any. Boxed: most sessions never have one.
     handoff: Option<Box<HandoffNames>>,
 }
@@ -287,30 +285,6 @@ impl PublishedDetail {
     }
 
     /// The whole detail, with the session's name and last activity.
-    /// [`PublishedDetail::to_detail`] as the status file shows it.
-    pub fn to_live(&self, server: Arc<str>, id: &str, last_activity_ms: i64) -> LiveSession {
-        let c = crate::session::prompt::TodoCounts::of(&self.todos);
-        LiveSession {
-            id: id.into(),
-            server,
-            title: self.title.as_deref().map(Into::into),
-            paused: self.paused.map(|p| p.as_str().into()),
-            activity: Activity {
-                busy: self.busy,
-                waiting_on_person: self.waiting_on_person,
-                recovering: self.recovering,
-                compacting: self.compacting,
-                paused: self.paused.is_some(),
-                handoff: self.phase,
-                last_activity_ms,
-                stall_timeout_ms: self.stall_timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-            },
-            todos: TodoCounts { open: c.open, completed: c.completed, total: c.total },
-            context_tokens: self.context_tokens,
-            context_window: self.context_window,
-        }
-    }
-
     pub fn to_detail(&self, server: &str, id: String, last_activity_ms: i64) -> SessionDetail {
         let names = self.handoff.as_deref().cloned().unwrap_or_default();
         SessionDetail {

@@ -45,6 +45,42 @@ impl LiveSession {
     }
 }
 
+impl LiveSession {
+    /// [`LiveSession::of`] straight from what the session's actor published
+    /// ([`DetailCell::read`]): counts of its todo list, not a copy of it (at 100,000
+    /// sessions the full details were a status refresh's largest cost on the
+    /// supervisor's thread). Equals `LiveSession::of` of the same detail.
+    ///
+    /// [`DetailCell::read`]: crate::session::view::DetailCell::read
+    pub fn of_published(
+        p: &crate::session::view::PublishedDetail,
+        server: Arc<str>,
+        id: &str,
+        last_activity_ms: i64,
+    ) -> Self {
+        let c = crate::session::prompt::TodoCounts::of(&p.todos);
+        LiveSession {
+            id: id.into(),
+            server,
+            title: p.title.as_deref().map(Into::into),
+            paused: p.paused.map(|x| x.as_str().into()),
+            activity: Activity {
+                busy: p.busy,
+                waiting_on_person: p.waiting_on_person,
+                recovering: p.recovering,
+                compacting: p.compacting,
+                paused: p.paused.is_some(),
+                handoff: p.phase,
+                last_activity_ms,
+                stall_timeout_ms: p.stall_timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            },
+            todos: TodoCounts { open: c.open, completed: c.completed, total: c.total },
+            context_tokens: p.context_tokens,
+            context_window: p.context_window,
+        }
+    }
+}
+
 impl From<&SessionDetail> for LiveSession {
     fn from(d: &SessionDetail) -> Self {
         LiveSession::of(d, d.server.as_str().into())

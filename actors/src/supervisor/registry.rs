@@ -486,8 +486,9 @@ impl Registry {
         self.read_published(|id, cell| cell.detail(server, id.to_string(), now), out, unpublished);
     }
 
-    /// [`Registry::details`] as the status file shows them ([`DetailCell::live`]): no
-    /// copy of any todo list.
+    /// [`Registry::details`] as the status file shows them
+    /// ([`LiveSession::of_published`](crate::stats::LiveSession::of_published)): no copy
+    /// of any todo list.
     pub(crate) fn live(
         &self,
         server: &Arc<str>,
@@ -495,7 +496,11 @@ impl Registry {
         out: &mut Vec<crate::stats::LiveSession>,
         unpublished: &mut Vec<Addr<SessionActor>>,
     ) {
-        self.read_published(|id, cell| cell.live(Arc::clone(server), id, now), out, unpublished);
+        self.read_published(
+            |id, cell| cell.read(now, |p, last| crate::stats::LiveSession::of_published(p, Arc::clone(server), id, last)),
+            out,
+            unpublished,
+        );
     }
 
     /// What `read` makes of each running session's published detail, into `out`; the
