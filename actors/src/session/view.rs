@@ -284,6 +284,11 @@ impl PublishedDetail {
         }
     }
 
+    /// The stall timeout in force while the stall timer runs, in whole ms.
+    pub(crate) fn stall_timeout_ms(&self) -> Option<u64> {
+        self.stall_timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
+    }
+
     /// The whole detail, with the session's name and last activity.
     pub fn to_detail(&self, server: &str, id: String, last_activity_ms: i64) -> SessionDetail {
         let names = self.handoff.as_deref().cloned().unwrap_or_default();
@@ -295,7 +300,7 @@ impl PublishedDetail {
             busy: self.busy,
             waiting_on_person: self.waiting_on_person,
             last_activity_ms,
-            stall_timeout_ms: self.stall_timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            stall_timeout_ms: self.stall_timeout_ms(),
             recovering: self.recovering,
             paused: self.paused.map(|p| p.as_str().to_string()),
             attempts: self.attempts,

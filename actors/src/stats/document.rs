@@ -31,21 +31,19 @@ pub struct LiveSession {
 impl LiveSession {
     /// `d`, with `server` its server's name as every session of that server shares it.
     pub fn of(d: &SessionDetail, server: Arc<str>) -> Self {
-        let c = crate::session::prompt::TodoCounts::of(&d.todos);
-        LiveSession {
-            id: d.id.as_str().into(),
+        LiveSession::of_facts(
+            Facts {
+                id: &d.id,
+                title: d.title.as_deref(),
+                paused: d.paused.as_deref(),
+                todos: &d.todos,
+                activity: Activity::of(d),
+                context: (d.context_tokens, d.context_window),
+            },
             server,
-            title: d.title.as_deref().map(Into::into),
-            paused: d.paused.as_deref().map(Into::into),
-            activity: Activity::of(d),
-            todos: TodoCounts { open: c.open, completed: c.completed, total: c.total },
-            context_tokens: d.context_tokens,
-            context_window: d.context_window,
-        }
+        )
     }
-}
 
-impl LiveSession {
     /// [`LiveSession::of`] straight from what the session's actor published
     /// ([`DetailCell::read`]): counts of its todo list, not a copy of it (at 100,000
     /// sessions the full details were a status refresh's largest cost on the
@@ -58,27 +56,47 @@ impl LiveSession {
         id: &str,
         last_activity_ms: i64,
     ) -> Self {
-        let c = crate::session::prompt::TodoCounts::of(&p.todos);
+        let activity = Activity {
+            busy: p.busy,
+            waiting_on_person: p.waiting_on_person,
+            recovering: p.recovering,
+            compacting: p.compacting,
+            paused: p.paused.is_some(),
+            handoff: p.phase,
+            last_activity_ms,
+            stall_timeout_ms: p.stall_timeout_ms(),
+        };
+        let paused = p.paused.map(|x| x.as_str());
+        let context = (p.context_tokens, p.context_window);
+        let facts = Facts { id, title: p.title.as_deref(), paused, todos: &p.todos, activity, context };
+        LiveSession::of_facts(facts, server)
+    }
+
+    /// The one builder both sources go through.
+    fn of_facts(f: Facts<'_>, server: Arc<str>) -> Self {
+        let c = crate::session::prompt::TodoCounts::of(f.todos);
         LiveSession {
-            id: id.into(),
+            id: f.id.into(),
             server,
-            title: p.title.as_deref().map(Into::into),
-            paused: p.paused.map(|x| x.as_str().into()),
-            activity: Activity {
-                busy: p.busy,
-                waiting_on_person: p.waiting_on_person,
-                recovering: p.recovering,
-                compacting: p.compacting,
-                paused: p.paused.is_some(),
-                handoff: p.phase,
-                last_activity_ms,
-                stall_timeout_ms: p.stall_timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-            },
+            title: f.title.map(Into::into),
+            paused: f.paused.map(Into::into),
+            activity: f.activity,
             todos: TodoCounts { open: c.open, completed: c.completed, total: c.total },
-            context_tokens: p.context_tokens,
-            context_window: p.context_window,
+            context_tokens: f.context.0,
+            context_window: f.context.1,
         }
     }
+}
+
+/// What a [`SessionDetail`] and a published detail both give of a live session, borrowed.
+struct Facts<'a> {
+    id: &'a str,
+    title: Option<&'a str>,
+    paused: Option<&'a str>,
+    todos: &'a [crate::event::Todo],
+    activity: Activity,
+    /// Tokens and window.
+    context: (Option<u64>, Option<u64>),
 }
 
 impl From<&SessionDetail> for LiveSession {
