@@ -1997,3 +1997,32 @@ async fn shutdown_waits_for_a_custom_prompt_on_its_way_and_refuses_one_after_it_
     let first = first.await.expect("joined").expect("answered").expect("a reply");
     assert!(first.success);
 }
+
+/// A prompt still on its way when shutdown's grace runs out is cut off with its actor:
+/// it never arrives after shutdown answered (its intent is left for the next start, as
+/// after a crash). The procedure runs as a task of its own; it must go with the actor.
+#[actix::test]
+async fn a_prompt_still_on_its_way_when_the_grace_runs_out_never_arrives_after_shutdown() {
+    tokio::time::pause();
+    let w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.busy("ses_A");
+    w.engine.busy.lock().unwrap().remove("ses_A");
+    w.send(r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}}"#);
+    settle().await;
+    let prompt = SendCustomPrompt {
+        session: "ses_A".into(),
+        request: CustomPromptRequest { message: Some("slow".into()), ..CustomPromptRequest::default() },
+    };
+    *w.engine.slow_prompt.lock().unwrap() = Some(Duration::from_secs(10));
+    let sent = actix::spawn(w.supervisor.send(prompt));
+    settle().await;
+
+    let left = w.supervisor.send(Shutdown { grace: Duration::from_secs(1) }).await.expect("answered");
+    assert_eq!(left, 1, "the prompt was still on its way");
+    let reply = sent.await.expect("joined").expect("answered");
+    assert!(matches!(reply, Err(ControlError::ShuttingDown)), "{reply:?}");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    settle().await;
+    assert!(w.engine.prompts.lock().unwrap().is_empty(), "cut off, never sent after shutdown answered");
+}

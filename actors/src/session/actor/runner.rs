@@ -2,8 +2,9 @@
 //! goes back into the core.
 //!
 //! [`Procedure`] names what the core ordered; [`carry_out`] runs it through the
-//! procedures in `session::procedures` (each given only the ports it needs) beside the
-//! actor's mailbox, so events keep flowing in meanwhile (our own abort's among them);
+//! procedures in `session::procedures` (each given only the ports it needs) as a task
+//! of its own beside the actor ([`OwnTask`]), so events keep flowing in meanwhile (our
+//! own abort's among them) and its steps do not wait behind them;
 //! [`Report`] is how it ended, and [`Report::into_core`] hands it to the core, which
 //! decides what follows. A person's custom prompt (`requests.rs`), whose caller waits
 //! for the outcome, goes through the same door ([`SessionActor::start`]) and reads the
@@ -115,13 +116,11 @@ impl SessionActor {
         }
         let in_flight = procedure.awaited_at_shutdown().then(|| self.env.in_flight.enter());
         let seen = procedure.aborts().then(|| self.feed_status());
-        let work = carry_out(procedure, Arc::clone(&self.env), Arc::clone(self.cfg()), seen);
-        let work = async move {
-            let report = work.await;
-            drop(in_flight);
-            report
-        };
+        let work = OwnTask::spawn(carry_out(procedure, Arc::clone(&self.env), Arc::clone(self.cfg()), seen));
         Box::pin(work.into_actor(self).map(move |report, act, _| {
+            // Shutdown waits until here: the report (a person's reply among what follows
+            // from it) is taken in this same turn of the actor.
+            drop(in_flight);
             if let Some(decision) = holds {
                 act.running.retain(|d| *d != decision);
             }
@@ -154,6 +153,44 @@ impl SessionActor {
         if recovered && self.stop_after_recovery {
             ctx.stop();
         }
+    }
+}
+
+/// A procedure run as a task of its own on the actor's thread, so that each of its
+/// steps (a status read's answer, the ledger's, the guard's, the abort's) resumes it
+/// from the runtime's short queue of tasks instead of waking the actor: an actor's wake
+/// waits behind every session actor the stream woke before it, and a recovery took
+/// four or five such waits between its stall deadline and its abort (at 100,000
+/// streaming sessions, seconds). Only the report goes back through the actor.
+///
+/// Dropped with the actor (stopped, evicted, retired), it aborts the task at its next
+/// step, as the actor's own future was dropped before: the ledger's intents cover a
+/// procedure cut off, as they cover a crash.
+struct OwnTask<T>(tokio::task::JoinHandle<T>);
+
+impl<T: Send + 'static> OwnTask<T> {
+    fn spawn(work: impl std::future::Future<Output = T> + Send + 'static) -> Self {
+        OwnTask(tokio::spawn(work))
+    }
+}
+
+impl<T> std::future::Future for OwnTask<T> {
+    type Output = T;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<T> {
+        match std::task::ready!(Pin::new(&mut self.0).poll(cx)) {
+            Ok(report) => std::task::Poll::Ready(report),
+            // A procedure that panicked panics its actor, as it did in the actor's task.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Cancelled by the runtime's shutdown (this `Drop` cancels only what nobody
+            // polls): the actor goes with it, and no report is made up.
+            Err(_) => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl<T> Drop for OwnTask<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
