@@ -1963,11 +1963,8 @@ async fn a_session_still_loading_its_state_is_listed_once_its_actor_answers() {
     assert_published_detail_is_the_actors(&w, "ses_L", "loaded").await;
 }
 
-/// A person's prompt on its way when Shepherd shuts down is waited for, like a continue
-/// (it is not cut off half-sent, its intent left open); one asked for while shutdown
-/// waits is refused, and the person is told why.
-#[actix::test]
-async fn shutdown_waits_for_a_custom_prompt_on_its_way_and_refuses_one_after_it_began() {
+/// An idle session, and a server that takes 10 s to take the next prompt in (paused time).
+async fn session_with_a_slow_prompt() -> World {
     tokio::time::pause();
     let w = world(cfg());
     w.supervisor.do_send(StreamUp { server: "srv".into() });
@@ -1975,18 +1972,31 @@ async fn shutdown_waits_for_a_custom_prompt_on_its_way_and_refuses_one_after_it_
     w.engine.busy.lock().unwrap().remove("ses_A");
     w.send(r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}}"#);
     settle().await;
-    let prompt = |text: &str| SendCustomPrompt {
+    *w.engine.slow_prompt.lock().unwrap() = Some(Duration::from_secs(10));
+    w
+}
+
+/// A person's prompt for `ses_A`.
+fn custom_prompt(text: &str) -> SendCustomPrompt {
+    SendCustomPrompt {
         session: "ses_A".into(),
         request: CustomPromptRequest { message: Some(text.into()), ..CustomPromptRequest::default() },
-    };
-    *w.engine.slow_prompt.lock().unwrap() = Some(Duration::from_secs(10));
-    let first = actix::spawn(w.supervisor.send(prompt("first")));
+    }
+}
+
+/// A person's prompt on its way when Shepherd shuts down is waited for, like a continue
+/// (it is not cut off half-sent, its intent left open); one asked for while shutdown
+/// waits is refused, and the person is told why.
+#[actix::test]
+async fn shutdown_waits_for_a_custom_prompt_on_its_way_and_refuses_one_after_it_began() {
+    let w = session_with_a_slow_prompt().await;
+    let first = actix::spawn(w.supervisor.send(custom_prompt("first")));
     settle().await;
     assert!(w.engine.prompts.lock().unwrap().is_empty(), "on its way, not arrived");
 
     let shutdown = actix::spawn(w.supervisor.send(Shutdown { grace: Duration::from_secs(30) }));
     settle().await;
-    let second = w.supervisor.send(prompt("second")).await.expect("answered");
+    let second = w.supervisor.send(custom_prompt("second")).await.expect("answered");
     assert!(matches!(second, Err(ControlError::ShuttingDown)), "{second:?}");
 
     let left = shutdown.await.expect("joined").expect("answered");
@@ -2003,19 +2013,8 @@ async fn shutdown_waits_for_a_custom_prompt_on_its_way_and_refuses_one_after_it_
 /// after a crash). The procedure runs as a task of its own; it must go with the actor.
 #[actix::test]
 async fn a_prompt_still_on_its_way_when_the_grace_runs_out_never_arrives_after_shutdown() {
-    tokio::time::pause();
-    let w = world(cfg());
-    w.supervisor.do_send(StreamUp { server: "srv".into() });
-    w.busy("ses_A");
-    w.engine.busy.lock().unwrap().remove("ses_A");
-    w.send(r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}}"#);
-    settle().await;
-    let prompt = SendCustomPrompt {
-        session: "ses_A".into(),
-        request: CustomPromptRequest { message: Some("slow".into()), ..CustomPromptRequest::default() },
-    };
-    *w.engine.slow_prompt.lock().unwrap() = Some(Duration::from_secs(10));
-    let sent = actix::spawn(w.supervisor.send(prompt));
+    let w = session_with_a_slow_prompt().await;
+    let sent = actix::spawn(w.supervisor.send(custom_prompt("slow")));
     settle().await;
 
     let left = w.supervisor.send(Shutdown { grace: Duration::from_secs(1) }).await.expect("answered");
