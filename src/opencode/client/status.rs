@@ -9,7 +9,7 @@ use reqwest::Method;
 use shepherd_actors::event::Status;
 use shepherd_actors::ports::EngineError;
 
-use super::transport::read_capped;
+use super::transport::{parse_apart_if_long, read_capped, undecodable, PARSE_APART_BYTES};
 use super::OpenCodeClient;
 
 /// What one reader asks of a `GET /session/status`.
@@ -166,22 +166,39 @@ impl OpenCodeClient {
             Ok(resp) => read_capped(resp, self.max_response_bytes, "GET /session/status").await,
             Err(e) => Err(e),
         };
-        let answer = body.and_then(|body| {
-            let wanted: Option<HashSet<&str>> = readers
-                .iter()
-                .map(|(want, _)| match want {
-                    Want::One(id) => Some(id.as_str()),
-                    Want::All => None,
+        let what = "GET /session/status";
+        let answer = match body {
+            Ok(body) if body.len() < PARSE_APART_BYTES => {
+                entries(&body, wanted_ids(&readers).as_ref()).map_err(|e| undecodable(what, e))
+            }
+            Ok(body) => {
+                // Scanned on the blocking pool, with a copy of the ids asked for.
+                let wanted: Option<Vec<String>> =
+                    wanted_ids(&readers).map(|ids| ids.into_iter().map(str::to_string).collect());
+                parse_apart_if_long(body.len(), what, move || {
+                    let wanted: Option<HashSet<&str>> = wanted.as_ref().map(|ids| ids.iter().map(String::as_str).collect());
+                    entries(&body, wanted.as_ref())
                 })
-                .collect();
-            entries(&body, wanted.as_ref())
-                .map(std::sync::Arc::new)
-                .map_err(|e| EngineError::Decode(format!("GET /session/status: {e}")))
-        });
+                .await
+            }
+            Err(e) => Err(e),
+        }
+        .map(Arc::new);
         for (_, reader) in readers {
             let _ = reader.send(answer.clone());
         }
     }
+}
+
+/// The ids `readers` asked for; `None` when one of them asked for every entry.
+fn wanted_ids(readers: &[Waiter]) -> Option<HashSet<&str>> {
+    readers
+        .iter()
+        .map(|(want, _)| match want {
+            Want::One(id) => Some(id.as_str()),
+            Want::All => None,
+        })
+        .collect()
 }
 
 /// Up to this many wanted ids are compared one by one rather than looked up: most
@@ -412,6 +429,24 @@ mod tests {
         // end (≥ 70 ms) and then for the third read (≥ 100 ms).
         let long = waits.iter().filter(|t| **t >= std::time::Duration::from_millis(170)).count();
         assert!(long >= 4, "{told:?}");
+    }
+
+    /// A directory whose statuses run past a megabyte (100,000 busy sessions) is scanned
+    /// apart from the thread that asked, with the same answers: a session's entry, an
+    /// absent one (idle), the whole map.
+    #[tokio::test]
+    async fn a_long_status_map_is_read_like_a_short_one() {
+        let ids: Vec<String> = (0..40_000).map(|i| format!("ses_{i:026}")).collect();
+        let map: serde_json::Map<String, serde_json::Value> =
+            ids.iter().map(|id| (id.clone(), json!({"type": "busy"}))).collect();
+        let body = serde_json::to_vec(&map).unwrap();
+        assert!(body.len() >= PARSE_APART_BYTES, "{} bytes", body.len());
+        let (url, _) = super::super::tests::recording_server(body, true).await;
+        let server: ServerConfig = serde_json::from_value(json!({"name": "t", "url": url})).unwrap();
+        let client = OpenCodeClient::new(&server, None).unwrap();
+        assert_eq!(client.status("/p", &ids[39_999]).await.unwrap(), Some(Status::Busy));
+        assert_eq!(client.status("/p", "ses_00000000000000000000000000x").await.unwrap(), None, "absent: idle");
+        assert_eq!(client.statuses("/p").await.unwrap().len(), 40_000);
     }
 
     #[tokio::test]

@@ -96,20 +96,57 @@ impl OpenCodeClient {
         Err(EngineError::Http { status: status.as_u16(), body: format!("{what}: {body}") })
     }
 
-    pub(super) async fn get_json<T: DeserializeOwned>(&self, rb: RequestBuilder, what: &str) -> Result<T, EngineError> {
+    pub(super) async fn get_json<T: DeserializeOwned + Send + 'static>(&self, rb: RequestBuilder, what: &str) -> Result<T, EngineError> {
         let resp = self.send(rb, what).await?;
         self.read_json(resp, what).await
     }
 
-    /// The answer's body (at most `max_response_bytes`), parsed.
-    pub(super) async fn read_json<T: DeserializeOwned>(
+    /// The answer's body (at most `max_response_bytes`), parsed — a long one apart from
+    /// the thread that asked ([`parse_apart_if_long`]).
+    pub(super) async fn read_json<T: DeserializeOwned + Send + 'static>(
         &self,
         resp: reqwest::Response,
         what: &str,
     ) -> Result<T, EngineError> {
         let body = read_capped(resp, self.max_response_bytes, what).await?;
-        serde_json::from_slice(&body).map_err(|e| EngineError::Decode(format!("{what}: {e}")))
+        parse_apart_if_long(body.len(), what, move || serde_json::from_slice(&body)).await
     }
+}
+
+/// An answer at least this long is parsed on the runtime's blocking pool. Parsing runs
+/// at a few hundred MB/s: a megabyte is a few milliseconds of the thread that asked,
+/// and the whole fleet's listing at 100,000 sessions (~40 MB) or a directory's statuses
+/// (~4 MB) held up everything else on it — the guard and the control API on the main
+/// thread, every session on a sessions' thread — for that long. Shorter answers (a
+/// continue's thirty messages, 10,000 statuses) are parsed where they were read: the
+/// hand-off would cost more than it saves.
+pub(super) const PARSE_APART_BYTES: usize = 1024 * 1024;
+
+/// `parse`'s result for an answer of `len` bytes: run here when it is short, on the
+/// blocking pool when it is long ([`PARSE_APART_BYTES`]); its error, or a parse that
+/// did not finish (a panic), is the answer's decode error.
+pub(super) async fn parse_apart_if_long<T, E>(
+    len: usize,
+    what: &str,
+    parse: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, EngineError>
+where
+    T: Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let parsed = if len < PARSE_APART_BYTES {
+        parse()
+    } else {
+        tokio::task::spawn_blocking(parse)
+            .await
+            .map_err(|e| EngineError::Decode(format!("{what}: the answer's parse did not finish: {e}")))?
+    };
+    parsed.map_err(|e| undecodable(what, e))
+}
+
+/// An answer that could not be read as what `what` returns.
+pub(super) fn undecodable(what: &str, e: impl std::fmt::Display) -> EngineError {
+    EngineError::Decode(format!("{what}: {e}"))
 }
 
 /// The body of `resp`, refused (never read whole) when it is longer than `max` bytes.
@@ -127,7 +164,7 @@ pub(super) async fn read_capped(
         return Err(too_large());
     }
     let mut body = bytes::BytesMut::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| EngineError::Decode(format!("{what}: {e}")))? {
+    while let Some(chunk) = resp.chunk().await.map_err(|e| undecodable(what, e))? {
         if body.len() + chunk.len() > max {
             return Err(too_large());
         }
@@ -158,6 +195,41 @@ mod tests {
 
     use super::super::tests::{prompt, recording_server};
     use super::*;
+
+    /// Whether a task of the asking thread ran while `parse_apart_if_long` parsed an
+    /// answer of `len` bytes: the "parse" waits up to `patience` for that task, which
+    /// can only run if the parse is not holding its thread.
+    async fn asker_ran_during_a_parse_of(len: usize, patience: std::time::Duration) -> bool {
+        let (ran, heard) = std::sync::mpsc::channel::<()>();
+        tokio::spawn(async move { ran.send(()) });
+        let parse = move || Ok::<_, EngineError>(heard.recv_timeout(patience).is_ok());
+        parse_apart_if_long(len, "GET /test", parse).await.expect("parsed")
+    }
+
+    /// A long answer (the fleet's listing, a large directory's statuses) is parsed while
+    /// the thread that asked goes on with its other tasks — the guard and the control
+    /// API on the main thread, the sessions on theirs; a short one where it was read.
+    #[tokio::test]
+    async fn a_long_answer_is_parsed_while_the_thread_that_asked_runs_its_other_tasks() {
+        let long = asker_ran_during_a_parse_of(PARSE_APART_BYTES, std::time::Duration::from_secs(10)).await;
+        assert!(long, "the asking thread's task ran while the long answer was parsed");
+        let short = asker_ran_during_a_parse_of(PARSE_APART_BYTES - 1, std::time::Duration::from_millis(100)).await;
+        assert!(!short, "a short answer is parsed on the thread that read it");
+    }
+
+    /// A long answer that is not what was asked for is a decode error naming the call,
+    /// like a short one.
+    #[tokio::test]
+    async fn a_long_answer_that_does_not_parse_is_a_decode_error_naming_the_call() {
+        let body = format!("[{}", "1,".repeat(PARSE_APART_BYTES));
+        let len = body.len();
+        let parsed =
+            parse_apart_if_long(len, "GET /experimental/session", move || serde_json::from_str::<Vec<u8>>(&body)).await;
+        match parsed {
+            Err(EngineError::Decode(e)) => assert!(e.starts_with("GET /experimental/session: "), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[tokio::test]
     async fn a_prompt_whose_answer_never_came_is_unconfirmed_and_one_never_sent_is_unreachable() {
