@@ -25,7 +25,7 @@ use shepherd_actors::ports::{
 };
 use shepherd_actors::stream_clock::{ReadToken, StreamClock};
 use shepherd_actors::supervisor::{
-    AttachServer, DetachServer, Ingest, InspectFleet, InspectLive, ReconfigureAll, Registry, RouteState, Routed, Shutdown, StreamDown,
+    AttachServer, DetachServer, Ingest, InspectFleet, InspectLiveSources, ReconfigureAll, Registry, RouteState, Routed, Shutdown, StreamDown,
     StreamUp, Supervisor,
 };
 
@@ -1818,8 +1818,8 @@ async fn assert_published_detail_is_the_actors(w: &World, id: &str, step: &str) 
     let fleet = w.supervisor.send(InspectFleet).await.unwrap();
     assert_eq!(fleet.sessions.iter().find(|d| d.id == id), Some(&asked), "{step}: InspectFleet");
     // The status file's view, read from the same cell without copying the detail whole.
-    let live = w.supervisor.send(InspectLive).await.unwrap();
-    assert_eq!(live.sessions.iter().find(|l| &*l.id == id), Some(&LiveSession::from(&asked)), "{step}: InspectLive");
+    let live = w.supervisor.send(InspectLiveSources).await.unwrap().read().await;
+    assert_eq!(live.sessions.iter().find(|l| &*l.id == id), Some(&LiveSession::from(&asked)), "{step}: LiveSources");
     asked
 }
 

@@ -93,37 +93,61 @@ impl Handler<InspectFleet> for Supervisor {
     }
 }
 
-/// The fleet as the status file shows it: the servers and each session's
-/// [`LiveSession`](crate::stats::LiveSession), read from the published details without
-/// copying them whole (at 100,000 sessions the full details of [`InspectFleet`] cost
-/// this thread over half a second a refresh). Unsorted.
-#[derive(Message)]
-#[rtype(result = "LiveView")]
-pub struct InspectLive;
-
-/// What [`InspectLive`] answers.
+/// What [`LiveSources::read`] answers: the fleet as the status file shows it, the
+/// servers and each session's [`LiveSession`](crate::stats::LiveSession), read from the
+/// published details without copying them whole (at 100,000 sessions the full details
+/// of [`InspectFleet`] cost over half a second a refresh). Unsorted.
 #[derive(Debug, Default)]
 pub struct LiveView {
     pub servers: Vec<ServerView>,
     pub sessions: Vec<crate::stats::LiveSession>,
 }
 
-impl Handler<InspectLive> for Supervisor {
-    type Result = ResponseFuture<LiveView>;
+/// Where the status file's view of the fleet ([`LiveView`]) is read from, handed to the
+/// asker to read on its own thread ([`LiveSources::read`]): at 100,000 sessions reading
+/// every published detail took 120 ms a refresh of the supervisor's thread, which the
+/// guard (a recovery's "may I act?") and the control API share. The status file's
+/// writer asks this.
+#[derive(Message)]
+#[rtype(result = "LiveSources")]
+pub struct InspectLiveSources;
 
-    fn handle(&mut self, _: InspectLive, _: &mut Context<Self>) -> Self::Result {
-        let servers = self.server_views();
-        let mut sessions = Vec::with_capacity(self.tracked());
+/// The servers as they are now, and each server's registry of sessions to read.
+pub struct LiveSources {
+    servers: Vec<ServerView>,
+    registries: Vec<(Arc<SessionEnv>, Arc<Registry>)>,
+}
+
+impl LiveSources {
+    /// Every tracked session's [`LiveSession`](crate::stats::LiveSession), read from the
+    /// registries now, on the caller's thread; the actors of sessions that have
+    /// published nothing yet (still loading their state) are asked. Unsorted.
+    pub async fn read(self) -> LiveView {
+        let mut sessions = Vec::with_capacity(self.registries.iter().map(|(_, registry)| registry.slots.len()).sum());
         let mut unpublished = Vec::new();
-        for srv in self.servers.values() {
-            srv.registry.live(&srv.env.server, srv.env.now(), &mut sessions, &mut unpublished);
+        for (env, registry) in &self.registries {
+            registry.live(&env.server, env.now(), &mut sessions, &mut unpublished);
         }
-        Box::pin(async move {
-            for detail in ask(unpublished, Vec::new()).await {
-                sessions.push(crate::stats::LiveSession::from(&detail));
-            }
-            LiveView { servers, sessions }
-        })
+        for detail in ask(unpublished, Vec::new()).await {
+            sessions.push(crate::stats::LiveSession::from(&detail));
+        }
+        LiveView { servers: self.servers, sessions }
+    }
+}
+
+impl Handler<InspectLiveSources> for Supervisor {
+    type Result = MessageResult<InspectLiveSources>;
+
+    fn handle(&mut self, _: InspectLiveSources, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.live_sources())
+    }
+}
+
+impl Supervisor {
+    fn live_sources(&self) -> LiveSources {
+        let registries =
+            self.servers.values().map(|srv| (Arc::clone(&srv.env), Arc::clone(&srv.registry))).collect();
+        LiveSources { servers: self.server_views(), registries }
     }
 }
 

@@ -27,7 +27,9 @@ mod registry;
 mod stream;
 
 pub use commands::Shutdown;
-pub use inspect::{AskSessions, FleetView, InspectFleet, InspectLive, InspectServers, LiveView, ServerView};
+pub use inspect::{
+    AskSessions, FleetView, InspectFleet, InspectLiveSources, InspectServers, LiveSources, LiveView, ServerView,
+};
 pub use lifecycle::{AttachServer, DetachServer, ReconfigureAll};
 use registry::SessionSlot;
 pub use registry::{LongWay, Registry, RouteState, Routed};
