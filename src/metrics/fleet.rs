@@ -2,8 +2,7 @@
 //! `shepherd_sessions`) and whether every server is ready (for `GET /readyz`). Pure.
 
 use serde::Serialize;
-use shepherd_actors::control::SessionDetail;
-use shepherd_actors::stats::SessionState;
+use shepherd_actors::stats::{LiveSession, SessionState};
 use shepherd_actors::supervisor::ServerView;
 
 /// Every state [`session_state`] names, so each is exported (as 0 when no session is in
@@ -20,10 +19,10 @@ pub const SESSION_STATES: [&str; 8] = {
 };
 
 /// One session's state at `now_ms`, as one of [`SESSION_STATES`]: decided by
-/// [`SessionState::of`], the same rule the status file, `GET /v1/status` and
+/// [`SessionState::of_activity`], the same rule the status file, `GET /v1/status` and
 /// `shepherd top` show.
-pub fn session_state(s: &SessionDetail, now_ms: i64) -> &'static str {
-    SessionState::of(s, now_ms).as_str()
+pub fn session_state(s: &LiveSession, now_ms: i64) -> &'static str {
+    SessionState::of_activity(&s.activity, now_ms).as_str()
 }
 
 /// A server that is not ready, and why (for the 503 body of `/readyz`).
@@ -67,7 +66,7 @@ pub fn readiness(servers: &[ServerView]) -> Result<(), Vec<NotReady>> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use shepherd_actors::control::HandoffView;
+    use shepherd_actors::control::{HandoffView, SessionDetail};
 
     use super::*;
 
@@ -95,21 +94,18 @@ mod tests {
 
     #[test]
     fn a_session_has_one_state_the_strongest_fact_first() {
-        assert_eq!(session_state(&detail(), 0), "idle");
-        assert_eq!(session_state(&SessionDetail { busy: true, ..detail() }, 0), "working");
-        assert_eq!(session_state(&SessionDetail { busy: true, recovering: true, ..detail() }, 0), "recovering");
-        assert_eq!(session_state(&SessionDetail { compacting: true, ..detail() }, 0), "compacting");
+        let state = |d: SessionDetail, now_ms| session_state(&LiveSession::from(&d), now_ms);
+        assert_eq!(state(detail(), 0), "idle");
+        assert_eq!(state(SessionDetail { busy: true, ..detail() }, 0), "working");
+        assert_eq!(state(SessionDetail { busy: true, recovering: true, ..detail() }, 0), "recovering");
+        assert_eq!(state(SessionDetail { compacting: true, ..detail() }, 0), "compacting");
         let handing = HandoffView { phase: "persisting".into(), ..HandoffView::default() };
-        assert_eq!(session_state(&SessionDetail { busy: true, handoff: handing, ..detail() }, 0), "handing_off");
-        assert_eq!(
-            session_state(&SessionDetail { paused: Some("user_abort".into()), busy: true, ..detail() }, 0),
-            "paused"
-        );
+        assert_eq!(state(SessionDetail { busy: true, handoff: handing, ..detail() }, 0), "handing_off");
+        assert_eq!(state(SessionDetail { paused: Some("user_abort".into()), busy: true, ..detail() }, 0), "paused");
         let quiet = SessionDetail { busy: true, stall_timeout_ms: Some(1_000), ..detail() };
-        assert_eq!(session_state(&quiet, 999), "working");
-        assert_eq!(session_state(&quiet, 1_000), "stalled");
-        let asks = SessionDetail { waiting_on_person: true, ..detail() };
-        assert_eq!(session_state(&asks, 0), "waiting_on_person");
+        assert_eq!(state(quiet.clone(), 999), "working");
+        assert_eq!(state(quiet, 1_000), "stalled");
+        assert_eq!(state(SessionDetail { waiting_on_person: true, ..detail() }, 0), "waiting_on_person");
         for s in
             ["idle", "working", "recovering", "compacting", "handing_off", "paused", "stalled", "waiting_on_person"]
         {

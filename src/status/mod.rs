@@ -6,9 +6,9 @@
 //! event pumps' counters. The [`StatusWriter`] runs on a thread of its own: it folds
 //! every journal record into the board's book and — with `status.enabled`, when records
 //! arrived, at most every `status.min_interval`, and at least every
-//! `status.refresh_interval` — reads the sessions (status, todos, tokens) from the
-//! registries the supervisor hands out, on this thread — kept between refreshes as
-//! [`LiveFleet`], about a third of the supervisor's full view — builds the document and streams it into the file with
+//! `status.refresh_interval` — asks the supervisor for its sessions (status, todos,
+//! tokens; read in slices, so the guard beside it waits for one at most) — kept between
+//! refreshes as [`LiveFleet`], about a third of the supervisor's full view — builds the document and streams it into the file with
 //! [`write_atomic_with`]: temp file in the same folder (created 0600 with `O_EXCL|O_NOFOLLOW`),
 //! fsync, rename, fsync the folder. A reader (or a crash at any point) sees
 //! the old file or the new one, never half of one. At start-up the previous file is
@@ -30,7 +30,7 @@ use anyhow::Context as _;
 use shepherd_actors::config::{StatusConfig, MIN_WRITE_SHARE};
 use shepherd_actors::journal::{ActionRecord, Journal, PacedRecords};
 use shepherd_actors::stats::{LiveSession, StatsBook, StatusDocument, StreamFacts};
-use shepherd_actors::supervisor::{InspectLiveSources, LiveView, Supervisor};
+use shepherd_actors::supervisor::{InspectLive, LiveView, Supervisor};
 use tokio::sync::{broadcast, watch};
 
 use crate::opencode::PumpRegistry;
@@ -179,9 +179,14 @@ impl StatusBoard {
     pub async fn read_live(&self) -> LiveFleet {
         // Before the question: no session's quiet time is overstated by the read's length.
         let read_ms = shepherd_actors::ports::Clock::wall_ms(&shepherd_actors::ports::SystemClock);
-        // Read here, from the registries the supervisor hands out, not on its thread.
-        let read = async { Some(self.inner.supervisor.send(InspectLiveSources).await.ok()?.read().await) };
-        let fleet: LiveView = tokio::time::timeout(LIVE_READ_TIMEOUT, read).await.ok().flatten().unwrap_or_default();
+        // Read on the supervisor's thread, in slices (`InspectLive`), not on this niced
+        // one: a reader preempted while it holds a registry shard's lock holds up the
+        // pump waiting on that shard.
+        let fleet: LiveView = tokio::time::timeout(LIVE_READ_TIMEOUT, self.inner.supervisor.send(InspectLive))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
         // Sorted and redacted here, on the status thread, not on the supervisor's or by
         // each session actor.
         let r = crate::logging::redactor();

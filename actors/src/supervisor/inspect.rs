@@ -101,13 +101,35 @@ impl Handler<InspectFleet> for Supervisor {
 pub struct LiveView {
     pub servers: Vec<ServerView>,
     pub sessions: Vec<crate::stats::LiveSession>,
+    /// The whole fleet is paused (`shepherd pause --all`).
+    pub fleet_paused: bool,
 }
 
-/// Where the status file's view of the fleet ([`LiveView`]) is read from, handed to the
-/// asker to read on its own thread ([`LiveSources::read`]): at 100,000 sessions reading
-/// every published detail took 120 ms a refresh of the supervisor's thread, which the
-/// guard (a recovery's "may I act?") and the control API share. The status file's
-/// writer asks this.
+/// The fleet as the status file shows it ([`LiveView`]), read on the supervisor's thread
+/// in slices ([`LiveSources::read`]). The status file's writer asks this: its own
+/// thread runs niced, and a reader preempted while it holds a registry shard's lock
+/// holds up the pump waiting on it.
+#[derive(Message)]
+#[rtype(result = "LiveView")]
+pub struct InspectLive;
+
+impl Handler<InspectLive> for Supervisor {
+    type Result = ResponseFuture<LiveView>;
+
+    fn handle(&mut self, _: InspectLive, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(self.live_sources().read())
+    }
+}
+
+/// How many sessions [`LiveSources::read`] reads between two yields (about 5 ms of
+/// work at 100,000 sessions; the guard, on the supervisor's thread, waits that long at
+/// most).
+const LIVE_SLICE: usize = 4096;
+
+/// Where the fleet's [`LiveView`] is read from, handed to the asker to read on its own
+/// thread ([`LiveSources::read`]): at 100,000 sessions reading every published detail
+/// takes 120 ms, which the supervisor's thread — the guard's (a recovery's "may I
+/// act?") — is spared. The metrics' scrape, on the control API's thread, asks this.
 #[derive(Message)]
 #[rtype(result = "LiveSources")]
 pub struct InspectLiveSources;
@@ -116,22 +138,30 @@ pub struct InspectLiveSources;
 pub struct LiveSources {
     servers: Vec<ServerView>,
     registries: Vec<(Arc<SessionEnv>, Arc<Registry>)>,
+    fleet_paused: bool,
 }
 
 impl LiveSources {
     /// Every tracked session's [`LiveSession`](crate::stats::LiveSession), read from the
     /// registries now, on the caller's thread; the actors of sessions that have
     /// published nothing yet (still loading their state) are asked. Unsorted.
+    ///
+    /// Read in slices of [`LIVE_SLICE`] sessions, yielding between them: on the
+    /// supervisor's thread ([`InspectLive`]) the guard waits for one slice at most, not
+    /// for the whole fleet (at 100,000 sessions, 120 ms).
     pub async fn read(self) -> LiveView {
         let mut sessions = Vec::with_capacity(self.registries.iter().map(|(_, registry)| registry.slots.len()).sum());
         let mut unpublished = Vec::new();
         for (env, registry) in &self.registries {
-            registry.live(&env.server, env.now(), &mut sessions, &mut unpublished);
+            for slice in registry.published_cells().chunks(LIVE_SLICE) {
+                Registry::live_of(&env.server, env.now(), slice, &mut sessions, &mut unpublished);
+                tokio::task::yield_now().await;
+            }
         }
         for detail in ask(unpublished, Vec::new()).await {
             sessions.push(crate::stats::LiveSession::from(&detail));
         }
-        LiveView { servers: self.servers, sessions }
+        LiveView { servers: self.servers, sessions, fleet_paused: self.fleet_paused }
     }
 }
 
@@ -147,7 +177,7 @@ impl Supervisor {
     fn live_sources(&self) -> LiveSources {
         let registries =
             self.servers.values().map(|srv| (Arc::clone(&srv.env), Arc::clone(&srv.registry))).collect();
-        LiveSources { servers: self.server_views(), registries }
+        LiveSources { servers: self.server_views(), registries, fleet_paused: self.fleet_pause.is_some() }
     }
 }
 

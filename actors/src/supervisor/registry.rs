@@ -486,21 +486,21 @@ impl Registry {
         self.read_published(|id, cell| cell.detail(server, id.to_string(), now), out, unpublished);
     }
 
-    /// [`Registry::details`] as the status file shows them
+    /// [`Registry::details`] as the status file shows them, of `cells` (some of
+    /// [`Registry::published_cells`]; `server` is this registry's, `now` its clock's time)
     /// ([`LiveSession::of_published`](crate::stats::LiveSession::of_published)): no copy
     /// of any todo list.
-    pub(crate) fn live(
-        &self,
+    pub(crate) fn live_of(
         server: &Arc<str>,
         now: Now,
+        cells: &[PublishedCell],
         out: &mut Vec<crate::stats::LiveSession>,
         unpublished: &mut Vec<Addr<SessionActor>>,
     ) {
-        self.read_published(
-            |id, cell| cell.read(now, |p, last| crate::stats::LiveSession::of_published(p, Arc::clone(server), id, last)),
-            out,
-            unpublished,
-        );
+        let read = |id: &str, cell: &DetailCell| {
+            cell.read(now, |p, last| crate::stats::LiveSession::of_published(p, Arc::clone(server), id, last))
+        };
+        read_cells(cells, read, out, unpublished);
     }
 
     /// What `read` makes of each running session's published detail, into `out`; the
@@ -511,24 +511,21 @@ impl Registry {
         out: &mut Vec<T>,
         unpublished: &mut Vec<Addr<SessionActor>>,
     ) {
-        // The shards are locked only to copy the cells out (the pump waits on them);
-        // what is read of them is built after.
-        let cells: Vec<_> = self
-            .slots
+        read_cells(&self.published_cells(), read, out, unpublished);
+    }
+
+    /// Each running session's id and published cell, with its actor when it has
+    /// published nothing yet. The shards are locked only to copy these out (the pump
+    /// waits on them); what is read of them is built after, by the caller.
+    pub(crate) fn published_cells(&self) -> Vec<PublishedCell> {
+        self.slots
             .iter()
             .filter(|slot| slot.addr.connected())
             .map(|slot| {
                 let ask = (!slot.view.is_published()).then(|| Addr::clone(&slot.addr));
                 (slot.key().clone(), Arc::clone(&slot.view), ask)
             })
-            .collect();
-        for (id, cell, ask) in cells {
-            match (read(&id, &cell), ask) {
-                (Some(value), _) => out.push(value),
-                (None, Some(addr)) => unpublished.push(addr),
-                (None, None) => {} // never: a detail once published stays
-            }
-        }
+            .collect()
     }
 
     /// The detail of the tracked session `id` as its actor published it, or its actor
@@ -554,6 +551,27 @@ impl Registry {
     /// Whether no session is tracked.
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
+    }
+}
+
+/// A running session's id and published cell, and its actor while it has published
+/// nothing ([`Registry::published_cells`]).
+pub(crate) type PublishedCell = (Arc<str>, Arc<DetailCell>, Option<Addr<SessionActor>>);
+
+/// What `read` makes of each of `cells`, into `out`; the actors of those with nothing
+/// published yet into `unpublished`.
+fn read_cells<T>(
+    cells: &[PublishedCell],
+    read: impl Fn(&str, &DetailCell) -> Option<T>,
+    out: &mut Vec<T>,
+    unpublished: &mut Vec<Addr<SessionActor>>,
+) {
+    for (id, cell, ask) in cells {
+        match (read(id, cell), ask) {
+            (Some(value), _) => out.push(value),
+            (None, Some(addr)) => unpublished.push(Addr::clone(addr)),
+            (None, None) => {} // never: a detail once published stays
+        }
     }
 }
 
