@@ -2025,3 +2025,29 @@ async fn a_prompt_still_on_its_way_when_the_grace_runs_out_never_arrives_after_s
     settle().await;
     assert!(w.engine.prompts.lock().unwrap().is_empty(), "cut off, never sent after shutdown answered");
 }
+
+/// A periodic reading of a server that outlasts the discovery interval is not joined by
+/// another: the next discoveries skip the server until it is applied (at 100,000
+/// sessions each reading parses a ~40-MB listing; they would pile up), then resume.
+#[actix::test]
+async fn a_discovery_is_skipped_while_the_last_reading_of_its_server_is_under_way() {
+    tokio::time::pause();
+    let w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    // An idle session: only the discoveries read its directory's statuses.
+    w.send(r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}}"#);
+    settle().await;
+    let discovery = SupervisorConfig::default().discovery_interval;
+    let reads = |w: &World| w.engine.calls().iter().filter(|c| *c == "status /p").count();
+    w.engine.slow_statuses.lock().unwrap().push_back(SlowRead::AnsweredAfter(discovery * 3 + discovery / 2));
+    let before = reads(&w);
+    tokio::time::sleep(discovery + Duration::from_secs(1)).await; // the slow reading starts
+    settle().await;
+    assert_eq!(reads(&w), before + 1);
+    tokio::time::sleep(discovery * 2).await; // two more discoveries fall due meanwhile
+    settle().await;
+    assert_eq!(reads(&w), before + 1, "no reading joined the one under way");
+    tokio::time::sleep(discovery * 2).await; // it lands; the next discovery reads again
+    settle().await;
+    assert_eq!(reads(&w), before + 2, "{:?}", w.engine.calls());
+}

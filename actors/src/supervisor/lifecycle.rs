@@ -67,6 +67,7 @@ impl Handler<AttachServer> for Supervisor {
                 connected: false,
                 reconciled: false,
                 blind: false,
+                surveying: false,
                 epoch: 0,
                 windows_stale: true,
                 registry: msg.registry,

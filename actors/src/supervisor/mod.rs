@@ -87,6 +87,10 @@ struct Server {
     /// The models' context windows are to be (re)read: after every connect (they may
     /// change with the server's config) until one read succeeds.
     windows_stale: bool,
+    /// A periodic reading of the server is under way: the next discovery skips it
+    /// rather than start another (at 100,000 sessions each reads and parses a ~40-MB
+    /// listing, and readings that outlast the interval would pile up).
+    surveying: bool,
     /// The server's tracked sessions, shared with its pump ([`registry`]), and the
     /// thread they run on.
     registry: Arc<Registry>,
@@ -380,6 +384,10 @@ impl Supervisor {
             let connected: Vec<_> =
                 act.servers.iter().filter(|(_, s)| s.connected && !s.blind).map(|(n, _)| n.clone()).collect();
             for server in connected {
+                if act.servers.get(&server).is_some_and(|s| s.surveying) {
+                    tracing::debug!(server = %server, "discovery: the last reading is still under way; skipped");
+                    continue;
+                }
                 act.reconcile(&server, false, ctx);
             }
         });

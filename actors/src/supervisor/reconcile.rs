@@ -10,7 +10,10 @@ impl Supervisor {
     /// (re)connect (`after_connect`) todo lists are re-read too, since their events may
     /// have been missed; periodic discovery skips that.
     pub(super) fn reconcile(&mut self, server: &str, after_connect: bool, ctx: &mut Context<Self>) {
-        let Some(srv) = self.servers.get(server) else { return };
+        let Some(srv) = self.servers.get_mut(server) else { return };
+        if !after_connect {
+            srv.surveying = true;
+        }
         let engine = Arc::clone(&srv.env.engine);
         let limit = srv.list_limit;
         let directories = srv.directories.clone();
@@ -31,7 +34,10 @@ impl Supervisor {
     }
 
     fn apply_reconciliation(&mut self, r: Reconciled, ctx: &mut Context<Self>) {
-        let Some(srv) = self.servers.get(&r.server) else { return };
+        let Some(srv) = self.servers.get_mut(&r.server) else { return };
+        if !r.after_connect {
+            srv.surveying = false;
+        }
         if r.epoch != srv.epoch || (srv.blind && !r.after_connect) {
             // The stream went down or came back while this was read: the server it
             // describes is gone, and the reconnect reconciles afresh. A periodic read
