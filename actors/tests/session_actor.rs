@@ -1082,15 +1082,23 @@ async fn the_sessions_not_thought_idle_are_kept_as_their_actors_learn() {
     assert_eq!(w.registry.not_idle().len(), 1, "a stopped actor leaves: ses_B");
 }
 
+/// A connected server (paused time) with one session, `id`, idle in `/p`.
+async fn with_an_idle_session(id: &str) -> World {
+    tokio::time::pause();
+    let w = world(cfg());
+    w.supervisor.do_send(StreamUp { server: "srv".into() });
+    w.send(&format!(
+        r#"{{"directory":"/p","payload":{{"type":"session.status","properties":{{"sessionID":"{id}","status":{{"type":"idle"}}}}}}}}"#
+    ));
+    settle().await;
+    w
+}
+
 /// The other way round: a tracked session's busy event is lost; the next periodic
 /// discovery tells it (it thinks it is idle), and its stall is then seen.
 #[actix::test]
 async fn periodic_discovery_tells_an_idle_session_that_missed_its_busy_event() {
-    tokio::time::pause();
-    let w = world(cfg());
-    w.supervisor.do_send(StreamUp { server: "srv".into() });
-    w.send(r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_B","status":{"type":"idle"}}}}"#);
-    settle().await;
+    let w = with_an_idle_session("ses_B").await;
     let busy = |fleet: &shepherd_actors::supervisor::FleetView| fleet.sessions.iter().any(|s| s.id == "ses_B" && s.busy);
     assert!(!busy(&w.supervisor.send(InspectFleet).await.unwrap()));
     w.engine.busy.lock().unwrap().insert("ses_B".into(), Status::Busy); // its event was lost
@@ -2031,12 +2039,8 @@ async fn a_prompt_still_on_its_way_when_the_grace_runs_out_never_arrives_after_s
 /// sessions each reading parses a ~40-MB listing; they would pile up), then resume.
 #[actix::test]
 async fn a_discovery_is_skipped_while_the_last_reading_of_its_server_is_under_way() {
-    tokio::time::pause();
-    let w = world(cfg());
-    w.supervisor.do_send(StreamUp { server: "srv".into() });
     // An idle session: only the discoveries read its directory's statuses.
-    w.send(r#"{"directory":"/p","payload":{"type":"session.status","properties":{"sessionID":"ses_A","status":{"type":"idle"}}}}"#);
-    settle().await;
+    let w = with_an_idle_session("ses_A").await;
     let discovery = SupervisorConfig::default().discovery_interval;
     let reads = |w: &World| w.engine.calls().iter().filter(|c| *c == "status /p").count();
     w.engine.slow_statuses.lock().unwrap().push_back(SlowRead::AnsweredAfter(discovery * 3 + discovery / 2));
