@@ -25,8 +25,8 @@ use shepherd_actors::ports::{
 };
 use shepherd_actors::stream_clock::{ReadToken, StreamClock};
 use shepherd_actors::supervisor::{
-    AttachServer, DetachServer, Ingest, InspectFleet, InspectLiveSources, ReconfigureAll, Registry, RouteState, Routed, Shutdown, StreamDown,
-    StreamUp, Supervisor,
+    AttachServer, DetachServer, Ingest, InspectFleet, InspectLiveSources, ReconfigureAll, Registry, RouteState, Routed,
+    Shutdown, StreamDown, StreamUp, Supervisor,
 };
 
 /// An OpenCode that records calls; a session is busy until aborted.

@@ -8,11 +8,12 @@
 //! arrived, at most every `status.min_interval`, and at least every
 //! `status.refresh_interval` — asks the supervisor for its sessions (status, todos,
 //! tokens; read in slices, so the guard beside it waits for one at most) — kept between
-//! refreshes as [`LiveFleet`], about a third of the supervisor's full view — builds the document and streams it into the file with
-//! [`write_atomic_with`]: temp file in the same folder (created 0600 with `O_EXCL|O_NOFOLLOW`),
-//! fsync, rename, fsync the folder. A reader (or a crash at any point) sees
-//! the old file or the new one, never half of one. At start-up the previous file is
-//! rotated into `status.rotate` archives (`status.json.1` the newest).
+//! refreshes as [`LiveFleet`], about a third of the supervisor's full view — builds the
+//! document and streams it into the file with [`write_atomic_with`]: temp file in the
+//! same folder (created 0600 with `O_EXCL|O_NOFOLLOW`), fsync, rename, fsync the
+//! folder. A reader (or a crash at any point) sees the old file or the new one, never
+//! half of one. At start-up the previous file is rotated into `status.rotate` archives
+//! (`status.json.1` the newest).
 //!
 //! Parts: [`render`] (the `shepherd status` command's readable view of the file).
 

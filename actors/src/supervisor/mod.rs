@@ -28,7 +28,8 @@ mod stream;
 
 pub use commands::Shutdown;
 pub use inspect::{
-    AskSessions, FleetView, InspectFleet, InspectLive, InspectLiveSources, InspectServers, LiveSources, LiveView, ServerView,
+    AskSessions, FleetView, InspectFleet, InspectLive, InspectLiveSources, InspectServers, LiveSources, LiveView,
+    ServerView,
 };
 pub use lifecycle::{AttachServer, DetachServer, ReconfigureAll};
 use registry::SessionSlot;

@@ -176,7 +176,8 @@ impl OpenCodeClient {
                 let wanted: Option<Vec<String>> =
                     wanted_ids(&readers).map(|ids| ids.into_iter().map(str::to_string).collect());
                 parse_apart_if_long(body.len(), what, move || {
-                    let wanted: Option<HashSet<&str>> = wanted.as_ref().map(|ids| ids.iter().map(String::as_str).collect());
+                    let wanted: Option<HashSet<&str>> =
+                        wanted.as_ref().map(|ids| ids.iter().map(String::as_str).collect());
                     entries(&body, wanted.as_ref())
                 })
                 .await

@@ -96,7 +96,11 @@ impl OpenCodeClient {
         Err(EngineError::Http { status: status.as_u16(), body: format!("{what}: {body}") })
     }
 
-    pub(super) async fn get_json<T: DeserializeOwned + Send + 'static>(&self, rb: RequestBuilder, what: &str) -> Result<T, EngineError> {
+    pub(super) async fn get_json<T: DeserializeOwned + Send + 'static>(
+        &self,
+        rb: RequestBuilder,
+        what: &str,
+    ) -> Result<T, EngineError> {
         let resp = self.send(rb, what).await?;
         self.read_json(resp, what).await
     }
