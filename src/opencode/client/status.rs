@@ -327,40 +327,79 @@ mod tests {
         assert!(found.keys().all(|k| many.contains(k.as_str())));
     }
 
-    /// A status endpoint that answers slowly, numbering each answer after its request
-    /// (`ses_a` retrying, its `attempt` the request's number), and counts requests.
-    async fn numbered_status_server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counter = Arc::clone(&count);
-        tokio::spawn(async move {
-            loop {
-                let (mut sock, _) = listener.accept().await.unwrap();
-                let counter = Arc::clone(&counter);
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 1024];
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        let Ok(n) = sock.read(&mut chunk).await else { return };
-                        if n == 0 {
-                            return;
+    /// A status endpoint that holds each answer until the test lets it go, numbering it
+    /// after its request (`ses_a` retrying, its `attempt` the request's number). The
+    /// test, not the host's pace, decides which reads are under way when a reader asks.
+    struct HeldStatusServer {
+        url: String,
+        requests: Arc<std::sync::atomic::AtomicUsize>,
+        answers: Arc<tokio::sync::Semaphore>,
+    }
+
+    impl HeldStatusServer {
+        async fn start() -> Self {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let answers = Arc::new(tokio::sync::Semaphore::new(0));
+            let (counter, gate) = (Arc::clone(&requests), Arc::clone(&answers));
+            tokio::spawn(async move {
+                loop {
+                    let (mut sock, _) = listener.accept().await.unwrap();
+                    let (counter, gate) = (Arc::clone(&counter), Arc::clone(&gate));
+                    tokio::spawn(async move {
+                        let mut buf = Vec::new();
+                        let mut chunk = [0u8; 1024];
+                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                            let Ok(n) = sock.read(&mut chunk).await else { return };
+                            if n == 0 {
+                                return;
+                            }
+                            buf.extend_from_slice(&chunk[..n]);
                         }
-                        buf.extend_from_slice(&chunk[..n]);
-                    }
-                    let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    let body = format!(r#"{{"ses_a":{{"type":"retry","attempt":{n},"message":"x","next":0}}}}"#);
-                    let head = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = sock.write_all(format!("{head}{body}").as_bytes()).await;
-                });
-            }
-        });
-        (url, count)
+                        // Counted and queued for the gate in one step: answers go in
+                        // the order the requests came.
+                        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                        gate.acquire().await.unwrap().forget();
+                        let body = format!(r#"{{"ses_a":{{"type":"retry","attempt":{n},"message":"x","next":0}}}}"#);
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                             content-length: {}\r\nconnection: close\r\n\r\n",
+                            body.len()
+                        );
+                        let _ = sock.write_all(format!("{head}{body}").as_bytes()).await;
+                    });
+                }
+            });
+            Self { url, requests, answers }
+        }
+
+        /// Lets the `n` oldest held answers go.
+        fn answer(&self, n: usize) {
+            self.answers.add_permits(n);
+        }
+
+        /// Returns once `n` requests have come.
+        async fn requests_came(&self, n: usize) {
+            until(|| self.requests.load(std::sync::atomic::Ordering::SeqCst) >= n).await;
+        }
+    }
+
+    /// Returns once `ready` holds (checked every millisecond).
+    async fn until(ready: impl Fn() -> bool) {
+        while !ready() {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Returns once `n` readers of `directory` wait for the next read.
+    async fn readers_wait(client: &OpenCodeClient, directory: &str, n: usize) {
+        until(|| {
+            let directories = client.status_reads.directories.lock().unwrap();
+            directories.get(directory).is_some_and(|reads| reads.waiting.len() >= n)
+        })
+        .await;
     }
 
     /// What a [`CallTimer`](super::super::CallTimer) was told: each call, its time, its
@@ -379,11 +418,18 @@ mod tests {
 
     #[tokio::test]
     async fn every_call_is_timed_by_its_template_with_how_it_ended() {
-        let (url, _) = numbered_status_server().await;
+        let server = HeldStatusServer::start().await;
         let (timer, told) = recording_timer();
-        let server: ServerConfig = serde_json::from_value(json!({"name": "t", "url": url})).unwrap();
-        let client = OpenCodeClient::new(&server, None).unwrap().with_call_timer(timer.clone());
-        client.status("/p", "ses_a").await.unwrap();
+        let config: ServerConfig = serde_json::from_value(json!({"name": "t", "url": server.url})).unwrap();
+        let client = OpenCodeClient::new(&config, None).unwrap().with_call_timer(timer.clone());
+        let read = tokio::spawn({
+            let client = client.clone();
+            async move { client.status("/p", "ses_a").await }
+        });
+        server.requests_came(1).await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        server.answer(1);
+        read.await.unwrap().unwrap();
         // A port nobody listens on: no answer.
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let gone: ServerConfig = serde_json::from_value(json!({"name": "g", "url": format!("http://{closed}")})).unwrap();
@@ -400,24 +446,34 @@ mod tests {
                 (READER_WAIT, "failed")
             ]
         );
-        assert!(told[0].1 >= std::time::Duration::from_millis(100), "the server answers after 100 ms: {told:?}");
+        assert!(told[0].1 >= std::time::Duration::from_millis(100), "held 100 ms after it came: {told:?}");
     }
 
     /// A reader that joins a later read waits for the read under way to end and then for
     /// its own: its wait is timed whole, beside the calls, which are each one read.
     #[tokio::test]
     async fn a_readers_wait_for_a_shared_read_is_timed_beside_the_calls() {
-        let (url, _) = numbered_status_server().await;
+        let server = HeldStatusServer::start().await;
         let (timer, told) = recording_timer();
-        let server: ServerConfig = serde_json::from_value(json!({"name": "t", "url": url})).unwrap();
-        let client = OpenCodeClient::new(&server, None).unwrap().with_call_timer(timer);
+        let config: ServerConfig = serde_json::from_value(json!({"name": "t", "url": server.url})).unwrap();
+        let client = OpenCodeClient::new(&config, None).unwrap().with_call_timer(timer);
         let read = |c: &OpenCodeClient| {
             let c = c.clone();
             tokio::spawn(async move { c.status("/p", "ses_a").await })
         };
+        let hold = std::time::Duration::from_millis(100);
         let first = read(&client);
-        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        server.requests_came(1).await;
         let later: Vec<_> = (0..5).map(|_| read(&client)).collect();
+        // The first of them sends a second read; four wait for the first read to end.
+        server.requests_came(2).await;
+        readers_wait(&client, "/p", 4).await;
+        tokio::time::sleep(hold).await;
+        server.answer(1);
+        // The four share the third read.
+        server.requests_came(3).await;
+        tokio::time::sleep(hold).await;
+        server.answer(2);
         first.await.unwrap().unwrap();
         for reader in later {
             reader.await.unwrap().unwrap();
@@ -426,9 +482,8 @@ mod tests {
         let took = |which: &str| told.iter().filter(|(call, ..)| call == which).map(|(_, t, _)| *t).collect::<Vec<_>>();
         let (calls, waits) = (took("GET /session/status"), took(READER_WAIT));
         assert_eq!((calls.len(), waits.len()), (3, 6), "{told:?}");
-        // Four readers asked while two reads were under way: each waited for the first to
-        // end (≥ 70 ms) and then for the third read (≥ 100 ms).
-        let long = waits.iter().filter(|t| **t >= std::time::Duration::from_millis(170)).count();
+        // The four waited through both holds, the third read only through the second.
+        let long = waits.iter().filter(|t| **t >= 2 * hold).count();
         assert!(long >= 4, "{told:?}");
     }
 
@@ -452,9 +507,9 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_status_reads_of_a_directory_share_requests_sent_after_they_asked() {
-        let (url, requests) = numbered_status_server().await;
-        let server: ServerConfig = serde_json::from_value(json!({"name": "t", "url": url})).unwrap();
-        let client = OpenCodeClient::new(&server, None).unwrap();
+        let server = HeldStatusServer::start().await;
+        let config: ServerConfig = serde_json::from_value(json!({"name": "t", "url": server.url})).unwrap();
+        let client = OpenCodeClient::new(&config, None).unwrap();
         let answered_by = |status: Result<Option<Status>, EngineError>| match status {
             Ok(Some(Status::Retry { attempt: Some(n), .. })) => n,
             other => panic!("not a numbered answer: {other:?}"),
@@ -463,13 +518,16 @@ mod tests {
             let c = client.clone();
             async move { c.status("/p", "ses_a").await }
         });
-        tokio::time::sleep(std::time::Duration::from_millis(30)).await; // the first read is in flight
+        server.requests_came(1).await; // the first read is in flight
         let later: Vec<_> = (0..5)
             .map(|_| {
                 let c = client.clone();
                 tokio::spawn(async move { c.status("/p", "ses_a").await })
             })
             .collect();
+        server.requests_came(2).await;
+        readers_wait(&client, "/p", 4).await;
+        server.answer(3);
         assert_eq!(answered_by(first.await.unwrap()), 1);
         let mut later_answers = Vec::new();
         for reader in later {
@@ -480,8 +538,9 @@ mod tests {
         // of them sends a second read at once, the others share the third, sent when
         // the first read ends (two under way at most).
         assert_eq!(later_answers, [2, 3, 3, 3, 3]);
-        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(server.requests.load(std::sync::atomic::Ordering::SeqCst), 3);
         // Another directory is another read; the directory's books were emptied.
+        server.answer(1);
         assert_eq!(answered_by(client.status("/q", "ses_a").await), 4);
         assert!(client.status_reads.directories.lock().unwrap().is_empty());
     }

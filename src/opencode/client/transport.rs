@@ -283,7 +283,8 @@ mod tests {
     async fn calls_past_max_requests_in_flight_wait_their_turn() {
         let (url, connections) = silent_server().await;
         let mut server = ServerConfig::new("a", &url);
-        server.request_timeout = std::time::Duration::from_millis(400);
+        // A second's timeout: the count below is taken well before the first two end.
+        server.request_timeout = std::time::Duration::from_secs(1);
         server.max_requests_in_flight = 2;
         let client = OpenCodeClient::new(&server, None).unwrap();
         let calls: Vec<_> = (0..5)
