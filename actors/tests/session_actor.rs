@@ -72,6 +72,8 @@ enum SlowRead {
     ReadAfter(Duration),
     /// Answered from the server as it was when asked, this long later.
     AnsweredAfter(Duration),
+    /// Fails this long after it was asked.
+    Fails(Duration),
 }
 
 /// Takes one from a counter of planned faults; true if there was one.
@@ -103,6 +105,10 @@ impl Reads for FakeEngine {
                 let answer = self.busy.lock().unwrap().clone();
                 tokio::time::sleep(delay).await;
                 Ok(answer)
+            }
+            Some(SlowRead::Fails(delay)) => {
+                tokio::time::sleep(delay).await;
+                Err(EngineError::Unreachable("the planted failure".into()))
             }
         }
     }
@@ -2054,4 +2060,30 @@ async fn a_discovery_is_skipped_while_the_last_reading_of_its_server_is_under_wa
     tokio::time::sleep(discovery * 2).await; // it lands; the next discovery reads again
     settle().await;
     assert_eq!(reads(&w), before + 2, "{:?}", w.engine.calls());
+}
+
+/// A failed periodic reading is retried soon, but not on top of a reading the next
+/// discovery started meanwhile: that one answers for it (and is retried if it fails).
+#[actix::test]
+async fn a_failed_readings_retry_is_skipped_while_a_later_reading_is_under_way() {
+    let w = with_an_idle_session("ses_A").await;
+    let discovery = SupervisorConfig::default().discovery_interval;
+    let reads = |w: &World| w.engine.calls().iter().filter(|c| *c == "status /p").count();
+    {
+        let mut slow = w.engine.slow_statuses.lock().unwrap();
+        // Fails just before the next discovery; its retry falls due 250 ms later, while
+        // that discovery's reading is still under way.
+        slow.push_back(SlowRead::Fails(discovery - Duration::from_millis(100)));
+        slow.push_back(SlowRead::AnsweredAfter(discovery * 3));
+    }
+    let before = reads(&w);
+    tokio::time::sleep(discovery + Duration::from_secs(1)).await;
+    settle().await;
+    assert_eq!(reads(&w), before + 1, "the reading that fails");
+    tokio::time::sleep(discovery).await; // it failed, the next began, the retry fell due
+    settle().await;
+    assert_eq!(reads(&w), before + 2, "the retry did not join the reading under way: {:?}", w.engine.calls());
+    tokio::time::sleep(discovery * 4).await; // that one lands; the next discovery reads again
+    settle().await;
+    assert_eq!(reads(&w), before + 3, "{:?}", w.engine.calls());
 }

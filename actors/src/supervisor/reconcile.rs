@@ -217,10 +217,17 @@ impl Supervisor {
                 let (server, after_connect, epoch) = (r.server.clone(), r.after_connect, r.epoch);
                 tracing::info!(server = %server, retry_in_ms = delay.as_millis() as u64, "reconcile incomplete; retrying");
                 ctx.run_later(delay, move |act, ctx| {
-                    // A reconnect meanwhile started its own reconciliation.
-                    if act.servers.get(&server).is_some_and(|s| s.epoch == epoch) {
-                        act.reconcile(&server, after_connect, ctx);
+                    // A reconnect meanwhile started its own reconciliation; a discovery
+                    // meanwhile, a reading that answers for this one.
+                    let Some(srv) = act.servers.get(&server) else { return };
+                    if srv.epoch != epoch {
+                        return;
                     }
+                    if !after_connect && srv.surveying {
+                        tracing::debug!(server = %server, "reconcile retry: a later reading is under way; skipped");
+                        return;
+                    }
+                    act.reconcile(&server, after_connect, ctx);
                 });
                 return;
             }

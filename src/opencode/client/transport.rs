@@ -143,7 +143,7 @@ where
     } else {
         tokio::task::spawn_blocking(parse)
             .await
-            .map_err(|e| EngineError::Decode(format!("{what}: the answer's parse did not finish: {e}")))?
+            .map_err(|e| undecodable(what, format_args!("the answer's parse did not finish: {e}")))?
     };
     parsed.map_err(|e| undecodable(what, e))
 }
