@@ -412,9 +412,9 @@ async fn with_redis_down_each_instance_falls_back_to_a_local_fleet_wide_limit() 
     let cfg = GuardConfig {
         backend: GuardBackend::Redis,
         redis_url: url.clone(),
-        fallback_per_minute: 60, // one a second …
+        fallback_per_minute: 12, // one every five seconds …
         fallback_burst: 2,       // … after two at once
-        max_wait: Duration::from_secs(10),
+        max_wait: Duration::from_secs(20),
         ..GuardConfig::default()
     };
     let guard = instance(&url, "i-a", &cfg)?;
@@ -428,7 +428,9 @@ async fn with_redis_down_each_instance_falls_back_to_a_local_fleet_wide_limit() 
         }
     }
     assert_eq!(&waited[..2], &[0, 0], "the fallback's burst");
-    assert!(waited[2] >= 900, "the third waited for the local limit: {waited:?}");
+    // Five seconds less what the first two took (each tries Redis first): however slow
+    // the host, well past nothing.
+    assert!(waited[2] >= 2_500, "the third waited for the local limit: {waited:?}");
     assert!(engine.prompts.lock().unwrap().iter().all(|p| p.tag.lease.is_none()), "no lease without Redis");
     Ok(())
 }

@@ -118,7 +118,8 @@ async fn a_scripted_run_reads_back_from_metrics_with_exact_counts_and_no_secrets
     assert_eq!(value(&s, "shepherd_stall_detections_total", &[]), Some(1.0));
     assert_eq!(value(&s, "shepherd_stall_detection_delay_seconds_count", &[]), Some(1.0));
     let late = value(&s, "shepherd_stall_detection_delay_seconds_sum", &[]).unwrap_or(f64::NAN);
-    assert!((0.0..1.0).contains(&late), "a quiet daemon looks at a stall within a second of its deadline: {late} s");
+    // Within a second on a quiet host; the bound leaves room for a loaded one.
+    assert!((0.0..5.0).contains(&late), "a daemon looks at a stall within seconds of its deadline: {late} s");
     assert_eq!(value(&s, "shepherd_recoveries_total", &[("outcome", "succeeded")]), Some(1.0));
     assert_eq!(value(&s, "shepherd_recovery_duration_seconds_count", &[]), Some(1.0));
     let took = value(&s, "shepherd_recovery_duration_seconds_sum", &[]).unwrap_or(0.0);

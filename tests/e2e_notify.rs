@@ -128,7 +128,9 @@ async fn a_question_unanswered_for_after_is_notified_once_not_before_and_not_aga
     let id = rig.client.create_session(Some("asks")).await?;
     rig.client.prompt_async(&id, "[[fake:question]] which one?", None, None, false).await?;
     let asked = rig.wait_record(&id, Action::WaitsOnPerson, Outcome::Done, PATIENCE).await?;
-    let asked_at = Instant::now();
+    // When the question was recorded, not when this task got round to reading it.
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64;
+    let asked_at = Instant::now() - Duration::from_millis((now_ms - asked.at_ms).max(0) as u64);
     assert!(asked.numbers.waits_on.as_deref().is_some_and(|q| q.starts_with("que")), "{asked:?}");
 
     let got = receiver.wait_for(1, PATIENCE).await;
@@ -252,7 +254,8 @@ async fn a_dead_receiver_neither_slows_supervision_nor_grows_a_queue() -> anyhow
         slowest = slowest.max(t.elapsed());
         tokio::time::sleep(Duration::from_millis(300)).await; // past the tick: one message each
     }
-    assert!(slowest < Duration::from_secs(1), "a pause waited on the receiver: {slowest:?}");
+    // Waiting on the receiver would take its 60-s timeout; a loaded host, a second or two.
+    assert!(slowest < Duration::from_secs(5), "a pause waited on the receiver: {slowest:?}");
     assert!(notifications(&rig, "webhook", "paused", "dropped") >= 3, "{}", rig.daemon().metrics().render_now());
     // A stall elsewhere is still recovered on time.
     let stalled = rig.client.create_session(Some("stalls")).await?;

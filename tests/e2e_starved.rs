@@ -24,8 +24,9 @@ async fn a_shepherd_stopped_past_the_stall_timeout_does_not_abort_a_session_that
     let mut shepherd = ShepherdProcess::run(&dir.path().join("shepherd.toml"), None)?;
     shepherd.wait_log("reconciled", |v| v["message"].as_str().is_some_and(|m| m.starts_with("reconciled"))).await?;
     let id = rig.client.create_session(Some("starved")).await?;
-    // The reply streams for 14 s, a word at a time: never silent for the stall timeout.
-    rig.client.prompt_async(&id, "[[fake:slow:14]] write it out", None, None, false).await?;
+    // The reply streams for 20 s, a word at a time: never silent for the stall timeout,
+    // and still streaming when Shepherd runs again (ten seconds in, on a quiet host).
+    rig.client.prompt_async(&id, "[[fake:slow:20]] write it out", None, None, false).await?;
     rig.client.wait_busy(&id, PATIENCE).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 

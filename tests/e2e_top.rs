@@ -261,7 +261,19 @@ async fn top_in_a_terminal_shows_a_working_session_and_q_exits_and_restores_the_
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(status.success(), "exit status {status:?}");
-    tokio::time::sleep(Duration::from_millis(200)).await; // the reader drains the last bytes
+    // The reader drains the last bytes at its own pace: the screen is read once it shows
+    // the terminal given back, or once the patience runs out (then the asserts say why).
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
+        let restored = {
+            let s = screen.lock().unwrap();
+            !s.parser.screen().alternate_screen() && !s.parser.screen().hide_cursor()
+        };
+        if restored {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     {
         let s = screen.lock().unwrap();
         assert!(!s.parser.screen().alternate_screen(), "back on the main screen");

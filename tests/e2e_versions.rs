@@ -61,8 +61,7 @@ async fn a_server_outside_the_supported_range_is_warned_about_once_across_reconn
     // Two more connects, each reading the version again.
     for _ in 0..2 {
         let connects = rig.daemon().pump_stats()[0].1.connects.load(std::sync::atomic::Ordering::Relaxed);
-        faults.cut_events.store(true, std::sync::atomic::Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        rig.cut_the_stream(&faults).await?;
         faults.cut_events.store(false, std::sync::atomic::Ordering::SeqCst);
         let deadline = tokio::time::Instant::now() + PATIENCE;
         while rig.daemon().pump_stats()[0].1.connects.load(std::sync::atomic::Ordering::Relaxed) <= connects {

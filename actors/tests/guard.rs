@@ -165,11 +165,12 @@ async fn a_second_review_round_within_the_window_is_sent_and_the_same_decision_t
 #[actix::test]
 async fn what_another_instance_or_the_person_sent_for_the_same_situation_is_still_a_duplicate() {
     let review = "All todos are done: run the tests and check your claims.";
-    for (who, sent) in [
-        ("another instance", user_message(review, Some(tag("review", "i2", "ses_A-review-7")), 5)),
-        ("the person", user_message("all todos are done, run the tests and check the claims", None, 5)),
+    for (who, text, their_tag) in [
+        ("another instance", review, Some(tag("review", "i2", "ses_A-review-7"))),
+        ("the person", "all todos are done, run the tests and check the claims", None),
     ] {
-        let engine = Engine1::with_history(vec![sent]);
+        // Made just before it is read: its age is read on the wall clock.
+        let engine = Engine1::with_history(vec![user_message(text, their_tag, 5)]);
         let guard = guard(GuardConfig::default());
         let out =
             Outbound { server: "local", reads: &engine, control: &engine, guard: &guard, instance: "i1", lease: None };

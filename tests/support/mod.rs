@@ -180,6 +180,19 @@ impl Rig {
         }
     }
 
+    /// Cuts the event stream at the proxy and waits until Shepherd has noticed (the
+    /// proxy ends a stream at its next frame: the cut is held until then, however late
+    /// that comes). The cut stays until the test lifts it.
+    pub async fn cut_the_stream(&self, faults: &faulty_proxy::Faults) -> anyhow::Result<()> {
+        faults.cut_events.store(true, std::sync::atomic::Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while self.daemon().fleet().await.servers.iter().any(|s| s.connected) {
+            anyhow::ensure!(tokio::time::Instant::now() < deadline, "the cut was never noticed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
     fn pull(&mut self) {
         while let Ok(r) = self.records.try_recv() {
             self.seen.push(r);
