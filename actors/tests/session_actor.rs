@@ -1831,6 +1831,9 @@ async fn assert_published_detail_is_the_actors(w: &World, id: &str, step: &str) 
     assert_eq!(listed.iter().find(|d| d.id == id), Some(&asked), "{step}: ListSessions");
     let fleet = w.supervisor.send(InspectFleet).await.unwrap();
     assert_eq!(fleet.sessions.iter().find(|d| d.id == id), Some(&asked), "{step}: InspectFleet");
+    // `GET /v1/sessions`, read on the control API's thread from the same cell.
+    let details = w.supervisor.send(InspectLiveSources).await.unwrap().details().await;
+    assert_eq!(details.iter().find(|d| d.id == id), Some(&asked), "{step}: LiveSources::details");
     // The status file's view, read from the same cell without copying the detail whole.
     let live = w.supervisor.send(InspectLiveSources).await.unwrap().read().await;
     assert_eq!(live.sessions.iter().find(|l| &*l.id == id), Some(&LiveSession::from(&asked)), "{step}: LiveSources");

@@ -1,28 +1,21 @@
 //! What the fleet looks like: the servers, every session's detail (as each actor
 //! published it: [`crate::session::view`]), one session, its journal.
 
+use super::registry::PublishedCell;
 use super::*;
+use crate::session::Now;
 
-/// How many session actors [`Supervisor::details`] asks at a time, of those that have
-/// published no detail yet (about half a millisecond of work on the actors' thread).
+/// How many session actors [`ask`] asks at a time, of those that have published no
+/// detail yet (about half a millisecond of work on the actors' thread). Every session's
+/// detail is read from the registries without a message to the actors: asking each of
+/// 100,000 actors cost their thread over a second and held back their stall timers. A
+/// session whose actor is still loading its state has published nothing yet: its actor
+/// is asked, and answers once loaded, this many at a time (all at once, every actor
+/// would be ready to run together, and a stall timer firing then would wait behind all
+/// of them).
 const INSPECT_SLICE: usize = 256;
 
 impl Supervisor {
-    /// Every tracked session's detail, read from the registries without a message to the
-    /// actors: asking each of 100,000 actors cost their thread over a second and held back
-    /// their stall timers. A session whose actor is still loading its state has published
-    /// nothing yet: its actor is asked, and answers once loaded, as before,
-    /// [`INSPECT_SLICE`] actors at a time (all at once, every actor would be ready to run
-    /// together, and a stall timer firing then would wait behind all of them).
-    fn details(&self) -> impl std::future::Future<Output = Vec<SessionDetail>> + 'static {
-        let mut out = Vec::with_capacity(self.tracked());
-        let mut unpublished = Vec::new();
-        for srv in self.servers.values() {
-            srv.registry.details(&srv.env.server, srv.env.now(), &mut out, &mut unpublished);
-        }
-        ask(unpublished, out)
-    }
-
     /// The actor of the tracked session with this id, on whichever server.
     pub(super) fn find(&self, id: &str) -> Option<Addr<SessionActor>> {
         self.servers.values().find_map(|s| s.registry.slots.get(id).map(|slot| Addr::clone(&slot.addr)))
@@ -86,10 +79,12 @@ impl Handler<InspectFleet> for Supervisor {
     type Result = ResponseFuture<FleetView>;
 
     fn handle(&mut self, _: InspectFleet, _: &mut Context<Self>) -> Self::Result {
-        let servers = self.server_views();
-        let details = self.details();
+        let sources = self.live_sources();
         let fleet_pause = self.fleet_pause.clone();
-        Box::pin(async move { FleetView { servers, sessions: details.await, fleet_pause } })
+        Box::pin(async move {
+            let servers = sources.servers.clone();
+            FleetView { servers, sessions: sources.details().await, fleet_pause }
+        })
     }
 }
 
@@ -143,25 +138,42 @@ pub struct LiveSources {
 
 impl LiveSources {
     /// Every tracked session's [`LiveSession`](crate::stats::LiveSession), read from the
-    /// registries now, on the caller's thread; the actors of sessions that have
-    /// published nothing yet (still loading their state) are asked. Unsorted.
-    ///
-    /// Read in slices of [`LIVE_SLICE`] sessions, yielding between them: on the
-    /// supervisor's thread ([`InspectLive`]) the guard waits for one slice at most, not
-    /// for the whole fleet (at 100,000 sessions, 120 ms).
+    /// registries now, on the caller's thread ([`LiveSources::sliced`]). Unsorted.
     pub async fn read(self) -> LiveView {
-        let mut sessions = Vec::with_capacity(self.registries.iter().map(|(_, registry)| registry.slots.len()).sum());
-        let mut unpublished = Vec::new();
-        for (env, registry) in &self.registries {
-            for slice in registry.published_cells().chunks(LIVE_SLICE) {
-                Registry::live_of(&env.server, env.now(), slice, &mut sessions, &mut unpublished);
-                tokio::task::yield_now().await;
-            }
-        }
+        let (mut sessions, unpublished) = self.sliced(Registry::live_of).await;
         for detail in ask(unpublished, Vec::new()).await {
             sessions.push(crate::stats::LiveSession::from(&detail));
         }
         LiveView { servers: self.servers, sessions, fleet_paused: self.fleet_paused }
+    }
+
+    /// Every tracked session's full detail (todo lists and all), read like
+    /// [`LiveSources::read`] and sorted by server and session: `GET /v1/sessions`.
+    pub async fn details(self) -> Vec<SessionDetail> {
+        let (details, unpublished) = self.sliced(Registry::details_of).await;
+        ask(unpublished, details).await
+    }
+
+    /// What `read` makes of every session's published detail, on the caller's thread;
+    /// the actors of sessions that have published nothing yet (still loading their
+    /// state), to be asked.
+    ///
+    /// Read in slices of [`LIVE_SLICE`] sessions, yielding between them: on the
+    /// supervisor's thread ([`InspectLive`]) the guard waits for one slice at most, not
+    /// for the whole fleet (at 100,000 sessions, 120 ms).
+    async fn sliced<T>(
+        &self,
+        read: impl Fn(&Arc<str>, Now, &[PublishedCell], &mut Vec<T>, &mut Vec<Addr<SessionActor>>),
+    ) -> (Vec<T>, Vec<Addr<SessionActor>>) {
+        let mut out = Vec::with_capacity(self.registries.iter().map(|(_, registry)| registry.slots.len()).sum());
+        let mut unpublished = Vec::new();
+        for (env, registry) in &self.registries {
+            for slice in registry.published_cells().chunks(LIVE_SLICE) {
+                read(&env.server, env.now(), slice, &mut out, &mut unpublished);
+                tokio::task::yield_now().await;
+            }
+        }
+        (out, unpublished)
     }
 }
 
@@ -212,7 +224,7 @@ impl Handler<ListSessions> for Supervisor {
     type Result = ResponseFuture<Vec<SessionDetail>>;
 
     fn handle(&mut self, _: ListSessions, _: &mut Context<Self>) -> Self::Result {
-        Box::pin(self.details())
+        Box::pin(self.live_sources().details())
     }
 }
 

@@ -472,22 +472,22 @@ impl Registry {
         self.slots.get(id).is_some_and(|slot| slot.view.is_published())
     }
 
-    /// Every tracked session's detail as its actor published it, into `out` (`server` is
-    /// this registry's, `now` its clock's time); the actors of the sessions that have
-    /// published nothing yet (still loading their state) into `unpublished`, to be
-    /// asked. A session whose actor has stopped is left out: it would not answer.
-    pub(crate) fn details(
-        &self,
-        server: &str,
+    /// The details of `cells` (some of [`Registry::published_cells`]; `server` is this
+    /// registry's, `now` its clock's time) as their actors published them, into `out`;
+    /// the actors of the sessions that have published nothing yet (still loading their
+    /// state) into `unpublished`, to be asked. A session whose actor has stopped is not
+    /// among the cells: it would not answer.
+    pub(crate) fn details_of(
+        server: &Arc<str>,
         now: Now,
+        cells: &[PublishedCell],
         out: &mut Vec<SessionDetail>,
         unpublished: &mut Vec<Addr<SessionActor>>,
     ) {
-        self.read_published(|id, cell| cell.detail(server, id.to_string(), now), out, unpublished);
+        read_cells(cells, |id, cell| cell.detail(server, id.to_string(), now), out, unpublished);
     }
 
-    /// [`Registry::details`] as the status file shows them, of `cells` (some of
-    /// [`Registry::published_cells`]; `server` is this registry's, `now` its clock's time)
+    /// [`Registry::details_of`] as the status file shows them
     /// ([`LiveSession::of_published`](crate::stats::LiveSession::of_published)): no copy
     /// of any todo list.
     pub(crate) fn live_of(
@@ -501,17 +501,6 @@ impl Registry {
             cell.read(now, |p, last| crate::stats::LiveSession::of_published(p, Arc::clone(server), id, last))
         };
         read_cells(cells, read, out, unpublished);
-    }
-
-    /// What `read` makes of each running session's published detail, into `out`; the
-    /// actors that have published none yet into `unpublished`.
-    fn read_published<T>(
-        &self,
-        read: impl Fn(&str, &DetailCell) -> Option<T>,
-        out: &mut Vec<T>,
-        unpublished: &mut Vec<Addr<SessionActor>>,
-    ) {
-        read_cells(&self.published_cells(), read, out, unpublished);
     }
 
     /// Each running session's id and published cell, with its actor when it has
