@@ -43,7 +43,6 @@ pub struct Daemon {
     /// `[[notify]]`: told of the journal, stopped after the supervisor.
     notifiers: Notifiers,
     metrics: Arc<Metrics>,
-    metrics_task: tokio::task::JoinHandle<()>,
     /// Returns freed heap to the system every `supervisor.cleanup_interval`.
     trimmer: tokio::task::JoinHandle<()>,
     /// The threads the servers' pumps and sessions run on (`supervisor.server_threads`),
@@ -95,10 +94,10 @@ impl Daemon {
 
     fn start_with_loader(cfg: &Config, loader: Option<ConfigLoader>) -> anyhow::Result<Self> {
         let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
-        let journal = Journal::new();
-        // This daemon's own recorder (never a global one: tests run several daemons).
+        // This daemon's own recorder (never a global one: tests run several daemons),
+        // counting every record as it is made.
         let metrics = Metrics::new();
-        let metrics_task = metrics.follow(&journal);
+        let journal = Journal::observed(metrics.journal_observer());
         // Before any actor starts: every session actor loads its state from here.
         let (ledger, notified) = crate::store::open_ledgers(&cfg.store).map_err(|e| anyhow::anyhow!("store: {e}"))?;
         let ledger = CountingLedger::wrap(ledger, Arc::clone(&metrics));
@@ -193,7 +192,6 @@ impl Daemon {
             status,
             notifiers,
             metrics,
-            metrics_task,
             trimmer,
             server_threads,
         })
@@ -301,7 +299,6 @@ impl Daemon {
             status.stop().await; // the final state, after the last recovery
         }
         self.notifiers.stop().await; // what is batched is sent, within the targets' timeout
-        self.metrics_task.abort();
         self.trimmer.abort();
         for arbiter in &self.server_threads {
             arbiter.stop();

@@ -15,10 +15,28 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 /// half-millisecond, each waking every subscriber's thread from the session's.
 pub const RECORDS_PACE: Duration = Duration::from_millis(50);
 
-/// Where records go: the log and every subscriber.
-#[derive(Debug, Clone)]
+/// How many records the broadcast keeps for a subscriber that has not read them yet;
+/// one that falls further behind loses the oldest (and is told how many).
+const RECORDS_KEPT: usize = 4096;
+
+/// What must see every record as it is made — the metrics' counters: called on the
+/// thread that records, before the record is broadcast, so that no burst makes it miss
+/// one (at 100,000 sessions a burst of recoveries made more records than the channel
+/// keeps before a subscriber on a busy thread read them). It must be quick and never
+/// block.
+pub type RecordObserver = std::sync::Arc<dyn Fn(&ActionRecord) + Send + Sync>;
+
+/// Where records go: the log, the observer and every subscriber.
+#[derive(Clone)]
 pub struct Journal {
     tx: broadcast::Sender<ActionRecord>,
+    observer: Option<RecordObserver>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal").field("observed", &self.observer.is_some()).finish_non_exhaustive()
+    }
 }
 
 impl Default for Journal {
@@ -29,8 +47,14 @@ impl Default for Journal {
 
 impl Journal {
     pub fn new() -> Self {
-        let (tx, _) = broadcast::channel(4096);
-        Self { tx }
+        let (tx, _) = broadcast::channel(RECORDS_KEPT);
+        Self { tx, observer: None }
+    }
+
+    /// A journal whose every record `observer` sees as it is made (see
+    /// [`RecordObserver`]).
+    pub fn observed(observer: RecordObserver) -> Self {
+        Self { observer: Some(observer), ..Self::new() }
     }
 
     /// Every record from now on (slow readers lose the oldest, never block Shepherd).
@@ -84,6 +108,9 @@ impl Journal {
         match r.outcome {
             Outcome::Failed => emit!(warn),
             _ => emit!(info),
+        }
+        if let Some(observe) = &self.observer {
+            observe(&r);
         }
         let _ = self.tx.send(r);
     }

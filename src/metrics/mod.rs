@@ -32,10 +32,10 @@ use std::sync::{Arc, Mutex};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use shepherd_actors::event::is_known_kind;
+#[cfg(doc)]
 use shepherd_actors::journal::Journal;
+use shepherd_actors::journal::RecordObserver;
 use shepherd_actors::supervisor::LiveView;
-use tokio::sync::broadcast;
-use tokio::task::JoinHandle;
 
 use self::fleet::{session_state, SESSION_STATES};
 use self::journal::{FollowUp, JournalFold, Observation};
@@ -99,26 +99,16 @@ impl Metrics {
         metrics::with_local_recorder(&self.recorder, f)
     }
 
-    /// Counts the records of `journal` from now on, until the journal closes or the task
-    /// is aborted. Subscribes before returning, so no record is missed.
-    pub fn follow(self: &Arc<Self>, journal: &Journal) -> JoinHandle<()> {
-        let mut records = journal.subscribe_paced();
+    /// What counts the journal's records ([`Journal::observed`]): each is folded into
+    /// the counters and histograms as it is made, on the thread that records it (a few
+    /// hundred nanoseconds), so none is ever missed — a subscriber reading the broadcast
+    /// on a busy thread fell behind a burst of 10,000 recoveries and lost records.
+    pub fn journal_observer(self: &Arc<Self>) -> RecordObserver {
         let metrics = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut fold = JournalFold::new();
-            loop {
-                match records.recv().await {
-                    Ok(record) => {
-                        let observations = fold.observe(&record);
-                        metrics.with(|| observations.iter().for_each(apply));
-                    }
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!(missed = n, "metrics: fell behind the journal; some records are not counted");
-                        metrics.with(|| counter!("shepherd_journal_records_missed_total").increment(n));
-                    }
-                    Err(broadcast::error::RecvError::Closed) => break,
-                }
-            }
+        let fold = Mutex::new(JournalFold::new());
+        Arc::new(move |record| {
+            let observations = fold.lock().unwrap_or_else(std::sync::PoisonError::into_inner).observe(record);
+            metrics.with(|| observations.iter().for_each(apply));
         })
     }
 
@@ -383,7 +373,6 @@ fn describe() {
         Unit::Seconds,
         "Seconds since the server's last stream frame (OpenCode sends a heartbeat every 10 s)"
     );
-    describe_counter!("shepherd_journal_records_missed_total", "Journal records the metrics fell behind on");
     describe_counter!(
         "shepherd_log_lines_dropped_total",
         "Log lines dropped because the log's reader did not keep up (supervision never waits for it)"
@@ -394,7 +383,7 @@ fn describe() {
 mod tests {
     use std::collections::BTreeMap;
 
-    use shepherd_actors::journal::{Action, Outcome};
+    use shepherd_actors::journal::{Action, Journal, Outcome};
     use shepherd_actors::supervisor::ServerView;
 
     use super::exposition::{parse, value};
@@ -402,30 +391,22 @@ mod tests {
 
     use super::journal::tests::rec;
 
-    async fn until(metrics: &Metrics, name: &str, labels: &[(&str, &str)], want: f64) -> String {
-        for _ in 0..200 {
-            let text = metrics.render_now();
-            if value(&parse(&text), name, labels) == Some(want) {
-                return text;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        panic!("{name}{labels:?} never reached {want}:\n{}", metrics.render_now());
-    }
-
-    #[tokio::test]
-    async fn journal_records_become_counters_and_detection_and_recovery_histograms_without_session_ids() {
+    /// The journal's records are counted as they are made: read back at once, and not
+    /// one lost to a burst larger than the journal keeps for its subscribers.
+    #[test]
+    fn journal_records_become_counters_and_detection_and_recovery_histograms_without_session_ids() {
         let metrics = Metrics::new();
-        let journal = Journal::new();
-        let task = metrics.follow(&journal);
+        let journal = Journal::observed(metrics.journal_observer());
+        let _unread = journal.subscribe(); // a subscriber that never reads
         let mut detected = rec("ses_secret_1", 1_000, Action::StallDetected, Outcome::Done, "no progress");
         detected.numbers.late_ms = Some(40);
         journal.record(detected);
         journal.record(rec("ses_secret_1", 2_000, Action::Abort, Outcome::Done, "stalled session aborted"));
         journal.record(rec("ses_secret_1", 4_000, Action::Continue, Outcome::Done, "continue sent"));
         journal.record(rec("ses_secret_2", 5_000, Action::Nudge, Outcome::Done, "nudge sent"));
-        let text = until(&metrics, "shepherd_nudges_total", &[("outcome", "done")], 1.0).await;
+        let text = metrics.render_now();
         let s = parse(&text);
+        assert_eq!(value(&s, "shepherd_nudges_total", &[("outcome", "done")]), Some(1.0));
         assert_eq!(value(&s, "shepherd_stall_detections_total", &[]), Some(1.0));
         assert_eq!(value(&s, "shepherd_stall_detection_delay_seconds_count", &[]), Some(1.0));
         assert_eq!(value(&s, "shepherd_stall_detection_delay_seconds_bucket", &[("le", "0.025")]), Some(0.0));
@@ -440,7 +421,15 @@ mod tests {
             Some(1.0)
         );
         assert!(!text.contains("ses_secret"), "no session id in the exposition:\n{text}");
-        task.abort();
+
+        // A burst of recoveries, twice what the journal keeps for a subscriber.
+        for i in 0..5_000 {
+            let id = format!("ses_burst_{i}");
+            journal.record(rec(&id, 10_000, Action::StallDetected, Outcome::Done, "no progress"));
+            journal.record(rec(&id, 10_500, Action::Abort, Outcome::Done, "stalled session aborted"));
+        }
+        let s = parse(&metrics.render_now());
+        assert_eq!(value(&s, "shepherd_stall_detections_total", &[]), Some(5_001.0), "none missed");
     }
 
     #[test]
