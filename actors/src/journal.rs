@@ -26,11 +26,24 @@ const RECORDS_KEPT: usize = 4096;
 /// block.
 pub type RecordObserver = std::sync::Arc<dyn Fn(&ActionRecord) + Send + Sync>;
 
+/// How many of its records a [`FilteredRecords`] subscriber may leave unread before it
+/// misses the newest (and is told how many).
+const FILTERED_KEPT: usize = 4096;
+
 /// Where records go: the log, the observer and every subscriber.
 #[derive(Clone)]
 pub struct Journal {
     tx: broadcast::Sender<ActionRecord>,
     observer: Option<RecordObserver>,
+    filtered: std::sync::Arc<std::sync::RwLock<Vec<Filter>>>,
+}
+
+/// A [`FilteredRecords`] subscriber's end: the actions it takes, where they go, and how
+/// many did not fit.
+struct Filter {
+    actions: &'static [Action],
+    tx: tokio::sync::mpsc::Sender<ActionRecord>,
+    missed: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -48,7 +61,7 @@ impl Default for Journal {
 impl Journal {
     pub fn new() -> Self {
         let (tx, _) = broadcast::channel(RECORDS_KEPT);
-        Self { tx, observer: None }
+        Self { tx, observer: None, filtered: Default::default() }
     }
 
     /// A journal whose every record `observer` sees as it is made (see
@@ -66,6 +79,19 @@ impl Journal {
     /// [`PacedRecords`].
     pub fn subscribe_paced(&self) -> PacedRecords {
         PacedRecords { rx: self.tx.subscribe(), pace: RECORDS_PACE, gathering: false }
+    }
+
+    /// Every record of `actions` from now on, and no other ([`FilteredRecords`]): what
+    /// follows a few kinds of record (the notifiers) is not made to miss one by a burst
+    /// of others — a broadcast subscriber on a busy thread fell behind a burst of
+    /// recoveries and lost the oldest records, whatever their kind.
+    pub fn subscribe_to(&self, actions: &'static [Action]) -> FilteredRecords {
+        let (tx, rx) = tokio::sync::mpsc::channel(FILTERED_KEPT);
+        let missed = std::sync::Arc::default();
+        let mut filtered = self.filtered.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        filtered.retain(|f| !f.tx.is_closed());
+        filtered.push(Filter { actions, tx, missed: std::sync::Arc::clone(&missed) });
+        FilteredRecords { rx, missed }
     }
 
     pub fn record(&self, r: ActionRecord) {
@@ -111,6 +137,11 @@ impl Journal {
         }
         if let Some(observe) = &self.observer {
             observe(&r);
+        }
+        for f in self.filtered.read().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
+            if f.actions.contains(&r.action) && f.tx.try_send(r.clone()).is_err() {
+                f.missed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         let _ = self.tx.send(r);
     }
@@ -160,6 +191,27 @@ impl PacedRecords {
     /// A queued record, without waiting.
     pub fn try_recv(&mut self) -> Result<ActionRecord, TryRecvError> {
         self.rx.try_recv()
+    }
+}
+
+/// The records of a few actions ([`Journal::subscribe_to`]), each as it is made: the
+/// thread that records only queues it (up to [`FILTERED_KEPT`] unread; past that the
+/// newest are missed and counted).
+#[derive(Debug)]
+pub struct FilteredRecords {
+    rx: tokio::sync::mpsc::Receiver<ActionRecord>,
+    missed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl FilteredRecords {
+    /// The next record, as [`broadcast::Receiver::recv`] answers: how many were missed
+    /// since the last call, if any, first; `Closed` once the journal is gone.
+    /// Cancel-safe (for `select!`).
+    pub async fn recv(&mut self) -> Result<ActionRecord, RecvError> {
+        match self.missed.swap(0, std::sync::atomic::Ordering::Relaxed) {
+            0 => self.rx.recv().await.ok_or(RecvError::Closed),
+            n => Err(RecvError::Lagged(n)),
+        }
     }
 }
 
@@ -216,5 +268,31 @@ mod tests {
         journal.record(rec(99));
         assert_eq!(paced.recv().await.unwrap().at_ms, 99);
         assert_eq!(quiet_end.elapsed(), Duration::ZERO);
+    }
+
+    /// A filtered subscriber gets every record of its actions, in order, however many
+    /// others came between them (the broadcast's reader, left unread as long, lost the
+    /// oldest); one that leaves too many of its own unread is told how many it missed.
+    #[tokio::test]
+    async fn a_filtered_subscriber_misses_none_of_its_records_in_a_burst_of_others() {
+        let journal = Journal::new();
+        let mut broadcast = journal.subscribe();
+        let mut filtered = journal.subscribe_to(&[Action::GiveUp]);
+        let of = |action, i| ActionRecord { action, ..rec(i) };
+        for i in 0..10_000 {
+            journal.record(of(if i % 1_000 == 0 { Action::GiveUp } else { Action::Abort }, i));
+        }
+        let mut read = Vec::new();
+        for _ in 0..10 {
+            read.push(filtered.recv().await.unwrap().at_ms);
+        }
+        assert_eq!(read, (0..10).map(|i| i * 1_000).collect::<Vec<_>>());
+        assert!(matches!(broadcast.recv().await, Err(RecvError::Lagged(_))), "the broadcast lost the oldest");
+
+        for i in 0..(FILTERED_KEPT as u32 + 5) {
+            journal.record(of(Action::GiveUp, i));
+        }
+        assert!(matches!(filtered.recv().await, Err(RecvError::Lagged(5))));
+        assert_eq!(filtered.recv().await.unwrap().at_ms, 0, "then the ones kept, oldest first");
     }
 }

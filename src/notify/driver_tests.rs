@@ -57,7 +57,7 @@ async fn bench(cfg: NotifyConfig, ledger: Arc<MemoryLedger>) -> Bench {
     let (queue, messages) = mpsc::channel(cfg.queue);
     let (stop, stopped) = watch::channel(false);
     let w = Watch { ledger, pumps: Arc::clone(&pumps), clock, metrics: Arc::clone(&metrics) };
-    tokio::spawn(decide_loop(n, journal.subscribe_paced(), queue, w, stopped));
+    tokio::spawn(decide_loop(n, journal.subscribe_to(&super::decide::ACTIONS), queue, w, stopped));
     tokio::time::sleep(Duration::from_millis(1)).await; // the task has read the journal back
     Bench { journal, messages, metrics, pumps, _stop: stop }
 }

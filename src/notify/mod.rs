@@ -34,7 +34,7 @@ use std::time::Duration;
 use actix::Addr;
 use shepherd_actors::config::{check_url, NotifyConfig, CATCH_UP_MAX_RECORDS, NOTIFIED_KEEP, NOTIFY_SHUTDOWN_GRACE};
 use shepherd_actors::control::GetSession;
-use shepherd_actors::journal::{Journal, PacedRecords};
+use shepherd_actors::journal::{FilteredRecords, Journal};
 use shepherd_actors::ledger::NotifyLedger;
 use shepherd_actors::ports::Clock;
 use shepherd_actors::redact::Redactor;
@@ -126,8 +126,9 @@ impl Notifiers {
             tracing::info!(target: "shepherd::notify", notifier = %name, url = %target.shown(),
                 events = ?cfg.events.iter().map(|e| e.as_str()).collect::<Vec<_>>(), "notifier started");
             let notifier = Arc::new(Notifier { cfg: cfg.clone(), name, ledger_id, target });
-            // Subscribed before the journal is read back: no record falls between.
-            let records = w.journal.subscribe_paced();
+            // Subscribed before the journal is read back: no record falls between. Only
+            // the actions a notifier reads: a burst of recoveries makes it miss none.
+            let records = w.journal.subscribe_to(&ACTIONS);
             let (queue, messages) = mpsc::channel(cfg.queue.max(1));
             tasks.push(tokio::spawn(decide_loop(
                 Arc::clone(&notifier),
@@ -173,7 +174,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 async fn decide_loop(
     n: Arc<Notifier>,
-    mut records: PacedRecords,
+    mut records: FilteredRecords,
     queue: mpsc::Sender<Message>,
     w: Watch,
     mut stop: watch::Receiver<bool>,
