@@ -151,7 +151,7 @@ async fn the_advisors_model_is_never_sent_a_secret() -> anyhow::Result<()> {
                 enabled: true,
                 base_url: fake.base_url(),
                 model: ADVISOR_MODEL.into(),
-                timeout: Duration::from_secs(2),
+                timeout: Duration::from_secs(5), // room for a loaded host
                 postpone: Duration::from_secs(3),
                 // Test sessions are seconds old: "new session" would make every case obvious.
                 new_session: Duration::ZERO,
