@@ -26,9 +26,14 @@ const RECORDS_KEPT: usize = 4096;
 /// block.
 pub type RecordObserver = std::sync::Arc<dyn Fn(&ActionRecord) + Send + Sync>;
 
-/// How many of its records a [`FilteredRecords`] subscriber may leave unread before it
-/// misses the newest (and is told how many).
+/// How many of its records a [`QueuedRecords`] subscriber of a few actions may leave
+/// unread before it misses the newest (and is told how many).
 const FILTERED_KEPT: usize = 4096;
+
+/// The same for a subscriber of every record ([`Journal::subscribe_queued`]): a burst of
+/// 10,000 recoveries makes some 50,000 records, and the reader runs on a niced thread.
+/// Queued records take memory only while they wait.
+const QUEUED_KEPT: usize = 65_536;
 
 /// Where records go: the log, the observer and every subscriber.
 #[derive(Clone)]
@@ -38,10 +43,10 @@ pub struct Journal {
     filtered: std::sync::Arc<std::sync::RwLock<Vec<Filter>>>,
 }
 
-/// A [`FilteredRecords`] subscriber's end: the actions it takes, where they go, and how
-/// many did not fit.
+/// A [`QueuedRecords`] subscriber's end: the actions it takes (`None`: all), where they
+/// go, and how many did not fit.
 struct Filter {
-    actions: &'static [Action],
+    actions: Option<&'static [Action]>,
     tx: tokio::sync::mpsc::Sender<ActionRecord>,
     missed: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
@@ -81,17 +86,29 @@ impl Journal {
         PacedRecords { rx: self.tx.subscribe(), pace: RECORDS_PACE, gathering: false }
     }
 
-    /// Every record of `actions` from now on, and no other ([`FilteredRecords`]): what
+    /// Every record of `actions` from now on, and no other ([`QueuedRecords`]): what
     /// follows a few kinds of record (the notifiers) is not made to miss one by a burst
     /// of others — a broadcast subscriber on a busy thread fell behind a burst of
     /// recoveries and lost the oldest records, whatever their kind.
-    pub fn subscribe_to(&self, actions: &'static [Action]) -> FilteredRecords {
-        let (tx, rx) = tokio::sync::mpsc::channel(FILTERED_KEPT);
+    pub fn subscribe_to(&self, actions: &'static [Action]) -> QueuedRecords {
+        self.queue(Some(actions), FILTERED_KEPT, None)
+    }
+
+    /// Every record from now on, queued for this reader as it is made (up to
+    /// [`QUEUED_KEPT`] unread) and read like [`PacedRecords`] — the first after a quiet
+    /// spell at once, then what gathered every [`RECORDS_PACE`]: the status file's
+    /// counts, which a reader of the broadcast on its niced thread could lose in a burst.
+    pub fn subscribe_queued(&self) -> QueuedRecords {
+        self.queue(None, QUEUED_KEPT, Some(RECORDS_PACE))
+    }
+
+    fn queue(&self, actions: Option<&'static [Action]>, kept: usize, pace: Option<Duration>) -> QueuedRecords {
+        let (tx, rx) = tokio::sync::mpsc::channel(kept);
         let missed = std::sync::Arc::default();
         let mut filtered = self.filtered.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         filtered.retain(|f| !f.tx.is_closed());
         filtered.push(Filter { actions, tx, missed: std::sync::Arc::clone(&missed) });
-        FilteredRecords { rx, missed }
+        QueuedRecords { rx, missed, pace, gathering: false }
     }
 
     pub fn record(&self, r: ActionRecord) {
@@ -139,7 +156,8 @@ impl Journal {
             observe(&r);
         }
         for f in self.filtered.read().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
-            if f.actions.contains(&r.action) && f.tx.try_send(r.clone()).is_err() {
+            let taken = f.actions.is_none_or(|actions| actions.contains(&r.action));
+            if taken && f.tx.try_send(r.clone()).is_err() {
                 f.missed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
@@ -194,24 +212,52 @@ impl PacedRecords {
     }
 }
 
-/// The records of a few actions ([`Journal::subscribe_to`]), each as it is made: the
-/// thread that records only queues it (up to [`FILTERED_KEPT`] unread; past that the
-/// newest are missed and counted).
+/// Records queued for one reader as they are made ([`Journal::subscribe_to`],
+/// [`Journal::subscribe_queued`]): the thread that records only queues each (past the
+/// queue's bound the newest are missed and counted). With a pace, read like
+/// [`PacedRecords`]: while records keep coming the reader sleeps between batches, and a
+/// reader that is not waiting costs the recording thread no wake-up.
 #[derive(Debug)]
-pub struct FilteredRecords {
+pub struct QueuedRecords {
     rx: tokio::sync::mpsc::Receiver<ActionRecord>,
     missed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    pace: Option<Duration>,
+    /// A record came lately: when none is queued, let the next ones gather first.
+    gathering: bool,
 }
 
-impl FilteredRecords {
+impl QueuedRecords {
     /// The next record, as [`broadcast::Receiver::recv`] answers: how many were missed
     /// since the last call, if any, first; `Closed` once the journal is gone.
-    /// Cancel-safe (for `select!`).
+    /// Cancel-safe (for `select!`): a record is only taken when returned.
     pub async fn recv(&mut self) -> Result<ActionRecord, RecvError> {
-        match self.missed.swap(0, std::sync::atomic::Ordering::Relaxed) {
-            0 => self.rx.recv().await.ok_or(RecvError::Closed),
-            n => Err(RecvError::Lagged(n)),
+        loop {
+            match self.missed.swap(0, std::sync::atomic::Ordering::Relaxed) {
+                0 => {}
+                n => return Err(RecvError::Lagged(n)),
+            }
+            match self.rx.try_recv() {
+                Ok(r) => {
+                    self.gathering = self.pace.is_some();
+                    return Ok(r);
+                }
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => return Err(RecvError::Closed),
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {}
+            }
+            if let (true, Some(pace)) = (self.gathering, self.pace) {
+                tokio::time::sleep(pace).await;
+                self.gathering = false;
+                continue;
+            }
+            let next = self.rx.recv().await;
+            self.gathering = next.is_some() && self.pace.is_some();
+            return next.ok_or(RecvError::Closed);
         }
+    }
+
+    /// A queued record, without waiting.
+    pub fn try_recv(&mut self) -> Option<ActionRecord> {
+        self.rx.try_recv().ok()
     }
 }
 
@@ -294,5 +340,41 @@ mod tests {
         }
         assert!(matches!(filtered.recv().await, Err(RecvError::Lagged(5))));
         assert_eq!(filtered.recv().await.unwrap().at_ms, 0, "then the ones kept, oldest first");
+    }
+
+    /// The status file's reader: paced like a broadcast reader — a lone record at once,
+    /// a stream in a few batches — and it misses none of a burst larger than the
+    /// broadcast keeps.
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_reader_is_paced_and_misses_none_of_a_burst() {
+        let journal = Journal::new();
+        let mut queued = journal.subscribe_queued();
+        let start = tokio::time::Instant::now();
+        journal.record(rec(0));
+        assert_eq!(queued.recv().await.unwrap().at_ms, 0);
+        assert_eq!(start.elapsed(), Duration::ZERO, "the first record of a quiet spell is read at once");
+
+        let sender = journal.clone();
+        let stream = tokio::spawn(async move {
+            for i in 1..=20 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                sender.record(rec(i));
+            }
+        });
+        let mut reads_at = Vec::new();
+        for i in 1..=20 {
+            assert_eq!(queued.recv().await.unwrap().at_ms, i64::from(i), "in order");
+            reads_at.push(start.elapsed());
+        }
+        stream.await.unwrap();
+        reads_at.dedup();
+        assert!(reads_at.len() <= 3, "20 records 5 ms apart were read in a few batches, not one by one: {reads_at:?}");
+
+        for i in 0..10_000 {
+            journal.record(rec(i));
+        }
+        for i in 0..10_000 {
+            assert_eq!(queued.recv().await.unwrap().at_ms, i64::from(i), "none lost, in order");
+        }
     }
 }

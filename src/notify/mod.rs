@@ -34,7 +34,7 @@ use std::time::Duration;
 use actix::Addr;
 use shepherd_actors::config::{check_url, NotifyConfig, CATCH_UP_MAX_RECORDS, NOTIFIED_KEEP, NOTIFY_SHUTDOWN_GRACE};
 use shepherd_actors::control::GetSession;
-use shepherd_actors::journal::{FilteredRecords, Journal};
+use shepherd_actors::journal::{Journal, QueuedRecords};
 use shepherd_actors::ledger::NotifyLedger;
 use shepherd_actors::ports::Clock;
 use shepherd_actors::redact::Redactor;
@@ -174,7 +174,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 async fn decide_loop(
     n: Arc<Notifier>,
-    mut records: FilteredRecords,
+    mut records: QueuedRecords,
     queue: mpsc::Sender<Message>,
     w: Watch,
     mut stop: watch::Receiver<bool>,

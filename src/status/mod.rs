@@ -29,7 +29,7 @@ use std::time::Duration;
 use actix::Addr;
 use anyhow::Context as _;
 use shepherd_actors::config::{StatusConfig, MIN_WRITE_SHARE};
-use shepherd_actors::journal::{ActionRecord, Journal, PacedRecords};
+use shepherd_actors::journal::{ActionRecord, Journal, QueuedRecords};
 use shepherd_actors::stats::{LiveSession, StatsBook, StatusDocument, StreamFacts};
 use shepherd_actors::supervisor::{InspectLive, LiveView, Supervisor};
 use tokio::sync::{broadcast, watch};
@@ -280,7 +280,8 @@ impl StatusWriter {
             remove_stale_temp_files(path);
             rotate(path, cfg.rotate).with_context(|| format!("status: rotating {}", path.display()))?;
         }
-        let records = journal.subscribe_paced();
+        // Queued as they are made: a burst of recoveries cannot make the counts miss one.
+        let records = journal.subscribe_queued();
         let (stop, stop_rx) = watch::channel(false);
         let cfg = cfg.clone();
         let file = path.clone();
@@ -315,7 +316,7 @@ impl StatusWriter {
 async fn run(
     cfg: StatusConfig,
     path: Option<PathBuf>,
-    mut records: PacedRecords,
+    mut records: QueuedRecords,
     board: StatusBoard,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -378,7 +379,7 @@ async fn run(
         }
     }
     // Drain what is queued, then the final write.
-    while let Ok(record) = records.try_recv() {
+    while let Some(record) = records.try_recv() {
         board.apply(&record);
     }
     if let Some(path) = &path {
