@@ -277,6 +277,17 @@ mod tests {
         }
     }
 
+    /// Records 1 to 20, one every 5 ms, from a task of their own.
+    fn record_twenty_5_ms_apart(journal: &Journal) -> tokio::task::JoinHandle<()> {
+        let sender = journal.clone();
+        tokio::spawn(async move {
+            for i in 1..=20 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                sender.record(rec(i));
+            }
+        })
+    }
+
     /// A lone record is read at once; records that follow it within the pace are read
     /// together after it, in order, and none is lost; after a quiet spell the next one
     /// is again read at once.
@@ -289,13 +300,7 @@ mod tests {
         assert_eq!(paced.recv().await.unwrap().at_ms, 0);
         assert_eq!(start.elapsed(), Duration::ZERO, "the first record of a quiet spell is read at once");
 
-        let sender = journal.clone();
-        let stream = tokio::spawn(async move {
-            for i in 1..=20 {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                sender.record(rec(i));
-            }
-        });
+        let stream = record_twenty_5_ms_apart(&journal);
         let mut read = Vec::new();
         let mut reads_at = Vec::new();
         while read.len() < 20 {
@@ -354,13 +359,7 @@ mod tests {
         assert_eq!(queued.recv().await.unwrap().at_ms, 0);
         assert_eq!(start.elapsed(), Duration::ZERO, "the first record of a quiet spell is read at once");
 
-        let sender = journal.clone();
-        let stream = tokio::spawn(async move {
-            for i in 1..=20 {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                sender.record(rec(i));
-            }
-        });
+        let stream = record_twenty_5_ms_apart(&journal);
         let mut reads_at = Vec::new();
         for i in 1..=20 {
             assert_eq!(queued.recv().await.unwrap().at_ms, i64::from(i), "in order");
