@@ -783,7 +783,7 @@ async fn stall_phase(
     let freeze_watch = freezes::FreezeWatch::start();
     let timings = timings::Timings::parse(&daemon.metrics().render_now());
     // Shepherd's own `stall_detected` records (wall ms), to split each latency in two.
-    let mut journal = daemon.journal().subscribe_paced();
+    let mut journal = daemon.journal().subscribe_to(&[shepherd_actors::journal::Action::StallDetected]);
     let (stop_detections, mut stopped) = tokio::sync::watch::channel(false);
     let detections = actix::spawn(async move {
         let mut seen = std::collections::HashMap::new();

@@ -19,6 +19,10 @@ use tokio::sync::broadcast::error::RecvError;
 pub use crate::opencode::client::Toast;
 use crate::opencode::OpenCodeClient;
 
+/// The actions a toast may be made for ([`toast_for`] words it): the poster is queued
+/// only these records, so a burst of others neither wakes it nor pushes one out.
+pub const ACTIONS: [Action; 4] = [Action::Continue, Action::Nudge, Action::Review, Action::Handoff];
+
 /// The toast a record deserves, if any: actions done on the session, not decisions
 /// declined or the bookkeeping around them.
 pub fn toast_for(r: &ActionRecord, cfg: &ToastsConfig) -> Option<Toast> {
@@ -64,13 +68,13 @@ impl Toasts {
     pub fn start(cfg: &ToastsConfig, journal: &Journal) -> Toasts {
         let toasts = Toasts::default();
         toasts.set_config(cfg.clone());
-        let mut records = journal.subscribe_paced();
+        let mut records = journal.subscribe_to(&ACTIONS);
         let poster = toasts.clone();
         actix::spawn(async move {
             loop {
                 match records.recv().await {
                     Ok(r) => poster.post(&r),
-                    Err(RecvError::Lagged(n)) => tracing::debug!(missed = n, "toasts: fell behind the journal"),
+                    Err(RecvError::Lagged(n)) => tracing::debug!(missed = n, "toasts: records missed (their queue was full)"),
                     Err(RecvError::Closed) => return,
                 }
             }
@@ -179,6 +183,7 @@ mod tests {
             (Action::Abort, Outcome::Done, None, false),
         ] {
             assert_eq!(toast_for(&record(action, outcome, phase), &cfg).is_some(), toast, "{action:?} {outcome:?}");
+            assert!(!toast || ACTIONS.contains(&action), "{action:?} toasts: the poster must be queued its records");
         }
     }
 }

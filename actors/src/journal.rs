@@ -7,9 +7,9 @@ pub use shepherd_core::journal::*;
 use std::time::Duration;
 
 use tokio::sync::broadcast;
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::broadcast::error::RecvError;
 
-/// How long a [`PacedRecords`] subscriber lets records gather once they come in a
+/// How long a [`QueuedRecords`] reader lets records gather once they come in a
 /// stream. Not a tuning knob: what follows the journal (metrics, the status file, toasts,
 /// notifications) is read in seconds, and a burst of recoveries made a record every
 /// half-millisecond, each waking every subscriber's thread from the session's.
@@ -80,35 +80,29 @@ impl Journal {
         self.tx.subscribe()
     }
 
-    /// [`Journal::subscribe`], read in batches while records come fast: see
-    /// [`PacedRecords`].
-    pub fn subscribe_paced(&self) -> PacedRecords {
-        PacedRecords { rx: self.tx.subscribe(), pace: RECORDS_PACE, gathering: false }
-    }
-
     /// Every record of `actions` from now on, and no other ([`QueuedRecords`]): what
-    /// follows a few kinds of record (the notifiers) is not made to miss one by a burst
-    /// of others — a broadcast subscriber on a busy thread fell behind a burst of
-    /// recoveries and lost the oldest records, whatever their kind.
+    /// follows a few kinds of record (the notifiers, toasts) is not made to miss one by
+    /// a burst of others — a broadcast subscriber on a busy thread fell behind a burst
+    /// of recoveries and lost the oldest records, whatever their kind — and costs the
+    /// recording thread nothing for the others.
     pub fn subscribe_to(&self, actions: &'static [Action]) -> QueuedRecords {
-        self.queue(Some(actions), FILTERED_KEPT, None)
+        self.queue(Some(actions), FILTERED_KEPT)
     }
 
     /// Every record from now on, queued for this reader as it is made (up to
-    /// [`QUEUED_KEPT`] unread) and read like [`PacedRecords`] — the first after a quiet
-    /// spell at once, then what gathered every [`RECORDS_PACE`]: the status file's
-    /// counts, which a reader of the broadcast on its niced thread could lose in a burst.
+    /// [`QUEUED_KEPT`] unread): the status file's counts, which a reader of the
+    /// broadcast on its niced thread could lose in a burst.
     pub fn subscribe_queued(&self) -> QueuedRecords {
-        self.queue(None, QUEUED_KEPT, Some(RECORDS_PACE))
+        self.queue(None, QUEUED_KEPT)
     }
 
-    fn queue(&self, actions: Option<&'static [Action]>, kept: usize, pace: Option<Duration>) -> QueuedRecords {
+    fn queue(&self, actions: Option<&'static [Action]>, kept: usize) -> QueuedRecords {
         let (tx, rx) = tokio::sync::mpsc::channel(kept);
         let missed = std::sync::Arc::default();
         let mut filtered = self.filtered.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         filtered.retain(|f| !f.tx.is_closed());
         filtered.push(Filter { actions, tx, missed: std::sync::Arc::clone(&missed) });
-        QueuedRecords { rx, missed, pace, gathering: false }
+        QueuedRecords { rx, missed, gathering: false }
     }
 
     pub fn record(&self, r: ActionRecord) {
@@ -165,63 +159,17 @@ impl Journal {
     }
 }
 
-/// A subscription that wakes for the first record after a quiet spell, and while
-/// records keep coming reads them every [`RECORDS_PACE`] rather than one wake-up each: a
-/// waiting receiver is woken by every send, from the thread that records (a session's),
-/// and a sleeping one costs that thread nothing. A lone record is read at once; a burst
-/// at most `RECORDS_PACE` late, in order, none lost that the channel keeps.
-///
-/// [`PacedRecords::recv`] is cancel-safe (for `select!`): a record is only taken when
-/// returned.
-#[derive(Debug)]
-pub struct PacedRecords {
-    rx: broadcast::Receiver<ActionRecord>,
-    pace: Duration,
-    /// A record came lately: when none is queued, let the next ones gather first.
-    gathering: bool,
-}
-
-impl PacedRecords {
-    /// The next record, as [`broadcast::Receiver::recv`] (a slow reader is told how many
-    /// it missed).
-    pub async fn recv(&mut self) -> Result<ActionRecord, RecvError> {
-        loop {
-            match self.rx.try_recv() {
-                Ok(r) => {
-                    self.gathering = true;
-                    return Ok(r);
-                }
-                Err(TryRecvError::Lagged(n)) => return Err(RecvError::Lagged(n)),
-                Err(TryRecvError::Closed) => return Err(RecvError::Closed),
-                Err(TryRecvError::Empty) => {}
-            }
-            if self.gathering {
-                tokio::time::sleep(self.pace).await;
-                self.gathering = false;
-                continue;
-            }
-            let next = self.rx.recv().await;
-            self.gathering = next.is_ok();
-            return next;
-        }
-    }
-
-    /// A queued record, without waiting.
-    pub fn try_recv(&mut self) -> Result<ActionRecord, TryRecvError> {
-        self.rx.try_recv()
-    }
-}
-
 /// Records queued for one reader as they are made ([`Journal::subscribe_to`],
 /// [`Journal::subscribe_queued`]): the thread that records only queues each (past the
-/// queue's bound the newest are missed and counted). With a pace, read like
-/// [`PacedRecords`]: while records keep coming the reader sleeps between batches, and a
-/// reader that is not waiting costs the recording thread no wake-up.
+/// queue's bound the newest are missed and counted). Read paced: the first record
+/// after a quiet spell at once, and while records keep coming what gathered every
+/// [`RECORDS_PACE`], the reader asleep between batches — a waiting reader is woken by
+/// every record, from the thread that records (a session's), and a sleeping one costs
+/// that thread nothing. In order, none lost that the queue keeps.
 #[derive(Debug)]
 pub struct QueuedRecords {
     rx: tokio::sync::mpsc::Receiver<ActionRecord>,
     missed: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    pace: Option<Duration>,
     /// A record came lately: when none is queued, let the next ones gather first.
     gathering: bool,
 }
@@ -238,19 +186,19 @@ impl QueuedRecords {
             }
             match self.rx.try_recv() {
                 Ok(r) => {
-                    self.gathering = self.pace.is_some();
+                    self.gathering = true;
                     return Ok(r);
                 }
                 Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => return Err(RecvError::Closed),
                 Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {}
             }
-            if let (true, Some(pace)) = (self.gathering, self.pace) {
-                tokio::time::sleep(pace).await;
+            if self.gathering {
+                tokio::time::sleep(RECORDS_PACE).await;
                 self.gathering = false;
                 continue;
             }
             let next = self.rx.recv().await;
-            self.gathering = next.is_some() && self.pace.is_some();
+            self.gathering = next.is_some();
             return next.ok_or(RecvError::Closed);
         }
     }
@@ -288,39 +236,6 @@ mod tests {
         })
     }
 
-    /// A lone record is read at once; records that follow it within the pace are read
-    /// together after it, in order, and none is lost; after a quiet spell the next one
-    /// is again read at once.
-    #[tokio::test(start_paused = true)]
-    async fn a_lone_record_is_read_at_once_and_a_stream_in_batches_in_order() {
-        let journal = Journal::new();
-        let mut paced = journal.subscribe_paced();
-        let start = tokio::time::Instant::now();
-        journal.record(rec(0));
-        assert_eq!(paced.recv().await.unwrap().at_ms, 0);
-        assert_eq!(start.elapsed(), Duration::ZERO, "the first record of a quiet spell is read at once");
-
-        let stream = record_twenty_5_ms_apart(&journal);
-        let mut read = Vec::new();
-        let mut reads_at = Vec::new();
-        while read.len() < 20 {
-            read.push(paced.recv().await.unwrap().at_ms);
-            reads_at.push(start.elapsed());
-        }
-        stream.await.unwrap();
-        assert_eq!(read, (1..=20).collect::<Vec<_>>(), "every record, in order");
-        reads_at.dedup();
-        assert!(reads_at.len() <= 3, "20 records 5 ms apart were read in a few batches, not one by one: {reads_at:?}");
-        assert!(reads_at.iter().all(|t| *t <= Duration::from_millis(100) + RECORDS_PACE), "none later than the pace: {reads_at:?}");
-
-        // Quiet for longer than the pace: the next record is read at once again.
-        tokio::time::sleep(RECORDS_PACE * 3).await;
-        let quiet_end = tokio::time::Instant::now();
-        journal.record(rec(99));
-        assert_eq!(paced.recv().await.unwrap().at_ms, 99);
-        assert_eq!(quiet_end.elapsed(), Duration::ZERO);
-    }
-
     /// A filtered subscriber gets every record of its actions, in order, however many
     /// others came between them (the broadcast's reader, left unread as long, lost the
     /// oldest); one that leaves too many of its own unread is told how many it missed.
@@ -347,9 +262,10 @@ mod tests {
         assert_eq!(filtered.recv().await.unwrap().at_ms, 0, "then the ones kept, oldest first");
     }
 
-    /// The status file's reader: paced like a broadcast reader — a lone record at once,
-    /// a stream in a few batches — and it misses none of a burst larger than the
-    /// broadcast keeps.
+    /// A reader of every record (the status file's): a lone record is read at once;
+    /// records that follow it within the pace are read together after it, in order;
+    /// after a quiet spell the next one is read at once again; and it misses none of a
+    /// burst larger than the broadcast keeps.
     #[tokio::test(start_paused = true)]
     async fn a_queued_reader_is_paced_and_misses_none_of_a_burst() {
         let journal = Journal::new();
@@ -368,6 +284,14 @@ mod tests {
         stream.await.unwrap();
         reads_at.dedup();
         assert!(reads_at.len() <= 3, "20 records 5 ms apart were read in a few batches, not one by one: {reads_at:?}");
+        assert!(reads_at.iter().all(|t| *t <= Duration::from_millis(100) + RECORDS_PACE), "none later than the pace: {reads_at:?}");
+
+        // Quiet for longer than the pace: the next record is read at once again.
+        tokio::time::sleep(RECORDS_PACE * 3).await;
+        let quiet_end = tokio::time::Instant::now();
+        journal.record(rec(99));
+        assert_eq!(queued.recv().await.unwrap().at_ms, 99);
+        assert_eq!(quiet_end.elapsed(), Duration::ZERO, "read at once after a quiet spell");
 
         for i in 0..10_000 {
             journal.record(rec(i));
