@@ -57,6 +57,7 @@ use serde::{Deserialize, Serialize};
 use shepherd::daemon::Daemon;
 use shepherd::opencode::PumpStats;
 use shepherd_actors::config::{Config, ServerConfig};
+use shepherd_actors::journal::Action;
 use shepherd_actors::stream_clock::Behind;
 use sim::{RunPlanned, RunSpec, SimConfig, SimReport};
 
@@ -783,14 +784,14 @@ async fn stall_phase(
     let freeze_watch = freezes::FreezeWatch::start();
     let timings = timings::Timings::parse(&daemon.metrics().render_now());
     // Shepherd's own `stall_detected` records (wall ms), to split each latency in two.
-    let mut journal = daemon.journal().subscribe_to(&[shepherd_actors::journal::Action::StallDetected]);
+    let mut journal = daemon.journal().subscribe_to(&[Action::StallDetected]);
     let (stop_detections, mut stopped) = tokio::sync::watch::channel(false);
     let detections = actix::spawn(async move {
         let mut seen = std::collections::HashMap::new();
         loop {
             tokio::select! {
                 rec = journal.recv() => match rec {
-                    Ok(rec) if rec.action == shepherd_actors::journal::Action::StallDetected => {
+                    Ok(rec) if rec.action == Action::StallDetected => {
                         seen.entry(rec.session).or_insert(rec.at_ms);
                     }
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}

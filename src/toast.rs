@@ -74,7 +74,9 @@ impl Toasts {
             loop {
                 match records.recv().await {
                     Ok(r) => poster.post(&r),
-                    Err(RecvError::Lagged(n)) => tracing::debug!(missed = n, "toasts: records missed (their queue was full)"),
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::debug!(missed = n, "toasts: records missed (their queue was full)");
+                    }
                     Err(RecvError::Closed) => return,
                 }
             }

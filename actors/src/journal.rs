@@ -284,7 +284,8 @@ mod tests {
         stream.await.unwrap();
         reads_at.dedup();
         assert!(reads_at.len() <= 3, "20 records 5 ms apart were read in a few batches, not one by one: {reads_at:?}");
-        assert!(reads_at.iter().all(|t| *t <= Duration::from_millis(100) + RECORDS_PACE), "none later than the pace: {reads_at:?}");
+        let latest = Duration::from_millis(100) + RECORDS_PACE;
+        assert!(reads_at.iter().all(|t| *t <= latest), "none later than the pace: {reads_at:?}");
 
         // Quiet for longer than the pace: the next record is read at once again.
         tokio::time::sleep(RECORDS_PACE * 3).await;
