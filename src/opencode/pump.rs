@@ -116,7 +116,12 @@ impl EventPump {
     /// ([`Registry::end_of_read`](shepherd_actors::supervisor::Registry::end_of_read)).
     pub async fn run(self, mut shutdown: watch::Receiver<bool>, batching: bool) {
         let name = self.server.name.clone();
-        let client = match reqwest::Client::builder().connect_timeout(self.server.request_timeout).build() {
+        // Its pooled connection sits idle between a version read and the next connect.
+        let built = reqwest::Client::builder()
+            .connect_timeout(self.server.request_timeout)
+            .pool_idle_timeout(crate::opencode::client::POOL_IDLE)
+            .build();
+        let client = match built {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(server = %name, error = %e, "cannot build the event-stream client; this server is not supervised");

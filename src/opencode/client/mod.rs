@@ -95,11 +95,20 @@ pub struct OpenCodeClient {
     timer: Option<CallTimer>,
 }
 
+/// How long a connection to OpenCode may sit idle in a pool and still be used: less than
+/// the 5 s after which OpenCode 1.19 closes one (`Keep-Alive: timeout=5`; 1.18 kept
+/// them open). A request sent on a connection the server is closing at that moment gets
+/// no answer — a prompt or an abort then cannot be confirmed, a read fails — so the
+/// client gives a connection up before the server may. The event stream's is in use,
+/// never idle.
+pub const POOL_IDLE: std::time::Duration = std::time::Duration::from_secs(4);
+
 /// The HTTP client of one server's REST calls: a pool of connections of its own.
 fn http_client(request_timeout: std::time::Duration) -> Result<reqwest::Client, EngineError> {
     reqwest::Client::builder()
         .timeout(request_timeout)
         .connect_timeout(request_timeout)
+        .pool_idle_timeout(POOL_IDLE)
         .build()
         .map_err(|e| EngineError::Unreachable(format!("cannot build HTTP client: {e}")))
 }
