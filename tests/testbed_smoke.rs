@@ -1,5 +1,5 @@
 //! Smoke tests of the test bed itself: the fake model driving a real `opencode serve`
-//! (OpenCode 1.18.34) into the situations Shepherd supervises. Each test starts its own
+//! (the pinned OpenCode, `OPENCODE_VERSION`) into the situations Shepherd supervises. Each test starts its own
 //! fake and its own server (a few seconds each).
 
 use std::time::Duration;

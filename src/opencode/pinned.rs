@@ -9,4 +9,4 @@
 //! No intra-doc links here: they would not resolve in the test bed's copy.
 
 /// The OpenCode release the test bed runs (`opencode --version`).
-pub const OPENCODE_VERSION: &str = "1.18.34";
+pub const OPENCODE_VERSION: &str = "1.19.5";

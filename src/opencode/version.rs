@@ -77,8 +77,12 @@ impl fmt::Display for VersionRange {
 
 /// The OpenCode releases Shepherd supports. Each tested release ran the real-OpenCode
 /// suites (`testbed_smoke`, `e2e_recovery`, `e2e_followup`, `e2e_handoff`,
-/// `e2e_context`, `e2e_subagents`, `e2e_versions`) with the fake model (December 2026):
-/// - 1.18.34, the newest release and the pinned one: everything passes.
+/// `e2e_context`, `e2e_subagents`, `e2e_versions`) with the fake model (December 2026;
+/// 1.19.5 ran the whole workspace's suite):
+/// - 1.19.5, the newest release (`opencode-linux-x64`'s `latest` on npm; the meta
+///   package `opencode-ai` stops at 1.18.33) and the pinned one: everything passes.
+/// - 1.18.34, the pinned release before it: everything passes (the whole workspace's
+///   suite ran on it in every CI run until 1.19.5 was pinned).
 /// - 1.17.19, the last 1.17 published for Linux (`opencode-ai@1.17.20` exists, its
 ///   `opencode-linux-x64` does not): everything passes but the runaway loop
 ///   (`a_runaway_loop_is_aborted…`, the `cut` case of `scripted_behaviours…`): before
@@ -89,11 +93,14 @@ impl fmt::Display for VersionRange {
 ///   an overflowed context by itself even with `compaction.auto = false`, so Shepherd's
 ///   emergency compaction has nothing to do (`an_overflow_left_idle…` expects it).
 ///
-/// Event shapes and the endpoints Shepherd uses are the same in all three (1.15 also
-/// sends `session.next.*` events, which Shepherd ignores); the test bed's launcher and
-/// configuration work unchanged. Releases between the ends are assumed to behave like
+/// Event shapes and the endpoints Shepherd uses are the same in all four (1.15 also
+/// sends `session.next.*` events, which Shepherd ignores; 1.19.5 against 1.18.34: the
+/// same OpenAPI paths and event, session, message, part, todo and ask schemas, the same
+/// frames and sequences live); the test bed's launcher and configuration work
+/// unchanged. 1.19 closes a keep-alive connection idle for 5 s (see
+/// `client::POOL_IDLE`). Releases between the ends are assumed to behave like
 /// them; older releases and newer minors were never tried and get a warning.
-pub const SUPPORTED: VersionRange = VersionRange { oldest: OLDEST_SUPPORTED, newest_minor: (1, 18) };
+pub const SUPPORTED: VersionRange = VersionRange { oldest: OLDEST_SUPPORTED, newest_minor: (1, 19) };
 
 /// The oldest supported release; CI runs a smoke subset on it (`scripts/test.sh` reads
 /// this line).
@@ -218,10 +225,10 @@ mod tests {
 
     #[test]
     fn the_range_holds_the_tested_releases_and_later_patches_of_the_newest_minor() {
-        for ok in ["1.15.13", "1.17.19", "1.18.0", "1.18.34", "1.18.99"] {
+        for ok in ["1.15.13", "1.17.19", "1.18.0", "1.18.34", "1.19.0", "1.19.5", "1.19.99"] {
             assert!(matches!(assess(ok), Support::Supported(_)), "{ok}");
         }
-        for out in ["1.15.12", "1.14.41", "0.9.0", "1.19.0", "2.0.0"] {
+        for out in ["1.15.12", "1.14.41", "0.9.0", "1.20.0", "2.0.0"] {
             assert!(matches!(assess(out), Support::Outside(_)), "{out}");
         }
         assert_eq!(assess("dev"), Support::Unparseable);
@@ -234,6 +241,6 @@ mod tests {
 
     #[test]
     fn the_range_reads_as_its_ends() {
-        assert_eq!(SUPPORTED.to_string(), "1.15.13 to 1.18.x");
+        assert_eq!(SUPPORTED.to_string(), "1.15.13 to 1.19.x");
     }
 }
