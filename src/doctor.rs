@@ -3,7 +3,7 @@
 //!
 //! It reads what `run` would use (the same `--config`/`--server`/`--set`) and looks, with
 //! bounded waits, at every part the daemon depends on: each server (reachable, the
-//! password accepted, its version, its event stream), the state directory (writable,
+//! password accepted, its version within the supported range, its event stream), the state directory (writable,
 //! private), Redis when instances share through it, the advisor's model when one is
 //! configured, and the control API's address. It changes nothing: no session is read or
 //! touched, no state written (a probe file in the state directory is removed at once),
@@ -178,6 +178,10 @@ async fn examine_server(index: usize, server: &ServerConfig) -> Vec<Finding> {
         .and_then(|v| v["version"].as_str().map(str::to_string))
         .unwrap_or_else(|| "unknown".to_string());
     let mut out = vec![Finding::ok(&subject, format!("reachable at {shown}, OpenCode {version}"))];
+    // Judged as the daemon judges it at every connect (`version::assess`).
+    if let Some((problem, fix)) = crate::opencode::version::assess(&version).problem(&version) {
+        out.push(Finding::problem(Level::Warn, format!("{subject} version"), problem, fix));
+    }
     out.push(examine_stream(&subject, &http, url, authed).await);
     out
 }

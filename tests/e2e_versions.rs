@@ -94,3 +94,39 @@ async fn a_supported_opencode_is_read_at_connect_without_a_warning() -> anyhow::
     rig.stop().await;
     Ok(())
 }
+
+/// `shepherd doctor` judges the version as the daemon does: a real OpenCode that reports
+/// a release past the supported range (through a proxy that rewrites only the health
+/// answer) gets a warning naming it, the range and what to run, and the report still
+/// passes; the real OpenCode as it is gets none.
+#[actix::test]
+async fn doctor_warns_of_a_server_outside_the_supported_range_and_still_passes() -> anyhow::Result<()> {
+    use shepherd_testbed::fake_model::FakeModel;
+    use shepherd_testbed::opencode::{OpenCodeOptions, OpenCodeServer, OPENCODE_VERSION};
+    let fake = FakeModel::start()?;
+    let mut opencode = OpenCodeServer::start(OpenCodeOptions::for_fake(&fake)).await?;
+    let proxy = FaultyProxy::start_clean(opencode.url())?;
+    let doctor = |url: &str| -> anyhow::Result<(bool, String)> {
+        let dir = tempfile::tempdir()?;
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(["doctor", "--server", url, "--set", "control.enabled=false", "--set"])
+            .arg(format!("store.path={}", dir.path().join("ledger.sqlite3").display()))
+            .output()?;
+        Ok((out.status.success(), String::from_utf8(out.stdout)?))
+    };
+
+    let (ok, report) = doctor(&opencode.url())?;
+    assert!(ok, "{report}");
+    assert!(!report.contains("version: OpenCode"), "no version warning for {OPENCODE_VERSION}: {report}");
+
+    *proxy.faults.health_version.lock().unwrap() = Some("1.20.0".into());
+    let (ok, report) = doctor(&proxy.url)?;
+    assert!(ok, "a warning is no failure: {report}");
+    let line = report.lines().find(|l| l.contains("version: OpenCode 1.20.0")).expect("a version line");
+    assert!(line.starts_with("WARN") && line.contains(&SUPPORTED.to_string()), "{report}");
+    let names_the_pinned = line.contains(&format!("Shepherd's tests run {OPENCODE_VERSION}"));
+    assert!(names_the_pinned, "the fix names the pinned release: {report}");
+    assert!(report.contains("event stream: connected"), "the rest is examined as before: {report}");
+    opencode.stop().await;
+    Ok(())
+}

@@ -116,6 +116,35 @@ pub enum Support {
     Unparseable,
 }
 
+impl Support {
+    /// What is wrong with a server that reports `reported`, and what to do about it
+    /// (`None`: nothing) — the daemon's warning and `shepherd doctor` say the same. No
+    /// install command: npm's `opencode-ai` is not published for every release (not for
+    /// the pinned one), and the platform packages put no `opencode` on the `PATH`.
+    pub fn problem(self, reported: &str) -> Option<(String, String)> {
+        let pinned = super::pinned::OPENCODE_VERSION;
+        match self {
+            Support::Supported(_) => None,
+            Support::Outside(_) => Some((
+                format!(
+                    "OpenCode {reported} is outside the versions Shepherd is tested with ({SUPPORTED}): \
+                     supervision may misread its events"
+                ),
+                format!(
+                    "run a supported OpenCode (Shepherd's tests run {pinned}) or a Shepherd that supports {reported}"
+                ),
+            )),
+            Support::Unparseable => Some((
+                format!(
+                    "OpenCode reports version {reported:?}, which is no release Shepherd knows ({SUPPORTED}): \
+                     supervision may misread its events"
+                ),
+                format!("run a supported OpenCode release (Shepherd's tests run {pinned})"),
+            )),
+        }
+    }
+}
+
 /// Judges a reported version against [`SUPPORTED`].
 pub fn assess(reported: &str) -> Support {
     match Version::parse(reported) {
@@ -182,27 +211,17 @@ impl VersionWarnings {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .insert((server.to_string(), reported.to_string()))
         };
-        match support {
-            Support::Supported(_) => {
+        match support.problem(reported) {
+            None => {
                 tracing::info!(server = %server, opencode_version = %reported, supported = %SUPPORTED, "OpenCode version read")
             }
-            Support::Outside(_) if first() => tracing::warn!(
+            Some((problem, fix)) if first() => tracing::warn!(
                 server = %server,
                 opencode_version = %reported,
                 supported = %SUPPORTED,
-                "OpenCode {reported} is outside the versions Shepherd is tested with ({SUPPORTED}); supervision \
-                 may misread its events: run a supported OpenCode (e.g. `npm i -g opencode-ai@{}`) or a Shepherd \
-                 that supports {reported}",
-                super::pinned::OPENCODE_VERSION,
+                "{problem}: {fix}"
             ),
-            Support::Unparseable if first() => tracing::warn!(
-                server = %server,
-                opencode_version = %reported,
-                supported = %SUPPORTED,
-                "OpenCode reports version {reported:?}, which is no release Shepherd knows ({SUPPORTED}); \
-                 supervision may misread its events: run a supported OpenCode release",
-            ),
-            Support::Outside(_) | Support::Unparseable => {
+            Some(_) => {
                 tracing::info!(server = %server, opencode_version = %reported, supported = %SUPPORTED, "OpenCode version read (unsupported, warned before)")
             }
         }
