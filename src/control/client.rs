@@ -15,7 +15,7 @@ use shepherd_actors::event::Todo;
 use shepherd_actors::journal::ActionRecord;
 use shepherd_actors::stats::StatusDocument;
 
-use super::server::connectable;
+use super::server::{connectable, CLIENT_POOL_IDLE};
 use super::token::{find_for_client, ControlToken, TokenError, TokenOrigin};
 
 /// A daemon that does not accept the connection this fast is not running.
@@ -130,6 +130,7 @@ impl ControlClient {
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
+            .pool_idle_timeout(CLIENT_POOL_IDLE)
             .build()
             .map_err(|e| protocol(e.to_string()))?;
         Ok(Self { base, token, origin, http })
@@ -323,5 +324,23 @@ mod tests {
         let e = ControlClient::from_config_with_env(&cfg, &env(&[])).unwrap_err().to_string();
         assert!(e.contains("SHEPHERD_CONTROL_TOKEN") && e.contains(&*file.to_string_lossy()), "{e}");
         assert!(e.contains("shepherd run"), "{e}");
+    }
+
+    /// `shepherd top` polls at its `--refresh`: a call after the connection sat idle as
+    /// long as the control API keeps one (5 s) goes on a new connection and is answered
+    /// (on the old one, kept by reqwest's default pool for 90 s, it went unanswered).
+    #[tokio::test]
+    async fn a_connection_the_api_may_have_closed_for_idleness_is_not_used_again() {
+        let (url, connections) = crate::test_support::closing_idle_connections("[]").await;
+        let token = ControlToken::new("t").unwrap();
+        let client = ControlClient::new(&url, token, TokenOrigin::Env("SHEPHERD_CONTROL_TOKEN".into())).unwrap();
+        client.sessions_json().await.unwrap();
+        client.sessions_json().await.unwrap();
+        assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1, "kept and used again");
+
+        // Real time: under a paused clock the client's timeouts would fire at once.
+        tokio::time::sleep(Duration::from_millis(5_200)).await;
+        client.sessions_json().await.expect("answered on a new connection");
+        assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }

@@ -12,7 +12,7 @@ use std::future::{ready, Ready};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::{Addr, MailboxError};
 use actix_web::dev::{Payload, ServerHandle, Service as _};
@@ -44,6 +44,13 @@ const DEFAULT_HISTORY_LIMIT: u32 = 50;
 const WORKERS: usize = 2;
 /// How long a graceful stop waits for requests under way (a prompt being delivered).
 const SHUTDOWN_GRACE_SECS: u64 = 5;
+/// How long the server keeps a connection open between requests (actix-web's default,
+/// said here because the client's pool must give one up before: [`CLIENT_POOL_IDLE`]).
+const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// How long [`ControlClient`](super::ControlClient) keeps an idle connection for the next
+/// call (`shepherd top` polls at any `--refresh`): a second less than the server keeps it,
+/// so no call goes out on a connection the server is closing, to go unanswered.
+pub(super) const CLIENT_POOL_IDLE: Duration = KEEP_ALIVE.saturating_sub(Duration::from_secs(1));
 
 /// A running control API.
 pub struct ControlServer {
@@ -112,6 +119,7 @@ impl ControlServer {
         let (handle, thread) = crate::http_thread::spawn_server(format!("control-api-{}", local.port()), move || {
             Ok(HttpServer::new(move || app(state.clone()))
                 .workers(WORKERS)
+                .keep_alive(KEEP_ALIVE)
                 .disable_signals()
                 .shutdown_timeout(SHUTDOWN_GRACE_SECS)
                 .listen(listener)?

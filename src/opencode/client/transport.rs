@@ -326,50 +326,13 @@ mod tests {
         assert_eq!(OpenCodeClient::new(&server, None).unwrap().todos("ses_A").await.unwrap(), vec![]);
     }
 
-    /// A fake OpenCode 1.19 as seen at the worst moment: it keeps a connection open
-    /// between requests, and one that sat idle 5 s or more it closes — here the moment
-    /// the next request comes, so that request is never answered. Each answer is `[]`.
-    /// Counts the connections it was given.
-    async fn closes_idle_connections_server() -> (String, Arc<AtomicUsize>) {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(5);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let connections = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&connections);
-        tokio::spawn(async move {
-            while let Ok((mut sock, _)) = listener.accept().await {
-                counted.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut last_answer = None::<std::time::Instant>;
-                    let mut buf = vec![0u8; 8192];
-                    while let Ok(n @ 1..) = sock.read(&mut buf).await {
-                        if !buf[..n].ends_with(b"\r\n\r\n") {
-                            continue; // a GET without a body: its head is whole at the blank line
-                        }
-                        if last_answer.is_some_and(|at| at.elapsed() >= KEEP_ALIVE) {
-                            return; // closed unanswered
-                        }
-                        let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\
-                                      keep-alive: timeout=5\r\n\r\n[]";
-                        if sock.write_all(answer.as_bytes()).await.is_err() {
-                            return;
-                        }
-                        last_answer = Some(std::time::Instant::now());
-                    }
-                });
-            }
-        });
-        (url, connections)
-    }
-
     /// Calls close together share a connection; a call after the connection sat idle
     /// longer than OpenCode 1.19 keeps one open goes on a new one, and is answered (on
     /// the old one it was never answered: a client that kept idle connections 90 s,
     /// reqwest's default, failed it).
     #[tokio::test]
     async fn a_connection_opencode_may_have_closed_for_idleness_is_not_used_again() {
-        let (url, connections) = closes_idle_connections_server().await;
+        let (url, connections) = crate::test_support::closing_idle_connections("[]").await;
         let client = OpenCodeClient::new(&ServerConfig::new("a", &url), None).unwrap();
         assert_eq!(client.todos("ses_A").await.unwrap(), vec![]);
         assert_eq!(client.todos("ses_A").await.unwrap(), vec![]);
