@@ -353,6 +353,24 @@ mod tests {
         c.validate().unwrap();
     }
 
+    /// A password belongs in the variable `password_env` names, never in the URL (which
+    /// `run` would not read, and which lands in files and process lists); an `@` past the
+    /// host is no user-info.
+    #[test]
+    fn a_server_url_with_a_user_or_password_is_refused_naming_password_env() {
+        let mut c = Config::default();
+        for url in ["http://opencode:hunter2@127.0.0.1:4096", "https://user@host/", "http://:pw@h"] {
+            c.servers = vec![ServerConfig::new("a", url)];
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.key, "servers[0].url", "{url}");
+            assert!(e.reason.contains("servers[0].password_env") && !e.reason.contains("hunter2"), "{e}");
+        }
+        for url in ["http://127.0.0.1:4096", "http://h/p@q", "http://h?x=a@b", "http://h:1#a@b"] {
+            c.servers = vec![ServerConfig::new("a", url)];
+            c.validate().unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
+    }
+
     #[test]
     fn a_store_path_naming_a_directory_is_rejected_with_its_key() {
         let mut c = Config::default();

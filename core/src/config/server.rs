@@ -102,6 +102,13 @@ impl ServerConfig {
     }
 }
 
+/// Whether `url` has a user-info part (`http://user:password@host/`): what comes between
+/// the scheme and the first `/`, `?` or `#` holds an `@`.
+fn carries_credentials(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split(['/', '?', '#']).next().is_some_and(|authority| authority.contains('@'))
+}
+
 /// Checks `servers[i].*`: names unique and non-empty, URLs, limits.
 pub(super) fn validate(c: &Config) -> Result<(), InvalidValue> {
     let mut names = std::collections::HashSet::new();
@@ -114,6 +121,16 @@ pub(super) fn validate(c: &Config) -> Result<(), InvalidValue> {
         }
         if !(s.url.starts_with("http://") || s.url.starts_with("https://")) {
             return Err(bad(&format!("servers[{i}].url"), "must start with http:// or https://"));
+        }
+        if carries_credentials(&s.url) {
+            return Err(bad(
+                &format!("servers[{i}].url"),
+                &format!(
+                    "must not carry a user or password (user:password@host): name a variable holding the \
+                     password in servers[{i}].password_env (the user is servers[{i}].username) — a URL is \
+                     written to files, logs and process lists"
+                ),
+            ));
         }
         if s.list_limit == 0 {
             return Err(bad(&format!("servers[{i}].list_limit"), "must be at least 1"));
