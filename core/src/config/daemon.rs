@@ -253,6 +253,37 @@ pub enum LogFormat {
     Pretty,
 }
 
+/// The levels a `log.level` directive may name.
+const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// Checks `log.level`: each comma-separated directive is a level, or `target=level`. A
+/// bare word is a valid `tracing` directive — every level of the target of that name —
+/// so `level = "verbose"` would quietly log nothing else: refused. Span filters
+/// (`target[span]=level`) are left to the filter's own parser.
+pub(super) fn validate_log(c: &Config) -> Result<(), InvalidValue> {
+    let is_level = |word: &str| LOG_LEVELS.iter().any(|l| l.eq_ignore_ascii_case(word.trim()));
+    let wrong = c.log.level.split(',').find(|directive| {
+        let directive = directive.trim();
+        match directive.rsplit_once('=') {
+            _ if directive.is_empty() || directive.contains('[') => false,
+            Some((target, level)) => target.trim().is_empty() || !is_level(level),
+            None => !is_level(directive),
+        }
+    });
+    match wrong {
+        Some(directive) => Err(bad(
+            "log.level",
+            &format!(
+                "{:?} is not a level: write one of {} (e.g. \"info\"), or target=level directives \
+                 (\"info,shepherd=debug\")",
+                directive.trim(),
+                LOG_LEVELS.join(", ")
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Checks `status.*` when the status file is on.
 pub(super) fn validate_status(c: &Config) -> Result<(), InvalidValue> {
     if c.status.enabled {

@@ -151,6 +151,7 @@ impl Config {
         loops::validate(self)?;
         daemon::validate_status(self)?;
         daemon::validate_top(self)?;
+        daemon::validate_log(self)?;
         daemon::validate_supervisor(self)?;
         followup::validate_nudge(self)?;
         followup::validate_review(self)?;
@@ -351,6 +352,23 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().key, "servers[0].max_requests_in_flight");
         c.servers[0].max_requests_in_flight = 8;
         c.validate().unwrap();
+    }
+
+    /// A log level that is no level (a bare word is a target to `tracing`: it would log
+    /// nothing else) is refused; levels and target=level directives pass.
+    #[test]
+    fn a_log_level_that_is_no_level_is_refused() {
+        let mut c = Config::default();
+        for wrong in ["verbose", "bogus=x", "info,loud", "=debug"] {
+            c.log.level = wrong.into();
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.key, "log.level", "{wrong}");
+        }
+        let rights = ["info", "DEBUG", "warn,shepherd=debug", "shepherd::action=trace, info", "off", "info,"];
+        for right in rights.into_iter().chain(["h[s{a=1}]=debug"]) {
+            c.log.level = right.into();
+            c.validate().unwrap_or_else(|e| panic!("{right}: {e}"));
+        }
     }
 
     /// A password belongs in the variable `password_env` names, never in the URL (which
