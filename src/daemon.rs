@@ -93,6 +93,16 @@ impl Daemon {
     }
 
     fn start_with_loader(cfg: &Config, loader: Option<ConfigLoader>) -> anyhow::Result<Self> {
+        // What the configuration can make fail is tried before anything starts: a
+        // failure after would leave actors, threads, a token file and a status file's
+        // draft behind (and actix panicking as the half-started system was dropped).
+        for server in &cfg.servers {
+            crate::config::resolve_password(server).map_err(|e| anyhow::anyhow!("servers.{}: {e}", server.name))?;
+        }
+        let control_listener =
+            if cfg.control.enabled { Some(crate::control::ControlListener::bind(&cfg.control)?) } else { None };
+        let status_file =
+            if cfg.status.enabled { Some(status_path(&cfg.status, &|name| std::env::var_os(name))?) } else { None };
         let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
         // This daemon's own recorder (never a global one: tests run several daemons),
         // counting every record as it is made.
@@ -155,24 +165,21 @@ impl Daemon {
         )?;
         let board = StatusBoard::new(&cfg.status, supervisor.clone(), Arc::clone(&pump_stats), instance.clone());
         let (reload, requests) = crate::reload::channel();
-        // Before the pumps: a control port already taken fails start-up with nothing running.
-        let control = if cfg.control.enabled {
-            Some(ControlServer::start(
+        let control = match control_listener {
+            Some(listener) => Some(ControlServer::start(
                 &cfg.control,
+                listener,
                 supervisor.clone(),
                 Arc::clone(&metrics),
                 Some(reload.clone()),
                 board.clone(),
-            )?)
-        } else {
-            None
+            )?),
+            None => None,
         };
         // Before the pumps too, so no record is missed. The board is fed whenever
         // something reads it: the status file, or the control API's `/v1/status`.
         let status = if cfg.status.enabled || cfg.control.enabled {
-            let path =
-                if cfg.status.enabled { Some(status_path(&cfg.status, &|name| std::env::var_os(name))?) } else { None };
-            Some(StatusWriter::start(&cfg.status, path, &journal, board)?)
+            Some(StatusWriter::start(&cfg.status, status_file, &journal, board)?)
         } else {
             None
         };

@@ -142,6 +142,46 @@ async fn shepherd_is_not_ready_while_its_server_does_not_answer_and_says_why() -
 }
 
 /// Not started by systemd: no socket, nothing sent, and `run` works as before.
+/// `shepherd run` that cannot start — a password variable unset, the control port taken
+/// by another process — says why and exits non-zero, having started and written
+/// nothing: no panic as a half-started daemon was dropped, no token, ledger or status
+/// file left in the state directory (a restart loop under systemd must not pile them up).
+#[test]
+fn a_run_that_cannot_start_says_why_and_leaves_nothing_behind() -> anyhow::Result<()> {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.port();
+    let unset = "SHEPHERD_TEST_UNSET_PASSWORD";
+    for (set, says) in [
+        (format!("servers[0].password_env={unset}"), format!("password_env names {unset}, which is not set")),
+        (format!("control.bind=127.0.0.1:{port}"), format!("control.bind 127.0.0.1:{port}: cannot listen")),
+    ] {
+        let home = tempfile::tempdir()?;
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(["run", "--server", "http://127.0.0.1:9", "--set", &set])
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("XDG_STATE_HOME", home.path().join("state"))
+            .env_remove(unset)
+            .output()?;
+        let stderr = String::from_utf8(out.stderr)?;
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains(&says), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        let mut left = Vec::new();
+        let mut dirs = vec![home.path().join("state")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                match entry.file_type()?.is_dir() {
+                    true => dirs.push(entry.path()),
+                    false => left.push(entry.path()),
+                }
+            }
+        }
+        assert!(left.is_empty(), "{set}: nothing written: {left:?}");
+    }
+    Ok(())
+}
+
 #[test]
 fn the_service_manager_is_absent_without_a_notify_socket() {
     // The test harness is not run by systemd (a CI runner that is would set it: skip).

@@ -53,5 +53,5 @@ pub mod table;
 pub mod token;
 
 pub use self::client::{ClientError, ControlClient};
-pub use self::server::ControlServer;
+pub use self::server::{ControlListener, ControlServer};
 pub use self::token::ControlToken;

@@ -66,39 +66,57 @@ impl std::fmt::Debug for ControlServer {
     }
 }
 
+/// `control.bind`, bound: the daemon binds it before anything else starts, so a port
+/// already taken (a second Shepherd) fails start-up with nothing started and nothing
+/// written — and before the token file is written, so a second daemon on the same port
+/// never replaces the first one's token.
+#[derive(Debug)]
+pub struct ControlListener {
+    listener: TcpListener,
+    local: SocketAddr,
+}
+
+impl ControlListener {
+    /// Binds `control.bind` (port 0: any free port).
+    pub fn bind(cfg: &ControlConfig) -> anyhow::Result<Self> {
+        let bind: SocketAddr = cfg
+            .bind
+            .parse()
+            .with_context(|| format!("control.bind {:?}: not an address like 127.0.0.1:7433", cfg.bind))?;
+        check_bind(bind, cfg.allow_remote)?;
+        let listener = TcpListener::bind(bind).with_context(|| {
+            format!("control.bind {bind}: cannot listen (another Shepherd running? change control.bind or set control.enabled = false)")
+        })?;
+        let local = listener.local_addr().context("control API: reading the bound address")?;
+        Ok(Self { listener, local })
+    }
+}
+
 impl ControlServer {
-    /// Binds `control.bind` (port 0: any free port), establishes the token (from the
-    /// environment, or generated and written to the token file) and starts serving.
+    /// Establishes the token (from the environment, or generated and written to the
+    /// token file) and starts serving on `listener`.
     pub fn start(
         cfg: &ControlConfig,
+        listener: ControlListener,
         supervisor: Addr<Supervisor>,
         metrics: Arc<Metrics>,
         reload: Option<ReloadHandle>,
         status: StatusBoard,
     ) -> anyhow::Result<Self> {
-        Self::start_with_env(cfg, supervisor, metrics, reload, status, &|name| std::env::var_os(name))
+        Self::start_with_env(cfg, listener, supervisor, metrics, reload, status, &|name| std::env::var_os(name))
     }
 
     /// [`ControlServer::start`] with the environment given as a lookup function.
     pub fn start_with_env(
         cfg: &ControlConfig,
+        listener: ControlListener,
         supervisor: Addr<Supervisor>,
         metrics: Arc<Metrics>,
         reload: Option<ReloadHandle>,
         status: StatusBoard,
         lookup: &dyn Fn(&str) -> Option<OsString>,
     ) -> anyhow::Result<Self> {
-        let bind: SocketAddr = cfg
-            .bind
-            .parse()
-            .with_context(|| format!("control.bind {:?}: not an address like 127.0.0.1:7433", cfg.bind))?;
-        check_bind(bind, cfg.allow_remote)?;
-        // Bind before writing the token file: a second daemon on the same port must not
-        // replace the first one's token.
-        let listener = TcpListener::bind(bind).with_context(|| {
-            format!("control.bind {bind}: cannot listen (another Shepherd running? change control.bind or set control.enabled = false)")
-        })?;
-        let local = listener.local_addr().context("control API: reading the bound address")?;
+        let ControlListener { listener, local } = listener;
         if !local.ip().is_loopback() {
             tracing::warn!(
                 bind = %local,
@@ -600,7 +618,7 @@ mod tests {
         let supervisor = crate::test_support::supervisor();
         let status = StatusBoard::new(&StatusConfig::default(), supervisor.clone(), Arc::default(), "test".into());
         let env = |name: &str| (name == TOKEN_ENV).then(|| OsString::from("secret"));
-        ControlServer::start_with_env(cfg, supervisor, Metrics::new(), None, status, &env)
+        ControlServer::start_with_env(cfg, ControlListener::bind(cfg)?, supervisor, Metrics::new(), None, status, &env)
     }
 
     fn local(bind: &str) -> ControlConfig {
