@@ -47,11 +47,13 @@
 pub mod auth;
 pub mod client;
 pub mod host;
+mod listener;
 pub mod request;
 pub mod server;
 pub mod table;
 pub mod token;
 
 pub use self::client::{ClientError, ControlClient};
-pub use self::server::{ControlListener, ControlServer};
+pub use self::listener::ControlListener;
+pub use self::server::ControlServer;
 pub use self::token::ControlToken;

@@ -9,7 +9,7 @@
 
 use std::ffi::OsString;
 use std::future::{ready, Ready};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -29,7 +29,8 @@ use shepherd_actors::control::{
 use shepherd_actors::supervisor::{InspectLiveSources, InspectServers, Supervisor};
 
 use super::auth::{Access, Denied, Gate};
-use super::host::{check_bind, HostCheck};
+use super::host::HostCheck;
+use super::listener::ControlListener;
 use super::request::{parse_pause_request, parse_prompt_request, BadBody};
 use super::token::{ControlToken, IssuedToken};
 use crate::metrics::fleet::readiness;
@@ -63,32 +64,6 @@ pub struct ControlServer {
 impl std::fmt::Debug for ControlServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ControlServer").field("url", &self.url).field("token_from", &self.issued.origin).finish()
-    }
-}
-
-/// `control.bind`, bound: the daemon binds it before anything else starts, so a port
-/// already taken (a second Shepherd) fails start-up with nothing started and nothing
-/// written — and before the token file is written, so a second daemon on the same port
-/// never replaces the first one's token.
-#[derive(Debug)]
-pub struct ControlListener {
-    listener: TcpListener,
-    local: SocketAddr,
-}
-
-impl ControlListener {
-    /// Binds `control.bind` (port 0: any free port).
-    pub fn bind(cfg: &ControlConfig) -> anyhow::Result<Self> {
-        let bind: SocketAddr = cfg
-            .bind
-            .parse()
-            .with_context(|| format!("control.bind {:?}: not an address like 127.0.0.1:7433", cfg.bind))?;
-        check_bind(bind, cfg.allow_remote)?;
-        let listener = TcpListener::bind(bind).with_context(|| {
-            format!("control.bind {bind}: cannot listen (another Shepherd running? change control.bind or set control.enabled = false)")
-        })?;
-        let local = listener.local_addr().context("control API: reading the bound address")?;
-        Ok(Self { listener, local })
     }
 }
 
