@@ -320,6 +320,34 @@ impl ConfigArgs {
     }
 }
 
+/// The commands whose output a person pipes into `head`, `less` or `grep`: they read
+/// and print, and change nothing.
+fn prints_for_a_pipe(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Config { command: ConfigCommand::Check(_) }
+            | Command::History(_)
+            | Command::Sessions(_)
+            | Command::Status(_)
+            | Command::Top(_)
+            | Command::Completions { .. }
+            | Command::Man
+    )
+}
+
+/// A reader that goes away (`shepherd status --json | head`) ends the command quietly,
+/// as it ends any Unix tool: SIGPIPE's default action, which Rust's runtime replaced
+/// with "ignore" — every write then failed and `print!` panicked. Not for the daemons
+/// (`run`, `demo`: their children and state must be cleaned up) nor for commands that
+/// act or probe other servers, whose sockets could raise it too: a reset connection
+/// there must be reported, not end the process without a word.
+fn end_quietly_when_the_reader_goes() {
+    // SAFETY: called before any other thread starts; sets the signal's action only.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Errors end the process with one readable line (the cause chain), not a backtrace:
 /// they are the user's to fix (a config key, an unreachable daemon), not a crash.
 fn main() -> std::process::ExitCode {
@@ -333,6 +361,9 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run_cli(cli: Cli) -> anyhow::Result<()> {
+    if prints_for_a_pipe(&cli.command) {
+        end_quietly_when_the_reader_goes();
+    }
     match cli.command {
         Command::Config { command: ConfigCommand::Check(args) } => setup::config_check(&args),
         Command::Config { command: ConfigCommand::Reload(args) } => client_runtime()?.block_on(control::reload(args)),

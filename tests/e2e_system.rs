@@ -182,6 +182,52 @@ fn a_run_that_cannot_start_says_why_and_leaves_nothing_behind() -> anyhow::Resul
     Ok(())
 }
 
+/// `config check` refuses what `run` refuses — no server to supervise — so the unit's
+/// `ExecStartPre=… config check` stops a service that `run` would fail, not pass it into
+/// a restart loop; with a server it passes.
+#[test]
+fn config_check_fails_where_run_would_refuse_to_start() -> anyhow::Result<()> {
+    let home = tempfile::tempdir()?;
+    let check = |extra: &[&str]| -> anyhow::Result<(bool, String)> {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(["config", "check"])
+            .args(extra)
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .current_dir(home.path())
+            .output()?;
+        Ok((out.status.success(), String::from_utf8(out.stderr)?))
+    };
+    let (ok, stderr) = check(&[])?;
+    assert!(!ok && stderr.contains("no servers configured"), "{stderr}");
+    let (ok, stderr) = check(&["--server", "http://127.0.0.1:4096"])?;
+    assert!(ok, "{stderr}");
+    Ok(())
+}
+
+/// A printing command whose reader has gone (`shepherd completions bash | head -1`)
+/// ends quietly, as a Unix tool does, not with a panic on its first write.
+#[test]
+fn a_printing_command_whose_reader_went_away_ends_without_a_panic() -> anyhow::Result<()> {
+    let home = tempfile::tempdir()?;
+    let commands: [&[&str]; 3] =
+        [&["completions", "bash"], &["man"], &["config", "check", "--server", "http://127.0.0.1:4096"]];
+    for args in commands {
+        let (reader, writer) = std::io::pipe()?;
+        drop(reader); // gone before the first write
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(args)
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .current_dir(home.path())
+            .stdout(writer)
+            .output()?;
+        let stderr = String::from_utf8(out.stderr)?;
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    Ok(())
+}
+
 #[test]
 fn the_service_manager_is_absent_without_a_notify_socket() {
     // The test harness is not run by systemd (a CI runner that is would set it: skip).

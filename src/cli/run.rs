@@ -16,12 +16,20 @@ pub(crate) fn run(args: &ConfigArgs) -> anyhow::Result<()> {
     // Held to the end: dropped, it writes out the log lines still queued.
     let _log = shepherd::logging::init(cfg.log.format, &cfg.log.level);
     install_kill_point();
-    if cfg.servers.is_empty() {
-        anyhow::bail!("no servers configured: add [[servers]] to the config or pass --server URL");
-    }
+    runnable(&cfg)?;
     let sources = args.sources();
     let loader: shepherd::reload::ConfigLoader = std::sync::Arc::new(move || load(&sources));
     actix::System::new().block_on(supervise(cfg, loader))
+}
+
+/// What `run` refuses in a valid configuration — no server to supervise — and `config
+/// check` too, so a unit whose `ExecStartPre` checks the configuration does not pass it
+/// and then restart `run` in a loop.
+pub(crate) fn runnable(cfg: &shepherd_actors::config::Config) -> anyhow::Result<()> {
+    if cfg.servers.is_empty() {
+        anyhow::bail!("no servers configured: add [[servers]] to the config or pass --server URL");
+    }
+    Ok(())
 }
 
 async fn supervise(cfg: shepherd_actors::config::Config, loader: shepherd::reload::ConfigLoader) -> anyhow::Result<()> {

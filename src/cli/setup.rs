@@ -11,7 +11,7 @@ use crate::{ConfigArgs, InitArgs};
 pub(crate) fn config_check(args: &ConfigArgs) -> anyhow::Result<()> {
     let (cfg, origins) = load_with_origins(&args.sources()).context("invalid configuration")?;
     print!("{}", render_with_origins(&cfg, &origins));
-    Ok(())
+    super::run::runnable(&cfg).context("`shepherd run` would refuse this configuration")
 }
 
 pub(crate) fn init(args: InitArgs) -> anyhow::Result<()> {
