@@ -144,6 +144,33 @@ async fn sessions_are_listed_after_they_ran_and_an_unknown_session_is_404() -> a
     Ok(())
 }
 
+/// The control API's own log: a read answered is a debug line (`shepherd top` polls it all
+/// night), what acts or is refused an info line.
+#[actix::test]
+async fn answered_reads_are_logged_at_debug_and_actions_and_refusals_at_info() -> anyhow::Result<()> {
+    support::logs::capture(tracing::Level::DEBUG);
+    let state = TempDir::new()?;
+    let rig = start(&state).await?;
+    let api = Api::of(&rig);
+    assert_eq!(api.get("/v1/sessions?read=answered").await?.0, 200);
+    assert_eq!(api.get_as("/v1/sessions?read=refused", None).await?.0, 401);
+    assert_eq!(api.post("/v1/sessions/ses_log_level_probe/prompt", r#"{"message":"hi"}"#).await?.0, 404);
+    rig.stop().await;
+    let level_of = |method: &str, status: u16, path: &str| -> Option<String> {
+        support::logs::logged()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["fields"]["message"] == "control request" && v["fields"]["method"] == method)
+            .filter(|v| v["fields"]["status"] == status)
+            .filter(|v| v["fields"]["path"].as_str().is_some_and(|p| p.contains(path)))
+            .find_map(|v| v["level"].as_str().map(str::to_string))
+    };
+    assert_eq!(level_of("GET", 200, "/v1/sessions").as_deref(), Some("DEBUG"));
+    assert_eq!(level_of("GET", 401, "/v1/sessions").as_deref(), Some("INFO"));
+    assert_eq!(level_of("POST", 404, "ses_log_level_probe").as_deref(), Some("INFO"));
+    Ok(())
+}
+
 #[actix::test]
 async fn a_bad_prompt_body_is_refused_with_400_naming_the_field() -> anyhow::Result<()> {
     let state = TempDir::new()?;
