@@ -72,6 +72,19 @@ impl Batcher {
         ready.into_iter().filter_map(|k| self.open.remove(&k)).map(|o| o.message).collect()
     }
 
+    /// Takes back the occurrences of `event` for `server`'s `session` not sent yet: what a
+    /// later record undid (a pause ended by a resume) is no news by the time the batch
+    /// goes out. Their keys stay (the same record read back again is no news either); a
+    /// batch left with nothing is dropped.
+    pub fn withdraw(&mut self, event: NotifyEvent, server: &str, session: &str) {
+        for ((e, _), open) in self.open.iter_mut() {
+            if *e == event {
+                open.message.items.retain(|o| !(o.server == server && o.session.as_deref() == Some(session)));
+            }
+        }
+        self.open.retain(|_, open| open.message.count() > 0);
+    }
+
     /// Everything still open (at shutdown: sent rather than lost).
     pub fn drain(&mut self) -> Vec<Message> {
         std::mem::take(&mut self.open).into_values().map(|o| o.message).collect()
@@ -128,6 +141,24 @@ mod tests {
         b.push(occ(NotifyEvent::GaveUp, "d"), 1_200);
         assert!(b.due(2_100).is_empty());
         assert_eq!(b.due(2_200)[0].items[0].session.as_deref(), Some("d"));
+    }
+
+    #[test]
+    fn an_occurrence_withdrawn_before_its_batch_is_due_is_not_sent_and_an_empty_batch_is_dropped() {
+        let mut b = batcher(1_000, 5);
+        b.push(occ(NotifyEvent::Paused, "a"), 0);
+        b.push(occ(NotifyEvent::Paused, "b"), 0);
+        b.push(occ(NotifyEvent::GaveUp, "a"), 0);
+        b.withdraw(NotifyEvent::Paused, "local", "a");
+        let due = b.due(1_000);
+        let listed = |m: &Message| m.items.iter().map(|o| o.session.clone().unwrap()).collect::<Vec<_>>();
+        assert_eq!(due.iter().map(|m| (m.event, listed(m))).collect::<Vec<_>>(), [
+            (NotifyEvent::GaveUp, vec!["a".to_string()]),
+            (NotifyEvent::Paused, vec!["b".to_string()])
+        ]);
+        b.push(occ(NotifyEvent::Paused, "c"), 2_000);
+        b.withdraw(NotifyEvent::Paused, "local", "c");
+        assert!(b.drain().is_empty(), "nothing left to send");
     }
 
     #[test]

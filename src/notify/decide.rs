@@ -133,6 +133,13 @@ impl Decider {
         found.filter(|o| self.cfg.wants(o.event))
     }
 
+    /// The event a record undoes for its session, so that one not sent yet is taken back:
+    /// a resume ends the pause (read back at a start, a pause already resumed would be
+    /// told, and a session paused again listed twice).
+    pub fn undone_by(r: &ActionRecord) -> Option<NotifyEvent> {
+        matches!((r.action, r.outcome), (Action::Resume, Outcome::Done)).then_some(NotifyEvent::Paused)
+    }
+
     /// A server's event stream is (not) connected at `now_ms`.
     pub fn on_stream(&mut self, server: &str, connected: bool, now_ms: i64) -> Option<Occurrence> {
         let stream = self.streams.entry(server.to_string()).or_default();

@@ -105,6 +105,30 @@ async fn after_a_restart_a_wait_read_back_from_the_ledger_keeps_its_clock() {
     assert_eq!(b.messages.try_recv().expect("due a minute after the start").event, NotifyEvent::WaitingOnPerson);
 }
 
+/// At a start the journal is read back: a pause the person already ended is no news,
+/// and a session paused, resumed and paused again is listed once (it was listed twice,
+/// its old pause beside its new); so is a pause ended live before its batch went out.
+#[tokio::test(start_paused = true)]
+async fn a_pause_resumed_before_it_was_told_is_not_told_and_a_session_is_listed_once() {
+    let ledger = Arc::new(MemoryLedger::default());
+    let pause = |s: &str, at| rec(s, at, Action::Pause, Outcome::Done, Numbers::default());
+    let resume = |s: &str, at| rec(s, at, Action::Resume, Outcome::Done, Numbers::default());
+    for r in [pause("ses_a", T0 - 300_000), resume("ses_a", T0 - 200_000), pause("ses_a", T0 - 100_000)] {
+        ledger.append(&r).await.unwrap();
+    }
+    ledger.append(&pause("ses_b", T0 - 250_000)).await.unwrap();
+    ledger.append(&resume("ses_b", T0 - 150_000)).await.unwrap();
+    let mut b = bench(cfg(), ledger).await;
+    b.journal.record(pause("ses_c", T0 + 1_000));
+    b.journal.record(resume("ses_c", T0 + 2_000));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let m = b.messages.try_recv().expect("the pause still in force");
+    let listed: Vec<_> = m.items.iter().filter_map(|o| o.session.as_deref()).collect();
+    assert_eq!((m.event, listed, m.more), (NotifyEvent::Paused, vec!["ses_a"], 0));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(b.messages.try_recv().is_err(), "nothing else: ses_b and ses_c were resumed");
+}
+
 #[tokio::test(start_paused = true)]
 async fn many_sessions_giving_up_within_the_window_are_one_message() {
     let mut b = bench(cfg(), Arc::default()).await;

@@ -34,7 +34,7 @@ use std::time::Duration;
 use actix::Addr;
 use shepherd_actors::config::{check_url, NotifyConfig, CATCH_UP_MAX_RECORDS, NOTIFIED_KEEP, NOTIFY_SHUTDOWN_GRACE};
 use shepherd_actors::control::GetSession;
-use shepherd_actors::journal::{Journal, QueuedRecords};
+use shepherd_actors::journal::{ActionRecord, Journal, QueuedRecords};
 use shepherd_actors::ledger::NotifyLedger;
 use shepherd_actors::ports::Clock;
 use shepherd_actors::redact::Redactor;
@@ -188,9 +188,7 @@ async fn decide_loop(
         Vec::new()
     });
     for r in &catch_up {
-        if let Some(o) = decider.on_record(r) {
-            batcher.push(o, now);
-        }
+        take(&mut decider, &mut batcher, r, now);
     }
     if !catch_up.is_empty() {
         tracing::debug!(target: "shepherd::notify", notifier = %n.name, records = catch_up.len(), "caught up with the journal");
@@ -200,11 +198,7 @@ async fn decide_loop(
     loop {
         tokio::select! {
             r = records.recv() => match r {
-                Ok(r) => {
-                    if let Some(o) = decider.on_record(&r) {
-                        batcher.push(o, w.clock.wall_ms());
-                    }
-                }
+                Ok(r) => take(&mut decider, &mut batcher, &r, w.clock.wall_ms()),
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::warn!(target: "shepherd::notify", notifier = %n.name, missed, "fell behind the journal: some occurrences may not be notified");
                 }
@@ -233,6 +227,17 @@ async fn decide_loop(
     }
     for m in batcher.drain() {
         enqueue(&n, &queue, m, &w.metrics);
+    }
+}
+
+/// One record, read back or live: what the decider makes news of is batched, and what
+/// it undoes is taken back from the batches not sent yet.
+fn take(decider: &mut Decider, batcher: &mut Batcher, r: &ActionRecord, now_ms: i64) {
+    if let Some(o) = decider.on_record(r) {
+        batcher.push(o, now_ms);
+    }
+    if let Some(event) = Decider::undone_by(r) {
+        batcher.withdraw(event, &r.server, &r.session);
     }
 }
 
