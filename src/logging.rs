@@ -130,7 +130,10 @@ pub fn init(format: LogFormat, level: &str) -> LogGuard {
         LogFormat::Auto => !std::io::stderr().is_terminal(),
     };
     let (writer, guard) = process_writer(std::io::stderr());
-    install(tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer), json);
+    // Colours for a person at a terminal only: a redirected log (`2>>shepherd.log`, the
+    // journal) gets none of their escape codes.
+    let colours = std::io::stderr().is_terminal();
+    install(tracing_subscriber::fmt().with_env_filter(filter).with_ansi(colours).with_writer(writer), json);
     guard
 }
 

@@ -228,6 +228,35 @@ fn a_printing_command_whose_reader_went_away_ends_without_a_panic() -> anyhow::R
     Ok(())
 }
 
+/// `--log-format pretty` into a file (stderr redirected, as a service's log is) writes
+/// plain text: no colour escape codes.
+#[test]
+fn a_pretty_log_redirected_to_a_file_has_no_colour_codes() -> anyhow::Result<()> {
+    let home = tempfile::tempdir()?;
+    let log = std::fs::File::create(home.path().join("shepherd.log"))?;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+        .args(["run", "--server", "http://127.0.0.1:9", "--log-format", "pretty", "--set", "control.enabled=false"])
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .env_remove("NO_COLOR")
+        .stderr(log)
+        .spawn()?;
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let written = loop {
+        let text = std::fs::read_to_string(home.path().join("shepherd.log"))?;
+        if text.contains("started") || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    child.kill()?;
+    child.wait()?;
+    assert!(written.contains("started"), "{written}");
+    assert!(!written.contains('\x1b'), "{written}");
+    Ok(())
+}
+
 #[test]
 fn the_service_manager_is_absent_without_a_notify_socket() {
     // The test harness is not run by systemd (a CI runner that is would set it: skip).
