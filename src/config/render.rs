@@ -78,9 +78,12 @@ pub(super) fn mask_secrets(value: &mut Value) {
                     mask_every_string(child);
                 } else if key == "notify" {
                     // A hook's path or a topic is the secret: scheme and host only.
+                    // Empty when `url_env` names the variable that holds it: left empty.
                     for url in child.as_array_mut().into_iter().flatten().filter_map(|n| n.get_mut("url")) {
                         if let Value::String(text) = url {
-                            *text = crate::notify::display_url(text);
+                            if !text.is_empty() {
+                                *text = crate::notify::display_url(text);
+                            }
                         }
                     }
                 } else {
@@ -106,8 +109,17 @@ fn mask_every_string(value: &mut Value) {
     }
 }
 
-/// Appends `# VAR is set` (or `is not set`, …) to every `password_env` line.
+/// Appends `# VAR is set` (or `is not set`, …) to every `password_env` line, the
+/// advisor's `api_key_env` and every notifier's `url_env`.
 fn note_password_vars(doc: &mut DocumentMut, lookup: &impl Fn(&str) -> Option<OsString>) {
+    if let Some(notifiers) = doc.get_mut("notify").and_then(Item::as_array_of_tables_mut) {
+        for value in notifiers.iter_mut().filter_map(|n| n.get_mut("url_env")).filter_map(Item::as_value_mut) {
+            if let Some(name) = value.as_str().map(str::to_owned) {
+                let state = PasswordVar::read(&name, lookup);
+                value.decor_mut().set_suffix(format!(" # {name} {state}"));
+            }
+        }
+    }
     // The advisor's key variable likewise (an empty name means no key: no note).
     if let Some(value) = doc.get_mut("advisor").and_then(|a| a.get_mut("api_key_env")).and_then(Item::as_value_mut) {
         if let Some(name) = value.as_str().filter(|n| !n.is_empty()).map(str::to_owned) {
@@ -211,6 +223,21 @@ mod tests {
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("password_env = \"OPENCODE_PW\" # OPENCODE_PW is set"), "{text}");
         assert!(text.contains("password_env = \"OTHER_PW\" # OTHER_PW is not set"), "{text}");
+    }
+
+    /// A notifier whose URL is in a variable shows an empty `url` (it read `?://`) and
+    /// says whether the variable is set, never its value.
+    #[test]
+    fn a_notifier_url_env_is_shown_with_whether_it_is_set_and_its_url_left_empty() {
+        let mut cfg = Config::default();
+        let mut n = shepherd_actors::config::NotifyConfig::new(shepherd_actors::config::NotifyKind::Webhook, "");
+        n.url_env = Some("HOOK_URL".into());
+        cfg.notify.push(n);
+        let secret = "https://hooks.example/services/T0/B0/secret-path";
+        let text = render_with(&cfg, |name| (name == "HOOK_URL").then(|| secret.into()));
+        assert!(!text.contains("secret-path") && !text.contains("?://"), "{text}");
+        assert!(text.contains("url = \"\""), "{text}");
+        assert!(text.contains("url_env = \"HOOK_URL\" # HOOK_URL is set"), "{text}");
     }
 
     #[test]
