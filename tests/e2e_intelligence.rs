@@ -259,6 +259,12 @@ async fn the_status_file_shows_each_sessions_recoveries_and_is_valid_after_every
     assert!(s.history.iter().any(|h| h.action == Action::Abort), "{:?}", s.history);
     let text = shepherd::status::render::render_status(&doc, doc.timestamp);
     assert!(text.contains(&id) && text.contains("1 attempts, 1 succeeded"), "{text}");
+    assert_eq!(doc.stopped_at_ms, None, "running");
     rig.stop().await;
+
+    // The last write says Shepherd stopped, and keeps the session as last seen live.
+    let last: shepherd_actors::stats::StatusDocument = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    assert!(last.stopped_at_ms.is_some_and(|at| at >= doc.timestamp), "{:?}", last.stopped_at_ms);
+    assert_eq!(last.sessions.get(&id).map(|s| s.status.as_str()), Some("idle"), "{:?}", last.sessions.get(&id));
     Ok(())
 }

@@ -378,15 +378,16 @@ async fn run(
             _ = stop.changed() => break,
         }
     }
-    // Drain what is queued, then the final write.
+    // Drain what is queued, then the final write: marked stopped, with the sessions as
+    // last read (the supervisor, stopped before, has let them go: a read now would find
+    // none, and the file said "0 session(s)" as if the fleet had gone).
     while let Some(record) = records.try_recv() {
         board.apply(&record);
     }
     if let Some(path) = &path {
-        if live_stale {
-            live = board.read_live().await;
-        }
-        write(path, &board.document(&live));
+        let mut last = board.document(&live);
+        last.stopped_at_ms = Some(last.timestamp);
+        write(path, &last);
     }
 }
 

@@ -11,12 +11,20 @@ pub fn render_status(doc: &StatusDocument, now_ms: i64) -> String {
         Some(at) if doc.timestamp - at >= 1_000 => format!(" (states as of {} ago)", ago(now_ms - at)),
         _ => String::new(),
     };
-    let mut out = format!(
-        "Shepherd {} — status written {} ago{live}, {} session(s)\n",
-        doc.instance,
-        ago(now_ms - doc.timestamp),
-        doc.sessions.len()
-    );
+    let mut out = match doc.stopped_at_ms {
+        Some(at) => format!(
+            "Shepherd {} — STOPPED {} ago; its {} session(s) as last seen\n",
+            doc.instance,
+            ago(now_ms - at),
+            doc.sessions.len()
+        ),
+        None => format!(
+            "Shepherd {} — status written {} ago{live}, {} session(s)\n",
+            doc.instance,
+            ago(now_ms - doc.timestamp),
+            doc.sessions.len()
+        ),
+    };
     let mut sessions: Vec<_> = doc.sessions.iter().collect();
     sessions.sort_by_key(|(id, s)| (std::cmp::Reverse(s.history.last().map_or(0, |h| h.at_ms)), (*id).clone()));
     for (id, s) in sessions {
@@ -135,6 +143,9 @@ mod tests {
         let doc = book.document(&[], 4_000, &[], 10_000, "inst1");
         let text = render_status(&doc, 12_000);
         assert!(text.starts_with("Shepherd inst1 — status written 2s ago (states as of 8s ago), 1 session(s)"), "{text}");
+        let stopped = StatusDocument { stopped_at_ms: Some(10_000), ..doc };
+        let text = render_status(&stopped, 70_000);
+        assert!(text.starts_with("Shepherd inst1 — STOPPED 1m ago; its 1 session(s) as last seen"), "{text}");
     }
 
     #[test]

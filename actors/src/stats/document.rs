@@ -288,6 +288,11 @@ pub struct StatusDocument {
     pub live_at_ms: Option<i64>,
     /// The Shepherd instance that wrote it.
     pub instance: String,
+    /// Epoch ms the instance stopped: set by its last write, at shutdown, whose sessions
+    /// are as they were last seen live. Absent while it runs (a file left by a process
+    /// that died without stopping has none either: its `timestamp` ages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at_ms: Option<i64>,
     /// Sessions per state.
     #[serde(default)]
     pub totals: BTreeMap<SessionState, usize>,

@@ -299,6 +299,7 @@ impl StatsBook {
             timestamp: now_ms,
             live_at_ms: Some(live_at_ms),
             instance: instance.to_string(),
+            stopped_at_ms: None,
             totals,
             servers,
             sessions,
