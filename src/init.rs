@@ -20,11 +20,13 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Writes the first configuration to `path`; returns what it said about the server.
 pub async fn write(path: &Path, server_url: &str, force: bool) -> anyhow::Result<String> {
     let url = server_url.trim_end_matches('/');
-    let found = match probe(url).await {
-        Some(version) => format!("found answering at init: OpenCode {version}"),
-        None => "nothing answered at init: start `opencode serve` there, or change the url".to_string(),
+    let probed = probe(url).await;
+    let found = match &probed {
+        Probed::Version(version) => format!("found answering at init: OpenCode {version}"),
+        Probed::PasswordProtected => "found answering at init: OpenCode, password protected".to_string(),
+        Probed::Nothing => "nothing answered at init: start `opencode serve` there, or change the url".to_string(),
     };
-    let text = render(url, &found);
+    let text = render(url, &found, probed == Probed::PasswordProtected);
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -41,19 +43,38 @@ pub async fn write(path: &Path, server_url: &str, force: bool) -> anyhow::Result
     Ok(found)
 }
 
-/// The version of the OpenCode at `url`, if one answers (no password: a server that
-/// wants one answers 401, which still says a server is there).
-async fn probe(url: &str) -> Option<String> {
-    let http = reqwest::Client::builder().timeout(PROBE_TIMEOUT).build().ok()?;
-    let answer = http.get(format!("{url}/global/health")).send().await.ok()?;
-    if answer.status() == reqwest::StatusCode::UNAUTHORIZED {
-        return Some("(password protected: set password_env)".into());
-    }
-    let body: serde_json::Value = answer.error_for_status().ok()?.json().await.ok()?;
-    Some(body["version"].as_str().unwrap_or("of an unknown version").to_string())
+/// What answered at the server's URL.
+#[derive(Debug, PartialEq)]
+enum Probed {
+    Version(String),
+    /// It wants a password (HTTP 401): a server is there.
+    PasswordProtected,
+    Nothing,
 }
 
-fn render(url: &str, found: &str) -> String {
+/// Asks the OpenCode at `url` its version (without a password).
+async fn probe(url: &str) -> Probed {
+    let Ok(http) = reqwest::Client::builder().timeout(PROBE_TIMEOUT).build() else { return Probed::Nothing };
+    let Ok(answer) = http.get(format!("{url}/global/health")).send().await else { return Probed::Nothing };
+    if answer.status() == reqwest::StatusCode::UNAUTHORIZED {
+        return Probed::PasswordProtected;
+    }
+    match answer.error_for_status() {
+        Ok(ok) => match ok.json::<serde_json::Value>().await {
+            Ok(body) => Probed::Version(body["version"].as_str().unwrap_or("of an unknown version").to_string()),
+            Err(_) => Probed::Nothing,
+        },
+        Err(_) => Probed::Nothing,
+    }
+}
+
+/// The file's text; a server that wants a password gets `password_env` set to the
+/// variable OpenCode itself reads (`run` then says plainly if it is not exported).
+fn render(url: &str, found: &str, password: bool) -> String {
+    let password_env = match password {
+        true => "password_env = \"OPENCODE_SERVER_PASSWORD\"     # the NAME of the variable holding its password",
+        false => "# password_env = \"OPENCODE_SERVER_PASSWORD\"   # the NAME of the variable holding its password",
+    };
     format!(
         r#"# Shepherd's configuration, written by `shepherd init`.
 # Every key not set here keeps its default: `shepherd config check` prints them all
@@ -62,7 +83,7 @@ fn render(url: &str, found: &str) -> String {
 [[servers]]
 name = "local"
 url = "{url}"   # {found}
-# password_env = "OPENCODE_SERVER_PASSWORD"   # the NAME of the variable holding its password
+{password_env}
 
 # A few keys people change first (defaults shown):
 # [recovery]
@@ -82,4 +103,38 @@ url = "{url}"   # {found}
 # bind = "127.0.0.1:7433"       # the control API (shepherd sessions, top, pause)
 "#
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that wants a password gets `password_env` set, not left commented out;
+    /// both files load.
+    #[test]
+    fn a_password_protected_server_gets_password_env_set() {
+        let protected = render("http://127.0.0.1:4096", "found", true);
+        let open = render("http://127.0.0.1:4096", "found", false);
+        for (text, set) in [(&protected, true), (&open, false)] {
+            let file: toml::Value = toml::from_str(text).unwrap();
+            let var = file["servers"][0].get("password_env").and_then(toml::Value::as_str);
+            assert_eq!(var, set.then_some("OPENCODE_SERVER_PASSWORD"), "{text}");
+        }
+    }
+
+    /// A 401 at the health endpoint is a server there that wants a password.
+    #[tokio::test]
+    async fn a_401_is_probed_as_password_protected() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let _ = sock.write_all(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n").await;
+            }
+        });
+        assert_eq!(probe(&url).await, Probed::PasswordProtected);
+    }
 }
