@@ -78,8 +78,12 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff), e.g. `shepherd man | man -l -`.
-    Man,
+    /// Print the manual page (roff), e.g. `shepherd man | man -l -`; with a subcommand,
+    /// its own page (`shepherd man run`: shepherd-run(1)).
+    Man {
+        /// The subcommand whose page to print.
+        subcommand: Option<String>,
+    },
     /// Notification targets (`[[notify]]`).
     Notify {
         #[command(subcommand)]
@@ -331,7 +335,7 @@ fn prints_for_a_pipe(command: &Command) -> bool {
             | Command::Status(_)
             | Command::Top(_)
             | Command::Completions { .. }
-            | Command::Man
+            | Command::Man { .. }
     )
 }
 
@@ -392,8 +396,23 @@ fn run_cli(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Doctor(args) => setup::doctor(&args),
         Command::Notify { command: NotifyCommand::Test(args) } => setup::notify_test(&args),
-        Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+        Command::Man { subcommand } => {
+            let mut cli = Cli::command();
+            cli.build();
+            let page = match subcommand {
+                None => cli,
+                Some(name) => {
+                    let Some(sub) = cli.find_subcommand(&name).cloned() else {
+                        let known: Vec<_> = cli.get_subcommands().map(|s| s.get_name().to_string()).collect();
+                        anyhow::bail!("no subcommand {name:?}: one of {}", known.join(", "));
+                    };
+                    // The page its parent's SEE ALSO names: shepherd-run(1). (Leaked: a
+                    // command name is `'static` without clap's `string` feature, and the
+                    // process prints one page and ends.)
+                    sub.name(&*format!("shepherd-{name}").leak())
+                }
+            };
+            clap_mangen::Man::new(page).render(&mut std::io::stdout())?;
             Ok(())
         }
     }

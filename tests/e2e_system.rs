@@ -299,6 +299,11 @@ fn the_manual_page_names_the_program_and_its_subcommands() -> anyhow::Result<()>
     for sub in ["run", "config", "top", "completions"] {
         assert!(page.contains(sub), "the page mentions {sub}");
     }
+    // The pages its SEE ALSO names exist: shepherd-run(1) is `shepherd man run`.
+    assert!(page.contains("shepherd\\-run(1)"), "SEE ALSO names shepherd-run(1)");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd")).args(["man", "run"]).output()?;
+    let run = String::from_utf8(out.stdout)?;
+    assert!(out.status.success() && run.contains(".TH shepherd-run 1") && run.contains("\\-\\-server"), "{run}");
     Ok(())
 }
 
