@@ -148,9 +148,14 @@ pub fn loose_entries(dir: &Path, files: &[&str]) -> Vec<Loose> {
 }
 
 /// Logs a warning for every loose entry of the state folder `dir` (see
-/// [`loose_entries`]), naming the path and the `chmod` that fixes it. Returns them.
+/// [`loose_entries`]), naming the path and the `chmod` that fixes it — once per path
+/// in this process (the ledger and the status file share a folder: it was warned about
+/// twice). Returns the entries warned about.
 pub fn warn_if_loose(dir: &Path, files: &[&str]) -> Vec<Loose> {
-    let found = loose_entries(dir, files);
+    static WARNED: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut warned = WARNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let found: Vec<Loose> = loose_entries(dir, files).into_iter().filter(|l| warned.insert(l.path.clone())).collect();
     for l in &found {
         tracing::warn!(
             path = %l.path.display(),
@@ -215,5 +220,7 @@ mod tests {
         assert_eq!(found.len(), 2, "{found:?}");
         assert_eq!(found[0].fix(), format!("chmod 700 {}", dir.display()));
         assert_eq!(found[1].fix(), format!("chmod 600 {}", dir.join("ledger.sqlite3").display()));
+        let again = warn_if_loose(&dir, &["status.json"]);
+        assert!(again.is_empty(), "the folder was warned about already: {again:?}");
     }
 }
