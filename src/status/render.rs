@@ -33,7 +33,11 @@ pub fn render_status(doc: &StatusDocument, now_ms: i64) -> String {
             Some(p) if p != "monitoring" => format!("  hand-off {p}"),
             _ => String::new(),
         };
-        out.push_str(&format!("{id}  [{}]  {}{handoff}  on {}\n", s.server, s.status, duration(s.elapsed)));
+        let watched = match s.elapsed {
+            0 => String::new(),
+            ms => format!("  first acted on {} ago", duration(ms)),
+        };
+        out.push_str(&format!("{id}  [{}]  {}{handoff}{watched}\n", s.server, s.status));
         let r = &s.recovery;
         out.push_str(&format!(
             "  recovery    {} attempts, {} succeeded, {} failed; time to recover {}\n",
@@ -136,7 +140,7 @@ mod tests {
         let doc = book.document(&[], 10_000, &[], 10_000, "inst1");
         let text = render_status(&doc, 12_000);
         assert!(text.starts_with("Shepherd inst1 — status written 2s ago, 1 session(s)"), "{text}");
-        assert!(text.contains("ses_A  [local]  untracked"), "{text}");
+        assert!(text.contains("ses_A  [local]  untracked  first acted on "), "{text}");
         assert!(text.contains("1 attempts, 1 succeeded, 0 failed; time to recover min 4.2s / median 4.2s"), "{text}");
         assert!(text.contains("last after reasoning; after: reasoning ×1"), "{text}");
         assert!(text.contains("continue done: continue sent after the abort"), "{text}");
