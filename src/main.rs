@@ -325,7 +325,8 @@ impl ConfigArgs {
 }
 
 /// The commands whose output a person pipes into `head`, `less` or `grep`: they read
-/// and print, and change nothing.
+/// and print, and change nothing. Not `top`: killed by the signal, it could not give a
+/// person their terminal back.
 fn prints_for_a_pipe(command: &Command) -> bool {
     matches!(
         command,
@@ -333,7 +334,6 @@ fn prints_for_a_pipe(command: &Command) -> bool {
             | Command::History(_)
             | Command::Sessions(_)
             | Command::Status(_)
-            | Command::Top(_)
             | Command::Completions { .. }
             | Command::Man { .. }
     )

@@ -280,14 +280,19 @@ fn app(
         .default_service(web::to(not_found))
 }
 
+/// Paths polled by monitors and scrapers: logged at debug whatever they answer (a
+/// `/readyz` probed every few seconds while a server is down answers 503 each time).
+const POLLED: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
 /// One event per request: at info what acts (anything but a read) or was refused;
-/// answered reads at debug — monitors, scrapers and `shepherd top` poll them, at its
-/// default refresh some 40,000 lines a day of a log people read in the morning.
+/// answered reads and the [`POLLED`] paths at debug — monitors, scrapers and `shepherd
+/// top` poll them, at its default refresh some 40,000 lines a day of a log people read
+/// in the morning.
 fn log_request(method: &str, path: &str, status: StatusCode, started: Instant) {
     let elapsed_ms = started.elapsed().as_millis() as u64;
-    let answered_read = method == "GET" && status.is_success();
+    let quiet = POLLED.contains(&path) || (method == "GET" && status.is_success());
     let status = status.as_u16();
-    if answered_read {
+    if quiet {
         tracing::debug!(target: "shepherd::control", method, path, status, elapsed_ms, "control request");
     } else {
         tracing::info!(target: "shepherd::control", method, path, status, elapsed_ms, "control request");
