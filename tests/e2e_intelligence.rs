@@ -265,6 +265,9 @@ async fn the_status_file_shows_each_sessions_recoveries_and_is_valid_after_every
     // The last write says Shepherd stopped, and keeps the session as last seen live.
     let last: shepherd_actors::stats::StatusDocument = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
     assert!(last.stopped_at_ms.is_some_and(|at| at >= doc.timestamp), "{:?}", last.stopped_at_ms);
-    assert_eq!(last.sessions.get(&id).map(|s| s.status.as_str()), Some("idle"), "{:?}", last.sessions.get(&id));
+    // As last read live (busy or idle: the live read is every second), not "untracked",
+    // which a read after the supervisor let the sessions go made of every one.
+    let status = last.sessions.get(&id).map(|s| s.status.as_str());
+    assert!(matches!(status, Some("busy" | "idle")), "{:?}", last.sessions.get(&id));
     Ok(())
 }
