@@ -28,7 +28,7 @@ pub type RecordObserver = std::sync::Arc<dyn Fn(&ActionRecord) + Send + Sync>;
 
 /// How many of its records a [`QueuedRecords`] subscriber of a few actions may leave
 /// unread before it misses the newest (and is told how many).
-const FILTERED_KEPT: usize = 4096;
+const CHOSEN_KEPT: usize = 4096;
 
 /// The same for a subscriber of every record ([`Journal::subscribe_queued`]): a burst of
 /// 10,000 recoveries makes some 50,000 records, and the reader runs on a niced thread.
@@ -40,12 +40,12 @@ const QUEUED_KEPT: usize = 65_536;
 pub struct Journal {
     tx: broadcast::Sender<ActionRecord>,
     observer: Option<RecordObserver>,
-    filtered: std::sync::Arc<std::sync::RwLock<Vec<Filter>>>,
+    queues: std::sync::Arc<std::sync::RwLock<Vec<Queue>>>,
 }
 
 /// A [`QueuedRecords`] subscriber's end: the actions it takes (`None`: all), where they
 /// go, and how many did not fit.
-struct Filter {
+struct Queue {
     actions: Option<&'static [Action]>,
     tx: tokio::sync::mpsc::Sender<ActionRecord>,
     missed: std::sync::Arc<std::sync::atomic::AtomicU64>,
@@ -66,7 +66,7 @@ impl Default for Journal {
 impl Journal {
     pub fn new() -> Self {
         let (tx, _) = broadcast::channel(RECORDS_KEPT);
-        Self { tx, observer: None, filtered: Default::default() }
+        Self { tx, observer: None, queues: Default::default() }
     }
 
     /// A journal whose every record `observer` sees as it is made (see
@@ -86,7 +86,7 @@ impl Journal {
     /// of recoveries and lost the oldest records, whatever their kind — and costs the
     /// recording thread nothing for the others.
     pub fn subscribe_to(&self, actions: &'static [Action]) -> QueuedRecords {
-        self.queue(Some(actions), FILTERED_KEPT)
+        self.queue(Some(actions), CHOSEN_KEPT)
     }
 
     /// Every record from now on, queued for this reader as it is made (up to
@@ -99,9 +99,9 @@ impl Journal {
     fn queue(&self, actions: Option<&'static [Action]>, kept: usize) -> QueuedRecords {
         let (tx, rx) = tokio::sync::mpsc::channel(kept);
         let missed = std::sync::Arc::default();
-        let mut filtered = self.filtered.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        filtered.retain(|f| !f.tx.is_closed());
-        filtered.push(Filter { actions, tx, missed: std::sync::Arc::clone(&missed) });
+        let mut queues = self.queues.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        queues.retain(|q| !q.tx.is_closed());
+        queues.push(Queue { actions, tx, missed: std::sync::Arc::clone(&missed) });
         QueuedRecords { rx, missed, gathering: false }
     }
 
@@ -149,10 +149,10 @@ impl Journal {
         if let Some(observe) = &self.observer {
             observe(&r);
         }
-        for f in self.filtered.read().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
-            let taken = f.actions.is_none_or(|actions| actions.contains(&r.action));
-            if taken && f.tx.try_send(r.clone()).is_err() {
-                f.missed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for q in self.queues.read().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
+            let taken = q.actions.is_none_or(|actions| actions.contains(&r.action));
+            if taken && q.tx.try_send(r.clone()).is_err() {
+                q.missed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         let _ = self.tx.send(r);
@@ -255,7 +255,7 @@ mod tests {
         assert_eq!(read, (0..10).map(|i| i * 1_000).collect::<Vec<_>>());
         assert!(matches!(broadcast.recv().await, Err(RecvError::Lagged(_))), "the broadcast lost the oldest");
 
-        for i in 0..(FILTERED_KEPT as u32 + 5) {
+        for i in 0..(CHOSEN_KEPT as u32 + 5) {
             journal.record(of(Action::GiveUp, i));
         }
         assert!(matches!(filtered.recv().await, Err(RecvError::Lagged(5))));
