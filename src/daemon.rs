@@ -96,17 +96,21 @@ impl Daemon {
         // What the configuration can make fail is tried before anything starts: a
         // failure after would leave actors, threads, a token file and a status file's
         // draft behind (and actix panicking as the half-started system was dropped).
-        for server in &cfg.servers {
-            crate::config::resolve_password(server).map_err(|e| anyhow::anyhow!("servers.{}: {e}", server.name))?;
-        }
+        let metrics = Metrics::new();
+        let servers = cfg
+            .servers
+            .iter()
+            .map(|server| crate::reload::prepare(&metrics, cfg, server))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let control_listener =
             if cfg.control.enabled { Some(crate::control::ControlListener::bind(&cfg.control)?) } else { None };
         let status_file =
             if cfg.status.enabled { Some(status_path(&cfg.status, &|name| std::env::var_os(name))?) } else { None };
         let instance = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
-        // This daemon's own recorder (never a global one: tests run several daemons),
-        // counting every record as it is made.
-        let metrics = Metrics::new();
+        // The metrics (made first, for the servers' call timers) are this daemon's own
+        // recorder (never a global one: tests run several daemons), counting every
+        // record as it is made.
         let journal = Journal::observed(metrics.journal_observer());
         // Before any actor starts: every session actor loads its state from here.
         let (ledger, notified) = crate::store::open_ledgers(&cfg.store).map_err(|e| anyhow::anyhow!("store: {e}"))?;
@@ -183,7 +187,7 @@ impl Daemon {
         } else {
             None
         };
-        running.start_servers()?;
+        running.start_servers(servers);
         let running = Arc::new(tokio::sync::Mutex::new(running));
         crate::reload::serve(requests, Arc::clone(&running));
         let trimmer = crate::memory::spawn_trimmer(cfg.supervisor.cleanup_interval);

@@ -128,11 +128,29 @@ pub(crate) struct Running {
     next_thread: usize,
 }
 
-/// A server's clients, made before anything changes (a failure rejects the reload).
-struct Prepared {
+/// A server ready to start: its password read, its clients built ([`prepare`]).
+pub(crate) struct Prepared {
     server: ServerConfig,
     auth: Option<Credentials>,
     client: OpenCodeClient,
+}
+
+/// Resolves the server's password and builds its REST client: what can fail of a
+/// server's start, tried before anything starts (start-up) or changes (a reload).
+pub(crate) fn prepare(metrics: &Arc<Metrics>, cfg: &Config, server: &ServerConfig) -> Result<Prepared, ReloadError> {
+    let unusable = |reason: String| ReloadError::Unusable { key: format!("servers.{}", server.name), reason };
+    let auth = resolve_password(server)
+        .map_err(|e| unusable(e.to_string()))?
+        .map(|password| Credentials { username: server.username.clone(), password });
+    let (metrics, name) = (Arc::clone(metrics), server.name.clone());
+    let timer = CallTimer(Arc::new(move |call: &str, took: std::time::Duration, outcome: &'static str| {
+        metrics.opencode_call(&name, call, outcome, took.as_secs_f64())
+    }));
+    let client = OpenCodeClient::new(server, auth.clone())
+        .map_err(|e| unusable(e.to_string()))?
+        .with_long_call_timeout(cfg.compaction.max_wait + server.request_timeout)
+        .with_call_timer(timer);
+    Ok(Prepared { server: server.clone(), auth, client })
 }
 
 impl Running {
@@ -167,23 +185,6 @@ impl Running {
     pub(crate) fn with_threads(mut self, threads: Vec<ArbiterHandle>) -> Self {
         self.threads = threads;
         self
-    }
-
-    /// Resolves the server's password and builds its REST client.
-    fn prepare(&self, cfg: &Config, server: &ServerConfig) -> Result<Prepared, ReloadError> {
-        let unusable = |reason: String| ReloadError::Unusable { key: format!("servers.{}", server.name), reason };
-        let auth = resolve_password(server)
-            .map_err(|e| unusable(e.to_string()))?
-            .map(|password| Credentials { username: server.username.clone(), password });
-        let (metrics, name) = (Arc::clone(&self.metrics), server.name.clone());
-        let timer = CallTimer(Arc::new(move |call: &str, took: std::time::Duration, outcome: &'static str| {
-            metrics.opencode_call(&name, call, outcome, took.as_secs_f64())
-        }));
-        let client = OpenCodeClient::new(server, auth.clone())
-            .map_err(|e| unusable(e.to_string()))?
-            .with_long_call_timeout(cfg.compaction.max_wait + server.request_timeout)
-            .with_call_timer(timer);
-        Ok(Prepared { server: server.clone(), auth, client })
     }
 
     /// Attaches the server to the supervisor and starts its pump.
@@ -247,14 +248,11 @@ impl Running {
         tracing::info!(server = %server.name, url = %server.url, "supervising");
     }
 
-    /// Every configured server, at start-up (an error here stops the start).
-    pub(crate) fn start_servers(&mut self) -> anyhow::Result<()> {
-        let cfg = self.cfg.clone();
-        for server in &cfg.servers {
-            let prepared = self.prepare(&cfg, server).map_err(|e| anyhow::anyhow!("{e}"))?;
-            self.start_server(prepared);
+    /// Every configured server at start-up, as [`prepare`]d before anything started.
+    pub(crate) fn start_servers(&mut self, prepared: Vec<Prepared>) {
+        for p in prepared {
+            self.start_server(p);
         }
-        Ok(())
     }
 
     /// Stops the server's pump, then releases its sessions (saved to the ledger).
@@ -305,7 +303,7 @@ impl Running {
         let mut prepared = Vec::new();
         for name in diff.servers_added.iter().chain(&diff.servers_changed) {
             if let Some(server) = new.servers.iter().find(|s| &s.name == name) {
-                prepared.push(self.prepare(&new, server)?);
+                prepared.push(prepare(&self.metrics, &new, server)?);
             }
         }
         let model = if new.advisor.enabled && diff.touches("advisor.") {
