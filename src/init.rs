@@ -125,16 +125,7 @@ mod tests {
     /// A 401 at the health endpoint is a server there that wants a password.
     #[tokio::test]
     async fn a_401_is_probed_as_password_protected() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-            while let Ok((mut sock, _)) = listener.accept().await {
-                let mut buf = [0u8; 4096];
-                let _ = sock.read(&mut buf).await;
-                let _ = sock.write_all(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n").await;
-            }
-        });
+        let url = crate::test_support::Answer::status("401 Unauthorized").serve().await.url;
         assert_eq!(probe(&url).await, Probed::PasswordProtected);
     }
 }

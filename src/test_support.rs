@@ -1,7 +1,7 @@
 //! What the library's unit tests share.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use actix::{Actor as _, Addr};
 use shepherd_actors::config::{SessionRules, SupervisorConfig};
@@ -23,41 +23,112 @@ pub(crate) fn supervisor() -> Addr<Supervisor> {
     .start()
 }
 
-/// A server as seen at the worst moment of its keep-alive (OpenCode 1.19's, the control
-/// API's: 5 s): it keeps a connection open between requests, and one that sat idle 5 s
-/// or more it closes — here the moment the next request comes, so that request is never
-/// answered. Each answer is `body` (JSON). Counts the connections it was given.
-pub(crate) async fn closing_idle_connections(body: &'static str) -> (String, Arc<AtomicUsize>) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(5);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let connections = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&connections);
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            counted.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let mut last_answer = None::<std::time::Instant>;
-                let mut buf = vec![0u8; 8192];
-                while let Ok(n @ 1..) = sock.read(&mut buf).await {
-                    if !buf[..n].ends_with(b"\r\n\r\n") {
-                        continue; // a GET without a body: its head is whole at the blank line
-                    }
-                    if last_answer.is_some_and(|at| at.elapsed() >= KEEP_ALIVE) {
-                        return; // closed unanswered
-                    }
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if sock.write_all(answer.as_bytes()).await.is_err() {
-                        return;
-                    }
-                    last_answer = Some(std::time::Instant::now());
-                }
-            });
+/// A fake HTTP server that gives every request the same answer, records each request
+/// line and counts the connections it was given: a stand-in for OpenCode or the control
+/// API where a unit test needs only what one answer does to a client.
+pub(crate) struct Answer {
+    status: &'static str,
+    body: Vec<u8>,
+    chunked: bool,
+    keep_alive: Option<std::time::Duration>,
+}
+
+/// A running [`Answer`]: where it listens, the request lines it saw, its connections.
+pub(crate) struct FakeHttp {
+    pub url: String,
+    pub requests: Arc<Mutex<Vec<String>>>,
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl Answer {
+    /// `200 OK` with this JSON body, its length announced, each connection closed after
+    /// its answer.
+    pub(crate) fn json(body: impl Into<Vec<u8>>) -> Self {
+        Self { status: "200 OK", body: body.into(), chunked: false, keep_alive: None }
+    }
+
+    /// This status line's code and reason (`"401 Unauthorized"`), no body.
+    pub(crate) fn status(status: &'static str) -> Self {
+        Self { status, ..Self::json(Vec::new()) }
+    }
+
+    /// The body sent chunked: no length announces it.
+    pub(crate) fn chunked(self) -> Self {
+        Self { chunked: true, ..self }
+    }
+
+    /// A server as seen at the worst moment of its keep-alive (OpenCode 1.19's, the
+    /// control API's: 5 s): it keeps a connection open between requests, and one that sat
+    /// idle `idle` or more it closes — here the moment the next request comes, so that
+    /// request is never answered. Requests without a body only (a GET's head ends the
+    /// request).
+    pub(crate) fn closing_idle_after(self, idle: std::time::Duration) -> Self {
+        Self { keep_alive: Some(idle), ..self }
+    }
+
+    pub(crate) async fn serve(self) -> FakeHttp {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let served = FakeHttp {
+            url: format!("http://{}", listener.local_addr().unwrap()),
+            requests: Arc::default(),
+            connections: Arc::default(),
+        };
+        let (answer, keep_alive) = (Arc::new(self.bytes()), self.keep_alive);
+        let (requests, connections) = (Arc::clone(&served.requests), Arc::clone(&served.connections));
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                connections.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(answer_each(sock, Arc::clone(&answer), keep_alive, Arc::clone(&requests)));
+            }
+        });
+        served
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let (status, body) = (self.status, &self.body);
+        let close = if self.keep_alive.is_some() { "" } else { "connection: close\r\n" };
+        let mut a = format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{close}").into_bytes();
+        if self.chunked {
+            a.extend_from_slice(b"transfer-encoding: chunked\r\n\r\n");
+            for piece in body.chunks(16 * 1024) {
+                a.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                a.extend_from_slice(piece);
+                a.extend_from_slice(b"\r\n");
+            }
+            a.extend_from_slice(b"0\r\n\r\n");
+        } else {
+            a.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
+            a.extend_from_slice(body);
         }
-    });
-    (url, connections)
+        a
+    }
+}
+
+/// One connection of a [`FakeHttp`]: each request whose head has come is answered.
+async fn answer_each(
+    mut sock: tokio::net::TcpStream,
+    answer: Arc<Vec<u8>>,
+    keep_alive: Option<std::time::Duration>,
+    requests: Arc<Mutex<Vec<String>>>,
+) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut last_answer = None::<std::time::Instant>;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    while let Ok(n @ 1..) = sock.read(&mut buf).await {
+        got.extend_from_slice(&buf[..n]);
+        if !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            continue; // the head is not whole yet
+        }
+        let line = String::from_utf8_lossy(&got).lines().next().unwrap_or_default().to_string();
+        requests.lock().unwrap().push(line);
+        got.clear();
+        if last_answer.is_some_and(|at| keep_alive.is_some_and(|idle| at.elapsed() >= idle)) {
+            return; // closed unanswered
+        }
+        if sock.write_all(&answer).await.is_err() || keep_alive.is_none() {
+            return;
+        }
+        last_answer = Some(std::time::Instant::now());
+    }
 }

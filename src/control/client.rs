@@ -331,7 +331,9 @@ mod tests {
     /// (on the old one, kept by reqwest's default pool for 90 s, it went unanswered).
     #[tokio::test]
     async fn a_connection_the_api_may_have_closed_for_idleness_is_not_used_again() {
-        let (url, connections) = crate::test_support::closing_idle_connections("[]").await;
+        let answer = crate::test_support::Answer::json("[]").closing_idle_after(super::super::server::KEEP_ALIVE);
+        let served = answer.serve().await;
+        let (url, connections) = (served.url, served.connections);
         let token = ControlToken::new("t").unwrap();
         let client = ControlClient::new(&url, token, TokenOrigin::Env("SHEPHERD_CONTROL_TOKEN".into())).unwrap();
         client.sessions_json().await.unwrap();

@@ -47,7 +47,7 @@ const WORKERS: usize = 2;
 const SHUTDOWN_GRACE_SECS: u64 = 5;
 /// How long the server keeps a connection open between requests (actix-web's default,
 /// said here because the client's pool must give one up before: [`CLIENT_POOL_IDLE`]).
-const KEEP_ALIVE: Duration = Duration::from_secs(5);
+pub(super) const KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// How long [`ControlClient`](super::ControlClient) keeps an idle connection for the next
 /// call (`shepherd top` polls at any `--refresh`): a second less than the server keeps it,
 /// so no call goes out on a connection the server is closing, to go unanswered.

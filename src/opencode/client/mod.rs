@@ -515,41 +515,8 @@ mod tests {
     /// A fake OpenCode that answers every request with `body` (chunked when `chunked`,
     /// so no length announces it) and records each request line.
     pub(super) async fn recording_server(body: Vec<u8>, chunked: bool) -> (String, Arc<Mutex<Vec<String>>>) {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = Arc::clone(&seen);
-        tokio::spawn(async move {
-            while let Ok((mut sock, _)) = listener.accept().await {
-                let (body, log) = (body.clone(), Arc::clone(&log));
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 8192];
-                    let n = sock.read(&mut buf).await.unwrap_or(0);
-                    let head = String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or_default().to_string();
-                    log.lock().unwrap().push(head);
-                    let answer = if chunked {
-                        let mut a = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".to_vec();
-                        for piece in body.chunks(16 * 1024) {
-                            a.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
-                            a.extend_from_slice(piece);
-                            a.extend_from_slice(b"\r\n");
-                        }
-                        a.extend_from_slice(b"0\r\n\r\n");
-                        a
-                    } else {
-                        let mut a = format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                            body.len()
-                        )
-                        .into_bytes();
-                        a.extend_from_slice(&body);
-                        a
-                    };
-                    let _ = sock.write_all(&answer).await;
-                });
-            }
-        });
-        (url, seen)
+        let answer = crate::test_support::Answer::json(body);
+        let served = if chunked { answer.chunked() } else { answer }.serve().await;
+        (served.url, served.requests)
     }
 }

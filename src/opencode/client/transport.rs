@@ -332,7 +332,10 @@ mod tests {
     /// reqwest's default, failed it).
     #[tokio::test]
     async fn a_connection_opencode_may_have_closed_for_idleness_is_not_used_again() {
-        let (url, connections) = crate::test_support::closing_idle_connections("[]").await;
+        // OpenCode 1.19 closes a connection idle 5 s.
+        let answer = crate::test_support::Answer::json("[]").closing_idle_after(std::time::Duration::from_secs(5));
+        let served = answer.serve().await;
+        let (url, connections) = (served.url, served.connections);
         let client = OpenCodeClient::new(&ServerConfig::new("a", &url), None).unwrap();
         assert_eq!(client.todos("ses_A").await.unwrap(), vec![]);
         assert_eq!(client.todos("ses_A").await.unwrap(), vec![]);
