@@ -59,6 +59,8 @@ pub(crate) struct Layer {
     values: Map<String, Value>,
     /// Every origin used in this layer.
     pub(crate) origins: Vec<Origin>,
+    /// A file layer's text, to find the line of a key an error names.
+    pub(crate) text: Option<String>,
 }
 
 impl Layer {
@@ -66,7 +68,7 @@ impl Layer {
     pub(crate) fn file(path: &Path, text: &str) -> Result<Self, String> {
         let origin = Origin::File(path.to_owned());
         let values = FileFormat::Toml.parse(Some(&origin.to_string()), text).map_err(|e| e.to_string())?;
-        Ok(Self { values, origins: vec![origin] })
+        Ok(Self { values, origins: vec![origin], text: Some(text.to_owned()) })
     }
 
     /// The configuration variables among `env` (name, value pairs), sorted by key; the

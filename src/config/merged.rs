@@ -21,6 +21,8 @@ use super::{strict, ConfigError};
 pub(crate) struct Merged {
     tree: Value,
     origins: Vec<Origin>,
+    /// Each file layer's text, by its origin: where an error's line is looked up.
+    texts: Vec<(Origin, String)>,
 }
 
 impl Merged {
@@ -28,12 +30,15 @@ impl Merged {
     /// source cannot be read, and a [`Layer`] was read before.
     pub(crate) fn of(layers: Vec<Layer>) -> Result<Self, config::ConfigError> {
         let mut builder = config::Config::builder();
-        let mut origins = Vec::new();
-        for layer in layers {
+        let (mut origins, mut texts) = (Vec::new(), Vec::new());
+        for mut layer in layers {
             origins.extend(layer.origins.iter().cloned());
+            if let (Some(text), Some(origin)) = (layer.text.take(), layer.origins.first()) {
+                texts.push((origin.clone(), text));
+            }
             builder = builder.add_source(layer);
         }
-        Ok(Self { tree: builder.build()?.cache, origins })
+        Ok(Self { tree: builder.build()?.cache, origins, texts })
     }
 
     /// Reads the tree as `T`, strictly (see [`strict`]): text from the environment and
@@ -56,8 +61,10 @@ impl Merged {
     /// An error about `key` (empty: the top level), from the layer that set it.
     pub(crate) fn invalid(&self, key: String, reason: String) -> ConfigError {
         let origin = self.origin_of(&key);
+        let text = self.texts.iter().find(|(written, _)| *written == origin).map(|(_, text)| text);
+        let line = text.and_then(|text| line_of(text, &key));
         let key = if key.is_empty() { "(top level)".to_owned() } else { key };
-        ConfigError::Invalid { key, reason, origin }
+        ConfigError::Invalid { key, reason, origin, line }
     }
 
     /// Which layer set `key`: the key itself, else the first layer that wrote below it
@@ -139,6 +146,26 @@ fn written_at_or_below(node: &Value) -> Option<&str> {
         ValueKind::Array(items) => items.iter().find_map(written_at_or_below),
         _ => None,
     }
+}
+
+/// The line (from 1) in a TOML file's `text` of what an error about `key` names: the key's
+/// value, else the nearest table above it the file writes (a table a required key is
+/// missing from: its header). `None` when the file writes nothing on the way, or does
+/// not parse as the `config` crate parsed it.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    let document = toml_edit::Document::parse(text).ok()?;
+    let mut item = document.as_item();
+    let mut span = None;
+    for step in steps(key) {
+        let next = match step {
+            Step::Key(name) => item.get(name),
+            Step::Index(index) => item.get(index),
+        };
+        let Some(next) = next else { break };
+        span = next.span().or(span);
+        item = next;
+    }
+    span.map(|span| text[..span.start].matches('\n').count() + 1)
 }
 
 enum Step<'a> {
@@ -245,7 +272,7 @@ mod tests {
 
     fn error_of<T: DeserializeOwned + std::fmt::Debug>(merged: &Merged) -> (String, String, Origin) {
         match merged.deserialize::<T>().unwrap_err() {
-            ConfigError::Invalid { key, reason, origin } => (key, reason, origin),
+            ConfigError::Invalid { key, reason, origin, .. } => (key, reason, origin),
             other => panic!("{other}"),
         }
     }
@@ -291,6 +318,34 @@ mod tests {
         }
         let (key, reason, _) = error_of::<Narrow>(&file("small = 300"));
         assert_eq!(format!("{key}: {reason}"), "small: invalid value: integer `300`, expected u8");
+    }
+
+    /// The line of an error's key in a file (from 1): a bad value's, an unknown key's, the
+    /// header of a table a required key is missing from, the element of an inline list.
+    #[test]
+    fn an_error_from_a_file_names_the_line_that_wrote_it() {
+        let line_of_error = |text: &str| match file(text).deserialize::<Outer>().unwrap_err() {
+            ConfigError::Invalid { line, .. } => line,
+            other => panic!("{other}"),
+        };
+        let tables = "# items\n\n[[items]]\ncount = 1\nfactor = 1.0\non = true\n\n[[items]]\ncount = 2\n";
+        assert_eq!(line_of_error(&format!("{tables}factor = 1.0\non = 'yes'\n")), Some(11), "a bad value");
+        assert_eq!(line_of_error(&format!("{tables}factor = 1.0\non = true\nfactr = 2\n")), Some(12), "unknown");
+        assert_eq!(line_of_error(&format!("{tables}on = true\n")), Some(8), "missing: its table's header");
+        let inline = "items = [\n  { count = 1, factor = 1.0, on = true },\n  { count = 'x', factor = 1.0, on = true },\n]";
+        assert_eq!(line_of_error(inline), Some(3), "an element of an inline list");
+        let message = file(&format!("{tables}on = true\n")).deserialize::<Outer>().unwrap_err().to_string();
+        assert!(message.ends_with("(from file a.toml, line 8)"), "{message}");
+    }
+
+    /// A value a flag or a variable set has no line; nor has one the file did not write.
+    #[test]
+    fn an_error_from_another_layer_names_no_line() {
+        let file = Layer::file(Path::new("a.toml"), "[[items]]\ncount = 1\nfactor = 1.0\non = true\n").unwrap();
+        let set = Layer::set_flag("items[0].count=many").unwrap();
+        let err = merged(vec![file, set]).deserialize::<Outer>().unwrap_err();
+        assert!(matches!(&err, ConfigError::Invalid { line: None, .. }), "{err:?}");
+        assert!(err.to_string().ends_with("(from flag --set items[0].count)"), "{err}");
     }
 
     #[test]

@@ -106,14 +106,20 @@ pub enum ConfigError {
     /// A `--set` flag or a configuration variable's name that is not a key assignment.
     #[error("{origin}: {reason}")]
     Malformed { origin: Origin, reason: String },
-    /// A key that does not exist, or a value that is wrong for its key.
-    #[error("{key}: {reason} (from {origin})")]
-    Invalid { key: String, reason: String, origin: Origin },
+    /// A key that does not exist, or a value that is wrong for its key; from a file, the
+    /// line that writes it (or the header of the table it is missing from).
+    #[error("{key}: {reason} (from {origin}{})", at_line(*.line))]
+    Invalid { key: String, reason: String, origin: Origin, line: Option<usize> },
     #[error("environment variable {var}: the value is not valid UTF-8")]
     NotUnicode { var: String },
     /// `servers[].password_env` names a variable that holds no usable password.
     #[error("server {server:?}: password_env names {var}, which {state}")]
     PasswordUnavailable { server: String, var: String, state: String },
+}
+
+/// `, line N` after a file's name, when the line is known.
+fn at_line(line: Option<usize>) -> String {
+    line.map(|n| format!(", line {n}")).unwrap_or_default()
 }
 
 /// Loads the configuration from `sources`, the default file if no file is named, and
@@ -164,6 +170,7 @@ fn load_merged(sources: &ConfigSources, env: &[(String, String)]) -> Result<(Con
         key: "(top level)".to_owned(),
         reason: e.to_string(),
         origin: Origin::Default,
+        line: None,
     })?;
     let config: Config = merged.deserialize()?;
     config.validate().map_err(|InvalidValue { key, reason }| merged.invalid(key, reason))?;
