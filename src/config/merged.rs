@@ -332,7 +332,8 @@ mod tests {
         assert_eq!(line_of_error(&format!("{tables}factor = 1.0\non = 'yes'\n")), Some(11), "a bad value");
         assert_eq!(line_of_error(&format!("{tables}factor = 1.0\non = true\nfactr = 2\n")), Some(12), "unknown");
         assert_eq!(line_of_error(&format!("{tables}on = true\n")), Some(8), "missing: its table's header");
-        let inline = "items = [\n  { count = 1, factor = 1.0, on = true },\n  { count = 'x', factor = 1.0, on = true },\n]";
+        let inline =
+            "items = [\n  { count = 1, factor = 1.0, on = true },\n  { count = 'x', factor = 1.0, on = true },\n]";
         assert_eq!(line_of_error(inline), Some(3), "an element of an inline list");
         let message = file(&format!("{tables}on = true\n")).deserialize::<Outer>().unwrap_err().to_string();
         assert!(message.ends_with("(from file a.toml, line 8)"), "{message}");
