@@ -509,8 +509,16 @@ impl Harness {
         Ok(self.http.post(format!("{}/_sim/run", self.sim)).json(spec).send().await?.json().await?)
     }
 
+    /// The simulator's counters, without the stalls' times (see `report_from`).
     async fn report(&self) -> anyhow::Result<SimReport> {
         Ok(self.http.get(format!("{}/_sim/report", self.sim)).send().await?.json().await?)
+    }
+
+    /// The counters and the times of the stalls aborted from the `from`-th on: asked once
+    /// a phase is over, never while it is measured.
+    async fn report_from(&self, from: u64) -> anyhow::Result<SimReport> {
+        let url = format!("{}/_sim/report?times_from={from}", self.sim);
+        Ok(self.http.get(url).send().await?.json().await?)
     }
 }
 
@@ -807,7 +815,7 @@ async fn stall_phase(
     let planned = h.run(spec).await?;
     r.stalls = planned.stalling;
     let deadline = t + PHASE_LIMIT;
-    let report = loop {
+    loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         host.push(HostTicks::now());
         let rep = h.report().await?;
@@ -822,10 +830,11 @@ async fn stall_phase(
                     rep.busy
                 ));
             }
-            break rep;
+            break;
         }
-    };
+    }
     let phase_secs = t.elapsed().as_secs_f64();
+    let report = h.report_from(before_report.stalls_recorded).await?;
     let late = probe.finish().await;
     let (unpinned, gap_ms) = (freeze_watch.unpinned, freeze_watch.gap_ms());
     let frozen = freeze_watch.finish();
@@ -839,8 +848,7 @@ async fn stall_phase(
     let detected = detections.await.unwrap_or_default();
     let (mut fire, mut rest) = (Vec::new(), Vec::new());
     // The simulator's lists run over the whole run: this phase's are the ones added since.
-    let stall_times = &report.stall_times[before_report.stall_times.len().min(report.stall_times.len())..];
-    let latencies = &report.abort_latency_us[before_report.abort_latency_us.len().min(report.abort_latency_us.len())..];
+    let (stall_times, latencies) = (&report.stall_times, &report.abort_latency_us);
     for (id, deadline_us, abort_us) in stall_times {
         if let Some(&at_ms) = detected.get(id) {
             fire.push((at_ms * 1000 - deadline_us) as f64 / 1000.0);

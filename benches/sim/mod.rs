@@ -149,9 +149,13 @@ pub struct SimReport {
     pub messages: u64,
     /// TCP connections accepted so far.
     pub connections: u64,
-    /// Per aborted stall: session id, stall deadline and abort arrival (epoch µs).
+    /// Aborted stalls so far: how long `stall_times` and `abort_latency_us` would be.
+    pub stalls_recorded: u64,
+    /// Per aborted stall from the `times_from`-th on (none unless asked): session id,
+    /// stall deadline and abort arrival (epoch µs).
     pub stall_times: Vec<(String, i64, i64)>,
-    /// Stall deadline → abort request, microseconds, one per aborted stall.
+    /// Stall deadline → abort request, microseconds, one per aborted stall from the
+    /// `times_from`-th on (none unless asked).
     pub abort_latency_us: Vec<i64>,
     pub requests: HashMap<String, u64>,
 }
