@@ -8,10 +8,16 @@ use crate::status::render::ago;
 
 const HEADER: [&str; 6] = ["SERVER", "SESSION", "STATE", "PAUSED", "TODOS", "LAST ACTION"];
 
+/// What `sessions` and `top` say of an empty fleet. An idle session already on the server
+/// when Shepherd started is not tracked until it does something (idle sessions cost
+/// nothing): a person looking for it is told why it is not listed.
+pub const NONE_TRACKED: &str =
+    "no sessions tracked yet (a session is listed from its first activity; idle ones are left alone)";
+
 /// The table, or a one-line note when there is nothing to show.
 pub fn render_sessions(sessions: &[SessionView], now_ms: i64) -> String {
     if sessions.is_empty() {
-        return "no sessions tracked yet\n".to_string();
+        return format!("{NONE_TRACKED}\n");
     }
     let rows: Vec<[String; 6]> = sessions.iter().map(|s| row(s, now_ms)).collect();
     let mut widths = HEADER.map(str::len);
@@ -101,7 +107,7 @@ remote-box  ses_bb   idle   user_abort  0/0    -
 
     #[test]
     fn an_empty_fleet_says_so() {
-        assert_eq!(render_sessions(&[], 0), "no sessions tracked yet\n");
+        assert_eq!(render_sessions(&[], 0), format!("{NONE_TRACKED}\n"));
     }
 
     #[test]

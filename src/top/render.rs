@@ -263,7 +263,7 @@ fn draw_table(frame: &mut Frame, area: Rect, app: &App, palette: Palette) {
     if empty && area.height > 1 {
         let note = match &app.fleet {
             Some(f) if !f.rows.is_empty() => "no session matches the filter (esc clears it)",
-            Some(_) => "no sessions tracked yet",
+            Some(_) => crate::control::table::NONE_TRACKED,
             None => "",
         };
         let below = Rect { y: area.y + 1, height: 1, ..area };
@@ -367,7 +367,8 @@ pub fn plain(fleet: &Fleet, rows: &[&Row]) -> String {
         out.push_str(&format!("stream {}: {word} {}\n", s.name, stream_facts(s)));
     }
     if rows.is_empty() {
-        out.push_str("no sessions tracked yet\n");
+        out.push_str(crate::control::table::NONE_TRACKED);
+        out.push('\n');
         return out;
     }
     const HEADER: [&str; 8] = ["SERVER", "SESSION", "ID", "STATE", "QUIET/TIMEOUT", "TODOS", "CONTEXT", "LAST ACTION"];
