@@ -174,6 +174,9 @@ struct StallPhase {
     /// When Shepherd's thread woke from its worst lateness, seconds into the phase.
     #[serde(default, deserialize_with = "nan_if_null")]
     stall_runtime_late_max_at_s: f64,
+    /// The same on each server thread (the pump's, the sessions'), in words.
+    #[serde(default)]
+    stall_servers_late: String,
     stall_thread_late_p99_ms: f64,
     /// The most the stream's time was behind the wall clock (a read's events not all
     /// handled yet, so no deadline past it was due), ms, and when, seconds into the phase.
@@ -329,7 +332,7 @@ fn print_table(results: &[ScaleResult]) {
              all handled after {:.2} s; Shepherd used {:.0}% of a core ({} {:.2} µs per event), the simulator {:.0}% (it alone produces {} frames/s), the host {:.0}% (steal). \
              Stalls: {} planned, {} aborted, {} continued, {} aborts of sessions that were not stalled; background load {} frames/s; \
              stall deadline → Shepherd's stall_detected record p50 {:.1} / p99 {:.1} ms, record → abort request p50 {:.1} / p99 {:.1} ms; \
-             Shepherd used {:.0}% of a core, the simulator {:.0}%; a 5-ms sleep was late by {:.1} ms (p99; max {:.1} ms) on Shepherd's thread, \
+             Shepherd used {:.0}% of a core, the simulator {:.0}%; a 5-ms sleep was late by {:.1} ms (p99; max {:.1} ms) on Shepherd's main thread, \
              {:.1} ms on a bare thread; the host took {:.0}% of the CPUs (steal) while the stalls were aborted. Idle window {:.1} s: {:.1} ms CPU, {} context switches (all threads), \
              {} frames (heartbeats). {} warnings logged.",
             fmt_n(r.sessions),
@@ -788,7 +791,7 @@ async fn stall_phase(
     let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
     let pump = Arc::clone(&daemon.pump_stats()[0].1);
     let (threads0, frames0, reads0) = (thread_cpu(), pump.frames.load(Ordering::Relaxed), pump.reads.load(Ordering::Relaxed));
-    let probe = LatenessProbe::start(Arc::clone(&pump));
+    let probe = LatenessProbe::start(Arc::clone(&pump), &daemon.server_threads());
     let freeze_watch = freezes::FreezeWatch::start();
     let timings = timings::Timings::parse(&daemon.metrics().render_now());
     // Shepherd's own `stall_detected` records (wall ms), to split each latency in two.
@@ -840,6 +843,7 @@ async fn stall_phase(
     let frozen = freeze_watch.finish();
     (r.stall_runtime_late_p99_ms, r.stall_thread_late_p99_ms, r.stall_runtime_late_max_ms, r.stall_runtime_late_max_at_s) =
         (late.runtime_p99_ms, late.thread_p99_ms, late.runtime_max_ms, late.runtime_max_at_s);
+    r.stall_servers_late = late.servers.clone();
     if let Some((behind, at)) = late.stream_behind {
         (r.stall_stream_lag_max_ms, r.stall_stream_lag_max_at_s) = (behind.lag.as_secs_f64() * 1000.0, at);
         r.stall_stream_behind = describe_behind(&behind);
@@ -927,8 +931,13 @@ async fn stall_phase(
     );
     eprintln!("   Shepherd's timings meanwhile: {}", r.timings_stall);
     eprintln!(
-        "   Shepherd's thread: a 5-ms sleep late by {:.1} ms at p99, worst {:.1} ms ({:.2} s into the phase); a bare thread {:.1} ms at p99",
-        r.stall_runtime_late_p99_ms, r.stall_runtime_late_max_ms, r.stall_runtime_late_max_at_s, r.stall_thread_late_p99_ms
+        "   Shepherd's main thread: a 5-ms sleep late by {:.1} ms at p99, worst {:.1} ms ({:.2} s into the phase); \
+         its servers' threads: {}; a bare thread {:.1} ms at p99",
+        r.stall_runtime_late_p99_ms,
+        r.stall_runtime_late_max_ms,
+        r.stall_runtime_late_max_at_s,
+        r.stall_servers_late,
+        r.stall_thread_late_p99_ms
     );
     eprintln!(
         "   the host stopped a CPU {} times (not run for ≥ {} ms; the longest {:.0} ms): {} stalls' deadline-to-abort spans crossed one; \
@@ -983,15 +992,17 @@ fn requests_between(a: &SimReport, b: &SimReport) -> String {
     parts.join(", ")
 }
 
-/// Lateness of a 5-ms sleep, sampled until `stop` is set: once on Shepherd's own
-/// (single) runtime thread, once on a bare OS thread of this process. The first says
-/// how long Shepherd's thread was busy or descheduled; the second is the machine's
-/// scheduling noise alone.
+/// Lateness of a 5-ms sleep, sampled until `stop` is set: on Shepherd's main runtime
+/// thread (the supervisor's), on each of its servers' threads (the pump's, the
+/// sessions'), and on a bare OS thread of this process. The first two say how long each
+/// thread was busy or descheduled; the last is the machine's scheduling noise alone.
 struct LatenessProbe {
     stop: Arc<std::sync::atomic::AtomicBool>,
     started: Instant,
-    /// Each wake-up's lateness (ms) on Shepherd's thread, and when it woke.
+    /// Each wake-up's lateness (ms) on the main thread, and when it woke.
     runtime: tokio::task::JoinHandle<Vec<(f64, Instant)>>,
+    /// The same on each server thread.
+    servers: Vec<tokio::sync::oneshot::Receiver<Vec<(f64, Instant)>>>,
     /// The bare thread's lateness (ms), and the stream clock when it was furthest
     /// behind, with when: read off Shepherd's threads, it is seen even while they are
     /// held up.
@@ -1002,12 +1013,14 @@ struct LatenessProbe {
 type Worst = (Behind, Instant);
 
 /// What [`LatenessProbe::finish`] found, in ms and seconds into the phase.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Lateness {
     runtime_p99_ms: f64,
     thread_p99_ms: f64,
     runtime_max_ms: f64,
     runtime_max_at_s: f64,
+    /// Each server thread's: `shepherd-srv-N p99 … / worst … ms (… s)`.
+    servers: String,
     /// The stream clock when it was furthest behind, and when (seconds into the phase).
     stream_behind: Option<(Behind, f64)>,
 }
@@ -1015,10 +1028,9 @@ struct Lateness {
 impl LatenessProbe {
     const PERIOD: Duration = Duration::from_millis(5);
 
-    fn start(pump: Arc<PumpStats>) -> Self {
+    fn start(pump: Arc<PumpStats>, server_threads: &[actix::ArbiterHandle]) -> Self {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = Arc::clone(&stop);
-        let runtime = actix::spawn(async move {
+        let sampled = |s: Arc<std::sync::atomic::AtomicBool>| async move {
             let mut late = Vec::new();
             while !s.load(Ordering::Relaxed) {
                 let t = Instant::now();
@@ -1026,7 +1038,19 @@ impl LatenessProbe {
                 late.push(((t.elapsed().saturating_sub(Self::PERIOD)).as_secs_f64() * 1000.0, Instant::now()));
             }
             late
-        });
+        };
+        let runtime = actix::spawn(sampled(Arc::clone(&stop)));
+        let servers = server_threads
+            .iter()
+            .map(|thread| {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let probe = sampled(Arc::clone(&stop));
+                thread.spawn(async move {
+                    let _ = tx.send(probe.await);
+                });
+                rx
+            })
+            .collect();
         let s = Arc::clone(&stop);
         let thread = std::thread::spawn(move || {
             let (mut late, mut worst): (_, Option<Worst>) = (Vec::new(), None);
@@ -1041,26 +1065,37 @@ impl LatenessProbe {
             }
             (late, worst)
         });
-        Self { stop, started: Instant::now(), runtime, thread }
+        Self { stop, started: Instant::now(), runtime, servers, thread }
     }
 
-    /// p99 lateness in ms: (Shepherd's runtime thread, a bare thread), the worst on
-    /// Shepherd's thread, and when it woke from it (seconds after the probe started: a
-    /// pause that comes back at the same offset points at a periodic task).
+    /// p99 lateness in ms: (Shepherd's main thread, a bare thread), the worst on the
+    /// main thread and each server thread, and when it woke from it (seconds after the
+    /// probe started: a pause that comes back at the same offset points at a periodic
+    /// task).
     async fn finish(self) -> Lateness {
         self.stop.store(true, Ordering::Relaxed);
         let since = |at: Instant| at.duration_since(self.started).as_secs_f64();
-        let runtime = self.runtime.await.unwrap_or_default();
-        let worst_at = runtime.iter().max_by(|a, b| a.0.total_cmp(&b.0)).map_or(f64::NAN, |(_, at)| since(*at));
-        let mut rt: Vec<f64> = runtime.into_iter().map(|(late, _)| late).collect();
+        // p99, worst and when, of one thread's samples.
+        let summary = |mut samples: Vec<(f64, Instant)>| {
+            let worst = samples.iter().max_by(|a, b| a.0.total_cmp(&b.0)).copied();
+            samples.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let late: Vec<f64> = samples.into_iter().map(|(late, _)| late).collect();
+            (percentile(&late, 99.0), worst.map_or(f64::NAN, |w| w.0), worst.map_or(f64::NAN, |w| since(w.1)))
+        };
+        let (runtime_p99_ms, runtime_max_ms, runtime_max_at_s) = summary(self.runtime.await.unwrap_or_default());
+        let mut servers = Vec::new();
+        for (i, rx) in self.servers.into_iter().enumerate() {
+            let (p99, worst, at) = summary(rx.await.unwrap_or_default());
+            servers.push(format!("shepherd-srv-{i} p99 {p99:.1} / worst {worst:.1} ms ({at:.2} s)"));
+        }
         let (mut th, worst) = self.thread.join().unwrap_or_default();
-        rt.sort_by(f64::total_cmp);
         th.sort_by(f64::total_cmp);
         Lateness {
-            runtime_p99_ms: percentile(&rt, 99.0),
+            runtime_p99_ms,
             thread_p99_ms: percentile(&th, 99.0),
-            runtime_max_ms: rt.last().copied().unwrap_or(f64::NAN),
-            runtime_max_at_s: worst_at,
+            runtime_max_ms,
+            runtime_max_at_s,
+            servers: servers.join(", "),
             stream_behind: worst.map(|(behind, at)| (behind, since(at))),
         }
     }

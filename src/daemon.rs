@@ -264,6 +264,12 @@ impl Daemon {
         self.pump_stats.read().map(|s| s.clone()).unwrap_or_default()
     }
 
+    /// The threads the servers' pumps and sessions run on, in order (`shepherd-srv-N`):
+    /// where the fleet bench measures how late each thread runs what it is given.
+    pub fn server_threads(&self) -> Vec<actix::ArbiterHandle> {
+        self.server_threads.iter().map(Arbiter::handle).collect()
+    }
+
     /// This daemon's metrics (what `GET /metrics` serves).
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
