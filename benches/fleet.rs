@@ -999,10 +999,11 @@ fn requests_between(a: &SimReport, b: &SimReport) -> String {
 struct LatenessProbe {
     stop: Arc<std::sync::atomic::AtomicBool>,
     started: Instant,
-    /// Each wake-up's lateness (ms) on the main thread, and when it woke.
-    runtime: tokio::task::JoinHandle<Vec<(f64, Instant)>>,
+    /// Each wake-up's lateness (ms) on the main thread, when it woke, and how the
+    /// thread spent the while.
+    runtime: tokio::task::JoinHandle<Vec<Sample>>,
     /// The same on each server thread.
-    servers: Vec<tokio::sync::oneshot::Receiver<Vec<(f64, Instant)>>>,
+    servers: Vec<tokio::sync::oneshot::Receiver<Vec<Sample>>>,
     /// The bare thread's lateness (ms), and the stream clock when it was furthest
     /// behind, with when: read off Shepherd's threads, it is seen even while they are
     /// held up.
@@ -1011,6 +1012,32 @@ struct LatenessProbe {
 
 /// The stream clock at its worst lag, and when.
 type Worst = (Behind, Instant);
+
+/// One wake-up of a probe: how late (ms), when, and what the thread did meanwhile.
+type Sample = (f64, Instant, (f64, f64));
+
+/// A thread's scheduler accounting (`/proc/thread-self/schedstat`, Linux): time run on
+/// a CPU and time waited for one, in ms. Across a late wake-up it tells a thread that was
+/// busy (it ran) from one the machine kept from running (it waited) and from one blocked
+/// in a call (neither).
+#[derive(Debug, Clone, Copy, Default)]
+struct Schedstat {
+    run_ms: f64,
+    wait_ms: f64,
+}
+
+impl Schedstat {
+    fn of_this_thread() -> Self {
+        let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+        let mut ns = text.split_whitespace().map(|n| n.parse::<f64>().unwrap_or(0.0) / 1e6);
+        Self { run_ms: ns.next().unwrap_or(0.0), wait_ms: ns.next().unwrap_or(0.0) }
+    }
+
+    /// (ran, waited) since `before`, in ms.
+    fn since(self, before: Self) -> (f64, f64) {
+        (self.run_ms - before.run_ms, self.wait_ms - before.wait_ms)
+    }
+}
 
 /// What [`LatenessProbe::finish`] found, in ms and seconds into the phase.
 #[derive(Debug, Default, Clone)]
@@ -1033,9 +1060,10 @@ impl LatenessProbe {
         let sampled = |s: Arc<std::sync::atomic::AtomicBool>| async move {
             let mut late = Vec::new();
             while !s.load(Ordering::Relaxed) {
-                let t = Instant::now();
+                let (t, before) = (Instant::now(), Schedstat::of_this_thread());
                 tokio::time::sleep(Self::PERIOD).await;
-                late.push(((t.elapsed().saturating_sub(Self::PERIOD)).as_secs_f64() * 1000.0, Instant::now()));
+                let spent = Schedstat::of_this_thread().since(before);
+                late.push(((t.elapsed().saturating_sub(Self::PERIOD)).as_secs_f64() * 1000.0, Instant::now(), spent));
             }
             late
         };
@@ -1075,18 +1103,23 @@ impl LatenessProbe {
     async fn finish(self) -> Lateness {
         self.stop.store(true, Ordering::Relaxed);
         let since = |at: Instant| at.duration_since(self.started).as_secs_f64();
-        // p99, worst and when, of one thread's samples.
-        let summary = |mut samples: Vec<(f64, Instant)>| {
+        // p99, worst and when, and what the thread did across the worst, of one thread's
+        // samples.
+        let summary = |mut samples: Vec<Sample>| {
             let worst = samples.iter().max_by(|a, b| a.0.total_cmp(&b.0)).copied();
             samples.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let late: Vec<f64> = samples.into_iter().map(|(late, _)| late).collect();
-            (percentile(&late, 99.0), worst.map_or(f64::NAN, |w| w.0), worst.map_or(f64::NAN, |w| since(w.1)))
+            let late: Vec<f64> = samples.into_iter().map(|(late, ..)| late).collect();
+            let (at, spent) = worst.map_or((f64::NAN, (f64::NAN, f64::NAN)), |w| (since(w.1), w.2));
+            (percentile(&late, 99.0), worst.map_or(f64::NAN, |w| w.0), at, spent)
         };
-        let (runtime_p99_ms, runtime_max_ms, runtime_max_at_s) = summary(self.runtime.await.unwrap_or_default());
+        let (runtime_p99_ms, runtime_max_ms, runtime_max_at_s, _) = summary(self.runtime.await.unwrap_or_default());
         let mut servers = Vec::new();
         for (i, rx) in self.servers.into_iter().enumerate() {
-            let (p99, worst, at) = summary(rx.await.unwrap_or_default());
-            servers.push(format!("shepherd-srv-{i} p99 {p99:.1} / worst {worst:.1} ms ({at:.2} s)"));
+            let (p99, worst, at, (ran, waited)) = summary(rx.await.unwrap_or_default());
+            servers.push(format!(
+                "shepherd-srv-{i} p99 {p99:.1} / worst {worst:.1} ms ({at:.2} s; meanwhile it ran {ran:.1} ms \
+                 and waited {waited:.1} ms for a CPU)"
+            ));
         }
         let (mut th, worst) = self.thread.join().unwrap_or_default();
         th.sort_by(f64::total_cmp);
