@@ -114,29 +114,24 @@ fn mask_every_string(value: &mut Value) {
 fn note_password_vars(doc: &mut DocumentMut, lookup: &impl Fn(&str) -> Option<OsString>) {
     if let Some(notifiers) = doc.get_mut("notify").and_then(Item::as_array_of_tables_mut) {
         for value in notifiers.iter_mut().filter_map(|n| n.get_mut("url_env")).filter_map(Item::as_value_mut) {
-            if let Some(name) = value.as_str().map(str::to_owned) {
-                let state = PasswordVar::read(&name, lookup);
-                value.decor_mut().set_suffix(format!(" # {name} {state}"));
-            }
+            note_var(value, lookup);
         }
     }
     // The advisor's key variable likewise (an empty name means no key: no note).
-    if let Some(value) = doc.get_mut("advisor").and_then(|a| a.get_mut("api_key_env")).and_then(Item::as_value_mut) {
-        if let Some(name) = value.as_str().filter(|n| !n.is_empty()).map(str::to_owned) {
-            let state = PasswordVar::read(&name, lookup);
-            value.decor_mut().set_suffix(format!(" # {name} {state}"));
+    let advisor_key = doc.get_mut("advisor").and_then(|a| a.get_mut("api_key_env")).and_then(Item::as_value_mut);
+    if let Some(value) = advisor_key.filter(|v| v.as_str().is_some_and(|name| !name.is_empty())) {
+        note_var(value, lookup);
+    }
+    if let Some(servers) = doc.get_mut("servers").and_then(Item::as_array_of_tables_mut) {
+        for value in servers.iter_mut().filter_map(|s| s.get_mut("password_env")).filter_map(Item::as_value_mut) {
+            note_var(value, lookup);
         }
     }
-    let Some(servers) = doc.get_mut("servers").and_then(Item::as_array_of_tables_mut) else {
-        return;
-    };
-    for server in servers.iter_mut() {
-        let Some(value) = server.get_mut("password_env").and_then(Item::as_value_mut) else {
-            continue;
-        };
-        let Some(name) = value.as_str().map(str::to_owned) else {
-            continue;
-        };
+}
+
+/// `# VAR is set` (or `is not set`, …) after a value naming a variable, never its value.
+fn note_var(value: &mut toml_edit::Value, lookup: &impl Fn(&str) -> Option<OsString>) {
+    if let Some(name) = value.as_str().map(str::to_owned) {
         let state = PasswordVar::read(&name, lookup);
         value.decor_mut().set_suffix(format!(" # {name} {state}"));
     }
