@@ -1149,7 +1149,14 @@ fn describe_behind(b: &Behind) -> String {
         None => "every read handled".to_string(),
     };
     let unread = b.unread_bytes.map_or_else(|| "unread bytes unknown".to_string(), |n| format!("{} KiB unread in the socket", n / 1024));
-    format!("{pump}, {reads}, {unread}")
+    let ms = |d: Option<Duration>| d.map_or_else(|| "never".to_string(), |d| format!("{:.1} ms ago", d.as_secs_f64() * 1e3));
+    let proof = format!(
+        "the socket's latest proven moment {}, last seen empty {} ({} full reads since)",
+        ms(b.proven_age),
+        ms(b.emptied_age),
+        b.full_reads
+    );
+    format!("{pump}, {reads}, {unread}, {proof}")
 }
 
 /// How many SSE frames end in `bytes` (a blank line: `\n\n`), `last` the byte before

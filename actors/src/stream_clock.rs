@@ -16,7 +16,9 @@
 //! in stream time finds it there.) Marks are reached in
 //! order (a later read handled first, on another thread, waits for the earlier ones),
 //! and reaching one moves stream time to its `through` — how far the socket had proven
-//! the pump's reads to reach ([`SocketBacklog`]). While the pump waits with every read
+//! the pump's reads to reach ([`SocketBacklog`]) when the read ended ([`Mark::read_ends`]:
+//! the chunks that joined the read polled the socket, and the last poll, finding it
+//! empty, proves the whole read). While the pump waits with every read
 //! handled, stream time is the socket's latest proof, and now if the kernel holds
 //! nothing new. Marks are also the backpressure: at most [`MAX_UNHANDLED_READS`] are
 //! outstanding; past that the pump stops reading, the backlog stays in the socket (where
@@ -54,16 +56,22 @@ pub trait SocketGauge: Send + Sync + 'static {
     fn unread_bytes(&self) -> Option<usize>;
     /// Asks the kernel now; an empty buffer is noted ([`SocketBacklog::emptied`]).
     fn look(&self);
+    /// When the buffer was last seen empty, and how many reads since took all they had
+    /// room for (for whoever looks into a lag: a proof that waits on a full socket).
+    fn last_emptied(&self) -> (Option<Instant>, u64) {
+        (None, 0)
+    }
 }
 
 /// The socket's reads, as a byte count, against the moments its buffer was emptied.
 ///
-/// A read that found nothing, or took less than it had room for, emptied the kernel's
-/// buffer: the server had nothing more on its way then, so all it sent before that
-/// moment ends at the byte read so far. The connection reads the socket only when the
-/// pump asks for more, having taken everything read before, so when it reads from beyond
-/// that byte, all of it is in the pump's hands. Under steady
-/// traffic a moment is proven a read or two later.
+/// A read that took less than it had room for emptied the kernel's buffer: the server
+/// had nothing more on its way then, so all it sent before that moment ends at the byte
+/// read so far. The connection reads the socket only when the pump asks for more, having
+/// taken everything read before, so when it reads from beyond that byte, all of it is in
+/// the pump's hands. A poll that finds nothing (and a kernel that holds nothing) proves
+/// its own moment at once ([`Self::found_nothing`]): it asks from the last byte read.
+/// Under steady traffic a moment is proven by the end of the pump's read.
 ///
 /// Only an emptied buffer counts. A buffer that is never empty says nothing of what the
 /// server still holds: a Shepherd reading behind fills it, the server's writes wait
@@ -77,6 +85,9 @@ pub struct SocketBacklog {
     /// both ascending.
     pending: std::collections::VecDeque<(u64, Instant)>,
     proven: Option<Instant>,
+    /// The latest moment the buffer was seen empty, and the reads since that found more.
+    last_emptied: Option<Instant>,
+    full_reads: u64,
 }
 
 /// Moments kept waiting for proof; past it the oldest is forgotten (a later one proves
@@ -95,10 +106,21 @@ impl SocketBacklog {
             self.pending.pop_front();
         }
         self.read += bytes;
+        self.full_reads += 1;
+    }
+
+    /// The connection asked for more from the last byte it read (it had handed the pump
+    /// everything before it) and the kernel had nothing at `at`: everything sent before
+    /// `at` is in the pump's hands now, no later poll needed.
+    pub fn found_nothing(&mut self, at: Instant) {
+        (self.last_emptied, self.full_reads) = (Some(at), 0);
+        self.pending.clear();
+        self.proven = self.proven.max(Some(at));
     }
 
     /// At `at` the kernel's buffer was empty.
     pub fn emptied(&mut self, at: Instant) {
+        (self.last_emptied, self.full_reads) = (Some(at), 0);
         let end = self.read;
         match self.pending.back_mut() {
             Some((last, t)) if *last == end => *t = at,
@@ -114,6 +136,11 @@ impl SocketBacklog {
     /// Everything the server sent before this moment is in the pump's hands.
     pub fn proven(&self) -> Option<Instant> {
         self.proven
+    }
+
+    /// The latest moment the buffer was seen empty, and the reads since.
+    pub fn last_emptied(&self) -> (Option<Instant>, u64) {
+        (self.last_emptied, self.full_reads)
     }
 }
 
@@ -259,6 +286,11 @@ pub struct Behind {
     pub oldest_unhandled: Option<std::time::Duration>,
     /// Bytes the kernel holds unread, when it can be asked.
     pub unread_bytes: Option<usize>,
+    /// How long ago the socket's latest proven moment was.
+    pub proven_age: Option<std::time::Duration>,
+    /// How long ago the socket was last seen empty, and the reads since that found more.
+    pub emptied_age: Option<std::time::Duration>,
+    pub full_reads: u64,
 }
 
 /// A mark the clock waits for: its read's `through`, and whether it was dropped.
@@ -281,6 +313,19 @@ pub struct Mark {
     clock: Arc<StreamClock>,
     seq: u64,
     _read: OwnedSemaphorePermit,
+}
+
+impl Mark {
+    /// The pump has handed on the read's last event: what the socket proved while the
+    /// read went on (chunks that had arrived joined it, each a poll of the socket) is in
+    /// this read's events or earlier ones, so the read carries it, not the next one.
+    pub fn read_ends(&self) {
+        let mut s = self.clock.lock();
+        let Some(proven) = s.gauge.as_ref().and_then(|g| g.proven()) else { return };
+        if let Some(m) = s.marks.iter_mut().find(|m| m.seq == self.seq) {
+            m.through = m.through.max(Some(proven));
+        }
+    }
 }
 
 impl Drop for Mark {
@@ -378,6 +423,7 @@ impl StreamClock {
     pub fn behind(&self, now: Instant) -> Behind {
         let mut s = self.lock();
         let stream_now = s.stream_now(now);
+        let (emptied, full_reads) = s.gauge.as_ref().map_or((None, 0), |g| g.last_emptied());
         Behind {
             lag: now.saturating_duration_since(stream_now),
             following: s.following,
@@ -385,6 +431,9 @@ impl StreamClock {
             unhandled_reads: s.marks.iter().filter(|m| !m.dropped).count(),
             oldest_unhandled: s.marks.iter().find(|m| !m.dropped).map(|m| now.saturating_duration_since(m.taken)),
             unread_bytes: s.gauge.as_ref().and_then(|g| g.unread_bytes()),
+            proven_age: s.gauge.as_ref().and_then(|g| g.proven()).map(|p| now.saturating_duration_since(p)),
+            emptied_age: emptied.map(|e| now.saturating_duration_since(e)),
+            full_reads,
         }
     }
 
@@ -436,8 +485,10 @@ mod tests {
             self.reads.fetch_add(1, Ordering::Relaxed);
             let mut b = self.backlog.lock().unwrap();
             b.polled(took as u64);
-            if took < room {
-                b.emptied(Instant::now());
+            match took {
+                0 => b.found_nothing(Instant::now()),
+                _ if took < room => b.emptied(Instant::now()),
+                _ => {}
             }
         }
     }
@@ -623,6 +674,47 @@ mod tests {
         tokio::time::advance(secs(1)).await;
         assert_eq!(clock.lag(Instant::now()), secs(2), "a read in the pump's hands holds it back");
         drop(unhandled);
+    }
+
+    /// Measured in the fleet bench: a read's events carried the proof from the read's
+    /// start (often the pump's park, before the data came), so stream time trailed each
+    /// read by the wait before it — 2–5 ms of a 10-ms stall budget.
+    #[tokio::test(start_paused = true)]
+    async fn a_read_carries_what_the_socket_proved_while_it_went_on() {
+        let socket = Arc::new(FakeSocket::default());
+        let clock = Arc::new(StreamClock::default());
+        clock.connected(Some(socket.clone()));
+        let park = clock.parked();
+        tokio::time::advance(secs(1)).await;
+        socket.arrive(50);
+        socket.read(100); // the wait ends at 1 s: a short read
+        clock.reading();
+        let read = clock.mark(clock.read_through(Some(park))).await;
+        tokio::time::advance(secs(1)).await; // its events handed on
+        socket.read(100); // at 2 s: nothing more, the read ends
+        read.read_ends();
+        socket.arrive(500); // the next burst: the pump reads on, not waiting
+        socket.read(100);
+        clock.reading();
+        let next = clock.mark(clock.read_through(None)).await;
+        tokio::time::advance(secs(1)).await;
+        drop(read);
+        assert_eq!(clock.lag(Instant::now()), secs(1), "handled through the end of its read at 2 s");
+        drop(next);
+    }
+
+    #[test]
+    fn a_poll_that_finds_nothing_proves_its_own_moment() {
+        let t = Instant::now();
+        let mut b = SocketBacklog::default();
+        b.polled(10);
+        b.emptied(t);
+        b.polled(0);
+        b.found_nothing(t + secs(1)); // asked from byte 10, everything before it handed on
+        assert_eq!(b.proven(), Some(t + secs(1)));
+        b.polled(5);
+        b.emptied(t + secs(2));
+        assert_eq!(b.proven(), Some(t + secs(1)), "byte 15 may still be in the connection's buffer");
     }
 
     #[test]

@@ -245,6 +245,7 @@ impl EventPump {
                     }
                 }
             }
+            read.read_ends();
             drop(read);
             self.stats.reads.fetch_add(1, Ordering::Relaxed);
             if frames > 0 {

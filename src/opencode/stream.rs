@@ -283,20 +283,30 @@ impl AsyncRead for GaugedTcp {
         let (before, room) = (buf.filled().len(), buf.remaining());
         let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
         let read = buf.filled().len() - before;
-        // Found nothing, or took less than it had room for: the kernel's buffer was
-        // emptied, and the server had nothing more on its way then.
-        let drained = match &polled {
-            Poll::Pending => true,
-            Poll::Ready(Ok(())) if read > 0 => read < room,
-            Poll::Ready(_) => return polled, // the end of the stream, or an error
-        };
-        if read > 0 {
-            self.gauge.reads.fetch_add(1, Ordering::Relaxed);
-        }
-        let mut backlog = self.gauge.backlog();
-        backlog.polled(read as u64);
-        if drained {
-            backlog.emptied(tokio::time::Instant::now());
+        match &polled {
+            // Nothing to take. The connection asks only once the pump has everything it
+            // read, so if the kernel holds nothing either, all that was sent is the
+            // pump's. (Pending is tokio's last look, not the kernel's now: data may have
+            // come since, unseen by a reactor on a busy thread — the kernel is asked.)
+            Poll::Pending => {
+                let now = tokio::time::Instant::now();
+                let mut backlog = self.gauge.backlog();
+                backlog.polled(0);
+                if self.gauge.unread_bytes() == Some(0) {
+                    backlog.found_nothing(now);
+                }
+            }
+            Poll::Ready(Ok(())) if read > 0 => {
+                self.gauge.reads.fetch_add(1, Ordering::Relaxed);
+                let mut backlog = self.gauge.backlog();
+                backlog.polled(read as u64);
+                // Took less than it had room for: the kernel's buffer was emptied, and
+                // the server had nothing more on its way then.
+                if read < room {
+                    backlog.emptied(tokio::time::Instant::now());
+                }
+            }
+            Poll::Ready(_) => {} // the end of the stream, or an error
         }
         polled
     }
@@ -347,6 +357,10 @@ impl SocketGauge for TcpGauge {
         if self.unread_bytes() == Some(0) {
             self.backlog().emptied(tokio::time::Instant::now());
         }
+    }
+
+    fn last_emptied(&self) -> (Option<tokio::time::Instant>, u64) {
+        self.backlog().last_emptied()
     }
 }
 
@@ -429,6 +443,32 @@ mod tests {
         let first = stream.next_chunk().await.unwrap().unwrap();
         assert_eq!(first.as_ref(), body.as_slice(), "the whole burst in the first read");
         assert!(stream.next_chunk().await.is_none());
+    }
+
+    /// The stream clock's proof: once the pump has the burst and the connection finds
+    /// the socket empty, everything sent before that poll is in the pump's hands — proven
+    /// then, not only by a later poll from beyond it (which under steady traffic left
+    /// stream time a read behind).
+    #[tokio::test]
+    async fn a_poll_that_finds_the_socket_empty_proves_everything_before_it_was_handed_on() {
+        let (mut wire, body) = chunked(&frames(10));
+        wire.truncate(wire.len() - b"0\r\n\r\n".len()); // the body goes on
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/global/event", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let _ = sock.read(&mut vec![0u8; 4096]).await;
+            sock.write_all(&wire).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(30)).await; // then silence, the connection open
+        });
+        let mut stream = open(&url).await.unwrap();
+        let gauge = stream.gauge().expect("a plain connection is gauged");
+        let first = stream.next_chunk().await.unwrap().unwrap();
+        assert_eq!(first.as_ref(), body.as_slice());
+        let handed_on = tokio::time::Instant::now();
+        assert!(futures::FutureExt::now_or_never(stream.next_chunk()).is_none(), "nothing more sent");
+        let proven = gauge.proven().expect("a moment proven");
+        assert!(proven >= handed_on, "proven {:?} before the burst was handed on", handed_on - proven);
     }
 
     #[tokio::test]
