@@ -288,8 +288,9 @@ pub struct Behind {
     pub unread_bytes: Option<usize>,
     /// How long ago the socket's latest proven moment was.
     pub proven_age: Option<std::time::Duration>,
-    /// How long ago the socket was last seen empty, and the reads since that found more.
+    /// How long ago the socket was last seen empty.
     pub emptied_age: Option<std::time::Duration>,
+    /// The reads since then that left bytes in it (took all they had room for).
     pub full_reads: u64,
 }
 
