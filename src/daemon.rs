@@ -48,6 +48,8 @@ pub struct Daemon {
     /// The threads the servers' pumps and sessions run on (`supervisor.server_threads`),
     /// stopped last.
     server_threads: Vec<Arbiter>,
+    /// Where the sessions' calls to OpenCode are made (`shepherd-io`), stopped last.
+    io_thread: Arbiter,
 }
 
 /// Starts the servers' threads: `configured`, or one per CPU core for 0.
@@ -64,6 +66,15 @@ fn server_threads(configured: usize) -> Vec<Arbiter> {
             arbiter
         })
         .collect()
+}
+
+/// The thread the sessions' calls to OpenCode are made on
+/// ([`crate::opencode::io_thread`]): a burst of events queued for the sessions does not
+/// delay their recoveries' HTTP exchanges.
+fn io_thread() -> Arbiter {
+    let arbiter = Arbiter::new();
+    arbiter.spawn_fn(|| name_this_thread("shepherd-io"));
+    arbiter
 }
 
 /// Names the calling thread as `top -H`, `ps -L` and `/proc/…/task/*/comm` show it
@@ -151,9 +162,11 @@ impl Daemon {
         .start();
         let toasts = Toasts::start(&cfg.toasts, &journal);
         let server_threads = server_threads(cfg.supervisor.server_threads);
+        let io_thread = io_thread();
         let mut running =
             Running::new(cfg.clone(), loader, supervisor.clone(), guard, advisor, toasts, Arc::clone(&metrics))
-                .with_threads(server_threads.iter().map(Arbiter::handle).collect());
+                .with_threads(server_threads.iter().map(Arbiter::handle).collect())
+                .with_io_thread(io_thread.handle());
         let pump_stats = Arc::clone(&running.pump_stats);
         let notifiers = Notifiers::start(
             &cfg.notify,
@@ -205,6 +218,7 @@ impl Daemon {
             metrics,
             trimmer,
             server_threads,
+            io_thread,
         })
     }
 
@@ -320,6 +334,7 @@ impl Daemon {
         for arbiter in &self.server_threads {
             arbiter.stop();
         }
+        self.io_thread.stop();
     }
 }
 

@@ -27,6 +27,7 @@ use actix::{Actor as _, Addr, ArbiterHandle};
 use shepherd_actors::advisor::actor::{AdvisorActor, AdvisorSlot, Retune};
 use shepherd_actors::config::{Config, ServerConfig};
 use shepherd_actors::guard::GuardHandle;
+use shepherd_actors::ports::Engine;
 use shepherd_actors::supervisor::{AttachServer, DetachServer, ReconfigureAll, Supervisor};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -34,6 +35,7 @@ use crate::config::diff::{keep_restart_only, Change, ConfigDiff};
 use crate::config::{resolve_password, ConfigError};
 use crate::metrics::edge::TimedModel;
 use crate::metrics::Metrics;
+use crate::opencode::io_thread::IoThread;
 use crate::opencode::{CallTimer, Credentials, EventPump, OpenCodeClient, PumpStats};
 use crate::toast::Toasts;
 
@@ -125,6 +127,8 @@ pub(crate) struct Running {
     /// The threads servers run on (`supervisor.server_threads`): each new server takes
     /// the next in turn ([`threads_of`]).
     threads: Vec<ArbiterHandle>,
+    /// Where the sessions' calls to OpenCode are made ([`Self::with_io_thread`]).
+    io: Option<ArbiterHandle>,
     next_thread: usize,
 }
 
@@ -177,6 +181,7 @@ impl Running {
             stopped: false,
             threads: Vec::new(),
             next_thread: 0,
+            io: None,
         }
     }
 
@@ -184,6 +189,13 @@ impl Running {
     /// without any, on the caller's.
     pub(crate) fn with_threads(mut self, threads: Vec<ArbiterHandle>) -> Self {
         self.threads = threads;
+        self
+    }
+
+    /// Makes the sessions' calls to OpenCode on this thread ([`IoThread`]); without it,
+    /// on the sessions' own.
+    pub(crate) fn with_io_thread(mut self, io: ArbiterHandle) -> Self {
+        self.io = Some(io);
         self
     }
 
@@ -202,13 +214,17 @@ impl Running {
         };
         let thread_engines = threads
             .iter()
-            .map(|_| -> Arc<dyn shepherd_actors::ports::Engine> {
-                match client.with_own_connections() {
+            .map(|_| -> Arc<dyn Engine> {
+                let engine: Arc<dyn Engine> = match client.with_own_connections() {
                     Ok(own) => Arc::new(own),
                     Err(e) => {
                         tracing::warn!(server = %server.name, error = %e, "a sessions' thread shares the server's connections");
                         Arc::new(client.clone())
                     }
+                };
+                match &self.io {
+                    Some(io) => Arc::new(IoThread::new(engine, io.clone())),
+                    None => engine,
                 }
             })
             .collect();

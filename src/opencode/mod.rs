@@ -5,6 +5,7 @@
 
 mod body;
 pub mod client;
+pub mod io_thread;
 pub mod pinned;
 pub mod pump;
 pub mod sse;
