@@ -48,8 +48,9 @@ pub struct Daemon {
     /// The threads the servers' pumps and sessions run on (`supervisor.server_threads`),
     /// stopped last.
     server_threads: Vec<Arbiter>,
-    /// Where the sessions' calls to OpenCode are made (`shepherd-io`), stopped last.
-    io_thread: Arbiter,
+    /// Where the sessions' calls to OpenCode are made (`shepherd-io-N`, one per server
+    /// thread), stopped last.
+    io_threads: Vec<Arbiter>,
 }
 
 /// Starts the servers' threads: `configured`, or one per CPU core for 0.
@@ -68,13 +69,17 @@ fn server_threads(configured: usize) -> Vec<Arbiter> {
         .collect()
 }
 
-/// The thread the sessions' calls to OpenCode are made on
+/// The threads the sessions' calls to OpenCode are made on, one per server thread
 /// ([`crate::opencode::io_thread`]): a burst of events queued for the sessions does not
 /// delay their recoveries' HTTP exchanges.
-fn io_thread() -> Arbiter {
-    let arbiter = Arbiter::new();
-    arbiter.spawn_fn(|| name_this_thread("shepherd-io"));
-    arbiter
+fn io_threads(n: usize) -> Vec<Arbiter> {
+    (0..n)
+        .map(|i| {
+            let arbiter = Arbiter::new();
+            arbiter.spawn_fn(move || name_this_thread(&format!("shepherd-io-{i}")));
+            arbiter
+        })
+        .collect()
 }
 
 /// Names the calling thread as `top -H`, `ps -L` and `/proc/…/task/*/comm` show it
@@ -162,11 +167,11 @@ impl Daemon {
         .start();
         let toasts = Toasts::start(&cfg.toasts, &journal);
         let server_threads = server_threads(cfg.supervisor.server_threads);
-        let io_thread = io_thread();
+        let io_threads = io_threads(server_threads.len());
         let mut running =
             Running::new(cfg.clone(), loader, supervisor.clone(), guard, advisor, toasts, Arc::clone(&metrics))
                 .with_threads(server_threads.iter().map(Arbiter::handle).collect())
-                .with_io_thread(io_thread.handle());
+                .with_io_threads(io_threads.iter().map(Arbiter::handle).collect());
         let pump_stats = Arc::clone(&running.pump_stats);
         let notifiers = Notifiers::start(
             &cfg.notify,
@@ -218,7 +223,7 @@ impl Daemon {
             metrics,
             trimmer,
             server_threads,
-            io_thread,
+            io_threads,
         })
     }
 
@@ -334,7 +339,9 @@ impl Daemon {
         for arbiter in &self.server_threads {
             arbiter.stop();
         }
-        self.io_thread.stop();
+        for arbiter in &self.io_threads {
+            arbiter.stop();
+        }
     }
 }
 
@@ -342,11 +349,12 @@ impl Daemon {
 mod tests {
     use super::*;
 
-    /// `top -H` tells the servers' threads apart: each is named `shepherd-srv-N`
-    /// (actix's own names are all cut to `actix-rt|system`).
+    /// `top -H` tells the servers' threads apart: each is named `shepherd-srv-N`, the
+    /// sessions' calls' `shepherd-io-N` (actix's own names are all cut to
+    /// `actix-rt|system`).
     #[actix::test]
     async fn the_servers_threads_are_named_for_what_they_run() {
-        let threads = server_threads(2);
+        let threads: Vec<Arbiter> = server_threads(2).into_iter().chain(io_threads(2)).collect();
         let names = || -> Vec<String> {
             std::fs::read_dir("/proc/self/task")
                 .map(|tasks| {
@@ -358,7 +366,7 @@ mod tests {
                 })
                 .unwrap_or_default()
         };
-        let want = ["shepherd-srv-0", "shepherd-srv-1"];
+        let want = ["shepherd-srv-0", "shepherd-srv-1", "shepherd-io-0", "shepherd-io-1"];
         let mut seen = names();
         for _ in 0..200 {
             if want.iter().all(|w| seen.iter().any(|n| n == w)) {

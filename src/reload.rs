@@ -127,8 +127,9 @@ pub(crate) struct Running {
     /// The threads servers run on (`supervisor.server_threads`): each new server takes
     /// the next in turn ([`threads_of`]).
     threads: Vec<ArbiterHandle>,
-    /// Where the sessions' calls to OpenCode are made ([`Self::with_io_thread`]).
-    io: Option<ArbiterHandle>,
+    /// Where the sessions' calls to OpenCode are made, one per server thread
+    /// ([`Self::with_io_threads`]).
+    io: Vec<ArbiterHandle>,
     next_thread: usize,
 }
 
@@ -181,7 +182,7 @@ impl Running {
             stopped: false,
             threads: Vec::new(),
             next_thread: 0,
-            io: None,
+            io: Vec::new(),
         }
     }
 
@@ -192,10 +193,11 @@ impl Running {
         self
     }
 
-    /// Makes the sessions' calls to OpenCode on this thread ([`IoThread`]); without it,
-    /// on the sessions' own.
-    pub(crate) fn with_io_thread(mut self, io: ArbiterHandle) -> Self {
-        self.io = Some(io);
+    /// Makes the calls of the sessions on server thread N on io thread N ([`IoThread`]):
+    /// one each, so the calls' work (an answer's parse) spreads as the sessions do;
+    /// without them, on the sessions' own threads.
+    pub(crate) fn with_io_threads(mut self, io: Vec<ArbiterHandle>) -> Self {
+        self.io = io;
         self
     }
 
@@ -203,18 +205,19 @@ impl Running {
     fn start_server(&mut self, p: Prepared) {
         let Prepared { server, auth, client } = p;
         let pump = EventPump::new(server.clone(), auth, self.supervisor.clone());
-        let (pump_thread, threads, apart) = match self.threads.len() {
+        let (pump_thread, sessions, apart) = match self.threads.len() {
             0 => (None, Vec::new(), false),
             n => {
                 let (pump, sessions) = threads_of(self.next_thread, n, self.cfg.supervisor.pump_apart);
                 self.next_thread += 1;
                 let apart = !sessions.contains(&pump);
-                (Some(self.threads[pump].clone()), sessions.into_iter().map(|t| self.threads[t].clone()).collect(), apart)
+                (Some(self.threads[pump].clone()), sessions, apart)
             }
         };
-        let thread_engines = threads
+        let threads = sessions.iter().map(|&t| self.threads[t].clone()).collect();
+        let thread_engines = sessions
             .iter()
-            .map(|_| -> Arc<dyn Engine> {
+            .map(|&t| -> Arc<dyn Engine> {
                 let engine: Arc<dyn Engine> = match client.with_own_connections() {
                     Ok(own) => Arc::new(own),
                     Err(e) => {
@@ -222,7 +225,7 @@ impl Running {
                         Arc::new(client.clone())
                     }
                 };
-                match &self.io {
+                match self.io.get(t) {
                     Some(io) => Arc::new(IoThread::new(engine, io.clone())),
                     None => engine,
                 }

@@ -6,8 +6,9 @@
 //! its body, the hand-back. Made on the sessions' thread, every trip waited behind
 //! whatever sessions had events queued — during a burst, thousands — so a recovery's
 //! REST time grew with the very load it ran under. [`IoThread`] runs each call whole on
-//! the `shepherd-io` thread (its connections' tasks live there too) and the session's
-//! thread is woken once, with the answer.
+//! an io thread (`shepherd-io-N`, one per server thread, so the calls' own work — an
+//! answer's parse — spreads as the sessions do; the connections' tasks live there too)
+//! and the session's thread is woken once, with the answer.
 //!
 //! A call whose caller stops waiting (an actor stopped, a recovery given up) is
 //! cancelled where it runs, as it was when it ran on the caller's thread. A call the
@@ -22,12 +23,12 @@ use std::sync::Arc;
 use actix::ArbiterHandle;
 use async_trait::async_trait;
 use futures::future::{AbortHandle, Abortable};
-use tracing::Instrument as _;
 use shepherd_actors::event::{Event, ModelRef, SessionInfo, ShepherdSessionMark, Status, Todo};
 use shepherd_actors::ports::{
     Control, Discovery, Engine, EngineError, HistoryMessage, LastTurn, Lifecycle, Prompt, Reads, Recent,
     TurnSettings,
 };
+use tracing::Instrument as _;
 
 /// An [`Engine`] whose calls run on the `io` thread.
 pub struct IoThread {
