@@ -60,23 +60,22 @@ fn server_threads(configured: usize) -> Vec<Arbiter> {
         n => n,
     };
     tracing::info!(threads = n, "servers (their event pumps and sessions) run on {n} thread(s)");
-    (0..n)
-        .map(|i| {
-            let arbiter = Arbiter::new();
-            arbiter.spawn_fn(move || name_this_thread(&format!("shepherd-srv-{i}")));
-            arbiter
-        })
-        .collect()
+    named_threads(n, "shepherd-srv")
 }
 
 /// The threads the sessions' calls to OpenCode are made on, one per server thread
 /// ([`crate::opencode::io_thread`]): a burst of events queued for the sessions does not
 /// delay their recoveries' HTTP exchanges.
 fn io_threads(n: usize) -> Vec<Arbiter> {
+    named_threads(n, "shepherd-io")
+}
+
+/// `n` threads with their own runtimes, named `{prefix}-0`, `{prefix}-1`, ….
+fn named_threads(n: usize, prefix: &'static str) -> Vec<Arbiter> {
     (0..n)
         .map(|i| {
             let arbiter = Arbiter::new();
-            arbiter.spawn_fn(move || name_this_thread(&format!("shepherd-io-{i}")));
+            arbiter.spawn_fn(move || name_this_thread(&format!("{prefix}-{i}")));
             arbiter
         })
         .collect()
