@@ -24,9 +24,9 @@ pub struct AttachServer {
     /// (`supervisor.pump_apart`).
     pub threads: Vec<ArbiterHandle>,
     /// The engine the sessions on each of `threads` use (the same server through
-    /// connections of that thread's own, so a session's REST calls are driven on its
-    /// own thread, not carried by the one that opened a shared pool — the
-    /// supervisor's); none: `engine` for all.
+    /// connections of that thread's own, so a session's REST calls are not carried by
+    /// the one that opened a shared pool — the supervisor's; the daemon makes them on
+    /// an io thread paired with the sessions' thread); none: `engine` for all.
     pub thread_engines: Vec<Arc<dyn Engine>>,
 }
 

@@ -131,9 +131,10 @@ impl OpenCodeClient {
 
     /// The same client — settings, status reads, calls-in-flight bound, all shared —
     /// with a pool of connections of its own. A connection is driven by the thread that
-    /// opened it: the sessions of each thread get their own pool, so their calls are
-    /// not carried by another thread (in a shared pool, the supervisor's, which opened
-    /// it while reconciling).
+    /// opened it: the sessions of each thread get their own pool (opened on their io
+    /// thread, [`crate::opencode::io_thread`]), so their calls are not carried by
+    /// another thread (in a shared pool, the supervisor's, which opened it while
+    /// reconciling).
     pub fn with_own_connections(&self) -> Result<Self, EngineError> {
         Ok(Self { http: http_client(self.permit_wait)?, ..self.clone() })
     }
