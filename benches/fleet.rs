@@ -791,7 +791,12 @@ async fn stall_phase(
     let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
     let pump = Arc::clone(&daemon.pump_stats()[0].1);
     let (threads0, frames0, reads0) = (thread_cpu(), pump.frames.load(Ordering::Relaxed), pump.reads.load(Ordering::Relaxed));
-    let probe = LatenessProbe::start(Arc::clone(&pump), &daemon.server_threads());
+    let named = |prefix: &str, threads: Vec<actix::ArbiterHandle>| {
+        threads.into_iter().enumerate().map(|(i, t)| (format!("{prefix}-{i}"), t)).collect::<Vec<_>>()
+    };
+    let mut threads = named("shepherd-srv", daemon.server_threads());
+    threads.extend(named("shepherd-io", daemon.io_threads()));
+    let probe = LatenessProbe::start(Arc::clone(&pump), threads);
     let freeze_watch = freezes::FreezeWatch::start();
     let timings = timings::Timings::parse(&daemon.metrics().render_now());
     // Shepherd's own `stall_detected` records (wall ms), to split each latency in two.
@@ -932,7 +937,7 @@ async fn stall_phase(
     eprintln!("   Shepherd's timings meanwhile: {}", r.timings_stall);
     eprintln!(
         "   Shepherd's main thread: a 5-ms sleep late by {:.1} ms at p99, worst {:.1} ms ({:.2} s into the phase); \
-         its servers' threads: {}; a bare thread {:.1} ms at p99",
+         its servers' and io threads: {}; a bare thread {:.1} ms at p99",
         r.stall_runtime_late_p99_ms,
         r.stall_runtime_late_max_ms,
         r.stall_runtime_late_max_at_s,
@@ -994,7 +999,8 @@ fn requests_between(a: &SimReport, b: &SimReport) -> String {
 
 /// Lateness of a 5-ms sleep, sampled until `stop` is set: on Shepherd's main runtime
 /// thread (the supervisor's), on each of its servers' threads (the pump's, the
-/// sessions'), and on a bare OS thread of this process. The first two say how long each
+/// sessions') and io threads (the sessions' calls), and on a bare OS thread of this
+/// process. The first two say how long each
 /// thread was busy or descheduled; the last is the machine's scheduling noise alone.
 struct LatenessProbe {
     stop: Arc<std::sync::atomic::AtomicBool>,
@@ -1003,7 +1009,7 @@ struct LatenessProbe {
     /// thread spent the while.
     runtime: tokio::task::JoinHandle<Vec<Sample>>,
     /// The same on each server thread.
-    servers: Vec<tokio::sync::oneshot::Receiver<Vec<Sample>>>,
+    servers: Vec<(String, tokio::sync::oneshot::Receiver<Vec<Sample>>)>,
     /// The bare thread's lateness (ms), and the stream clock when it was furthest
     /// behind, with when: read off Shepherd's threads, it is seen even while they are
     /// held up.
@@ -1046,7 +1052,7 @@ struct Lateness {
     thread_p99_ms: f64,
     runtime_max_ms: f64,
     runtime_max_at_s: f64,
-    /// Each server thread's: `shepherd-srv-N p99 … / worst … ms (… s)`.
+    /// Each server and io thread's: `shepherd-srv-N p99 … / worst … ms (… s)`.
     servers: String,
     /// The stream clock when it was furthest behind, and when (seconds into the phase).
     stream_behind: Option<(Behind, f64)>,
@@ -1055,7 +1061,8 @@ struct Lateness {
 impl LatenessProbe {
     const PERIOD: Duration = Duration::from_millis(5);
 
-    fn start(pump: Arc<PumpStats>, server_threads: &[actix::ArbiterHandle]) -> Self {
+    /// `threads`: Shepherd's threads to probe besides the main one, named.
+    fn start(pump: Arc<PumpStats>, threads: Vec<(String, actix::ArbiterHandle)>) -> Self {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sampled = |s: Arc<std::sync::atomic::AtomicBool>| async move {
             let mut late = Vec::new();
@@ -1068,15 +1075,15 @@ impl LatenessProbe {
             late
         };
         let runtime = actix::spawn(sampled(Arc::clone(&stop)));
-        let servers = server_threads
-            .iter()
-            .map(|thread| {
+        let servers = threads
+            .into_iter()
+            .map(|(name, thread)| {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let probe = sampled(Arc::clone(&stop));
                 thread.spawn(async move {
                     let _ = tx.send(probe.await);
                 });
-                rx
+                (name, rx)
             })
             .collect();
         let s = Arc::clone(&stop);
@@ -1114,10 +1121,10 @@ impl LatenessProbe {
         };
         let (runtime_p99_ms, runtime_max_ms, runtime_max_at_s, _) = summary(self.runtime.await.unwrap_or_default());
         let mut servers = Vec::new();
-        for (i, rx) in self.servers.into_iter().enumerate() {
+        for (name, rx) in self.servers {
             let (p99, worst, at, (ran, waited)) = summary(rx.await.unwrap_or_default());
             servers.push(format!(
-                "shepherd-srv-{i} p99 {p99:.1} / worst {worst:.1} ms ({at:.2} s; meanwhile it ran {ran:.1} ms \
+                "{name} p99 {p99:.1} / worst {worst:.1} ms ({at:.2} s; meanwhile it ran {ran:.1} ms \
                  and waited {waited:.1} ms for a CPU)"
             ));
         }

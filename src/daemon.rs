@@ -288,6 +288,12 @@ impl Daemon {
         self.server_threads.iter().map(Arbiter::handle).collect()
     }
 
+    /// The threads the sessions' calls to OpenCode are made on, in order
+    /// (`shepherd-io-N`, paired with `shepherd-srv-N`): probed by the fleet bench too.
+    pub fn io_threads(&self) -> Vec<actix::ArbiterHandle> {
+        self.io_threads.iter().map(Arbiter::handle).collect()
+    }
+
     /// This daemon's metrics (what `GET /metrics` serves).
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
