@@ -54,8 +54,6 @@ pub trait SocketGauge: Send + Sync + 'static {
     fn proven(&self) -> Option<Instant>;
     /// Bytes the kernel holds unread, if it can be asked.
     fn unread_bytes(&self) -> Option<usize>;
-    /// Asks the kernel now; an empty buffer is noted ([`SocketBacklog::emptied`]).
-    fn look(&self);
     /// When the buffer was last seen empty, and how many reads since took all they had
     /// room for (for whoever looks into a lag: a proof that waits on a full socket).
     fn last_emptied(&self) -> (Option<Instant>, u64) {
@@ -372,13 +370,12 @@ impl StreamClock {
         s.wake_due(now);
     }
 
-    /// The pump waits for the next chunk, having handed on everything it had.
+    /// The pump waits for the next chunk, having handed on everything it had. (The
+    /// socket's side needs no look here: the poll that ended the read, finding the socket
+    /// empty, proved its moment — [`SocketBacklog::found_nothing`].)
     pub fn parked(&self) -> Park {
         let now = Instant::now();
         let mut s = self.lock();
-        if let Some(g) = &s.gauge {
-            g.look();
-        }
         s.parked = Some(s.gauge.as_ref().map_or(0, |g| g.reads()));
         s.wake_due(now);
         Park { at: now }
@@ -503,11 +500,6 @@ mod tests {
         }
         fn unread_bytes(&self) -> Option<usize> {
             Some(self.unread.load(Ordering::Relaxed))
-        }
-        fn look(&self) {
-            if self.unread.load(Ordering::Relaxed) == 0 {
-                self.backlog.lock().unwrap().emptied(Instant::now());
-            }
         }
     }
 

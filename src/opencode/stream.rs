@@ -353,12 +353,6 @@ impl SocketGauge for TcpGauge {
         None
     }
 
-    fn look(&self) {
-        if self.unread_bytes() == Some(0) {
-            self.backlog().emptied(tokio::time::Instant::now());
-        }
-    }
-
     fn last_emptied(&self) -> (Option<tokio::time::Instant>, u64) {
         self.backlog().last_emptied()
     }
