@@ -37,7 +37,8 @@
 //! `FLEET_BURST_TURNS` (default 12 at 1k, 1 at 10k), `FLEET_BURST_STEP_US` (default 0:
 //! as fast as Shepherd reads), `FLEET_BACKGROUND_STEP_MS` (default 250; 0 = no
 //! background traffic during the stalls), `FLEET_SERVER_THREADS` and `FLEET_PUMP_APART`
-//! (`supervisor.server_threads`, `supervisor.pump_apart`), `FLEET_NO_STATUS` (no status
+//! (`supervisor.server_threads`, `supervisor.pump_apart`), `FLEET_IN_FLIGHT`
+//! (`servers[].max_requests_in_flight`), `FLEET_NO_STATUS` (no status
 //! file: what its writes cost the others), `FLEET_EXIT_AT_END` (exit right after the
 //! last measurement, without shutting down: under `heaptrack`, whatever Shepherd still
 //! holds is then reported as leaked — run the child directly, e.g.
@@ -291,6 +292,24 @@ fn clear_p99(s: &StallPhase) -> String {
     }
 }
 
+/// The abort latency column: past 10,000 sessions, first the phase with the 10,000
+/// phase's stalls and streams among all the sessions tracked (what the fleet's size does
+/// to the stall path), then the one with every session but the stalling tenth streaming
+/// (ten times the load: what a storm of 10,000 stalls in 2 s does, bounded by the
+/// server's answers).
+fn abort_latency(r: &ScaleResult) -> String {
+    let phase = |s: &StallPhase| format!("{:.1} / {:.1} ms ({:.1} ms)", s.abort_p50_ms, s.abort_p99_ms, s.abort_max_ms);
+    match &r.stall_same_load {
+        None => phase(&r.stall),
+        Some(same) => format!(
+            "{} with the {} phase's load; all streaming (10× the load) {}",
+            phase(same),
+            fmt_n(SAME_LOAD_SESSIONS),
+            phase(&r.stall)
+        ),
+    }
+}
+
 fn print_table(results: &[ScaleResult]) {
     let per = |a: u64, b: u64, n: usize| (a as f64 - b as f64) / n.max(1) as f64;
     println!();
@@ -299,7 +318,7 @@ fn print_table(results: &[ScaleResult]) {
     for r in results {
         let per_idle = 30.0 / r.idle_secs.max(0.001);
         println!(
-            "| {} | {:.1} KiB ({:.1} KiB) | {:.1} KiB ({:.1} KiB) | {} ({:.0} %) | {:.1} / {:.1} ms ({:.1} ms){} | {} | {:.1} ms / {:.0} |",
+            "| {} | {:.1} KiB ({:.1} KiB) | {:.1} KiB ({:.1} KiB) | {} ({:.0} %) | {} | {} | {:.1} ms / {:.0} |",
             fmt_n(r.sessions),
             per(r.rss_tracked_kib, r.rss_connected_kib, r.sessions),
             per(r.rss_tracked_live_kib, r.rss_connected_live_kib, r.sessions),
@@ -307,17 +326,8 @@ fn print_table(results: &[ScaleResult]) {
             per(r.rss_end_live_kib, r.rss_connected_live_kib, r.sessions),
             fmt_n((r.burst_frames as f64 / r.burst_done_secs.max(1e-9)) as usize),
             100.0 * r.burst_frames as f64 / r.burst_done_secs.max(1e-9) / r.sim_capacity_fps.max(1.0),
-            r.stall.abort_p50_ms,
-            r.stall.abort_p99_ms,
-            r.stall.abort_max_ms,
-            r.stall_same_load.as_ref().map_or(String::new(), |s| format!(
-                "; with the {} phase's load {:.1} / {:.1} ms ({:.1} ms)",
-                fmt_n(SAME_LOAD_SESSIONS),
-                s.abort_p50_ms,
-                s.abort_p99_ms,
-                s.abort_max_ms
-            )),
-            clear_p99(&r.stall),
+            abort_latency(r),
+            clear_p99(r.stall_same_load.as_ref().unwrap_or(&r.stall)),
             r.idle_cpu_ms * per_idle,
             r.idle_ctx_switches as f64 * per_idle,
         );
@@ -568,6 +578,11 @@ async fn scale(n: usize, sim_url: String, sim_pid: u32) -> anyhow::Result<ScaleR
     // short one puts discoveries inside every phase, to see what they cost.
     if let Some(secs) = std::env::var("FLEET_DISCOVERY_SECS").ok().and_then(|v| v.parse().ok()) {
         cfg.supervisor.discovery_interval = Duration::from_secs(secs);
+    }
+    // `FLEET_IN_FLIGHT` overrides `servers[].max_requests_in_flight` (default 32): whose
+    // limit a stall storm's calls wait on, Shepherd's or the server's.
+    if let Some(n) = std::env::var("FLEET_IN_FLIGHT").ok().and_then(|v| v.parse().ok()) {
+        cfg.servers[0].max_requests_in_flight = n;
     }
     // `FLEET_PUMP_APART=0|1` overrides `supervisor.pump_apart` (default: on).
     if let Ok(v) = std::env::var("FLEET_PUMP_APART") {

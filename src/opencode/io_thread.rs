@@ -30,7 +30,7 @@ use shepherd_actors::ports::{
 };
 use tracing::Instrument as _;
 
-/// An [`Engine`] whose calls run on the `io` thread.
+/// An [`Engine`] whose calls run on an io thread (the one paired with its callers' thread).
 pub struct IoThread {
     engine: Arc<dyn Engine>,
     io: ArbiterHandle,
