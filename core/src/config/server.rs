@@ -42,8 +42,9 @@ pub struct ServerConfig {
     #[serde(default = "default_max_response_bytes")]
     pub max_response_bytes: usize,
     /// REST calls to this server at once, at most; more wait their turn (within
-    /// `request_timeout`). A fleet's recoveries falling due together open no more
-    /// connections than this.
+    /// `request_timeout`), the status reads and aborts of stalled sessions served before
+    /// the rest. A fleet's recoveries falling due together open no more connections than
+    /// this.
     #[serde(default = "default_max_requests_in_flight")]
     pub max_requests_in_flight: usize,
 }

@@ -22,6 +22,7 @@ mod messages;
 mod session_ids;
 mod status;
 mod transport;
+mod turns;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -87,8 +88,9 @@ pub struct OpenCodeClient {
     status_reads: Arc<StatusReads>,
     /// `servers[].max_response_bytes`: the largest answer read.
     max_response_bytes: usize,
-    /// `servers[].max_requests_in_flight`: a permit per call under way (shared by clones).
-    in_flight: Arc<tokio::sync::Semaphore>,
+    /// `servers[].max_requests_in_flight`: a turn per call under way, the calls an abort
+    /// waits on served first (shared by clones).
+    in_flight: Arc<turns::Turns>,
     /// How long a call waits for a permit: the server's `request_timeout`.
     permit_wait: std::time::Duration,
     /// Told of every call's time (shared by clones).
@@ -123,7 +125,7 @@ impl OpenCodeClient {
             long_call_timeout_ms: Arc::new(server.request_timeout.as_millis().try_into().unwrap_or(u64::MAX).into()),
             status_reads: Arc::default(),
             max_response_bytes: server.max_response_bytes,
-            in_flight: Arc::new(tokio::sync::Semaphore::new(server.max_requests_in_flight)),
+            in_flight: turns::Turns::new(server.max_requests_in_flight),
             permit_wait: server.request_timeout,
             timer: None,
         })
@@ -284,7 +286,7 @@ fn running_part(session_id: &str, part: &RawValue) -> Option<Event> {
 impl Control for OpenCodeClient {
     async fn abort(&self, session_id: &str) -> Result<(), EngineError> {
         let rb = self.request(Method::POST, &session_path(session_id, "/abort")?);
-        self.send(rb, "POST /session/{id}/abort").await.map(drop)
+        self.send(rb, transport::ABORT).await.map(drop)
     }
 
     async fn summarize(&self, session_id: &str, model: &ModelRef) -> Result<(), EngineError> {

@@ -9,7 +9,7 @@ use reqwest::Method;
 use shepherd_actors::event::Status;
 use shepherd_actors::ports::EngineError;
 
-use super::transport::{parse_apart_if_long, read_capped, undecodable, PARSE_APART_BYTES};
+use super::transport::{parse_apart_if_long, read_capped, undecodable, PARSE_APART_BYTES, STATUS_READ};
 use super::OpenCodeClient;
 
 /// What one reader asks of a `GET /session/status`.
@@ -162,11 +162,11 @@ impl OpenCodeClient {
         if !directory.is_empty() {
             rb = rb.query(&[("directory", directory)]);
         }
-        let body = match self.send(rb, "GET /session/status").await {
-            Ok(resp) => read_capped(resp, self.max_response_bytes, "GET /session/status").await,
+        let body = match self.send(rb, STATUS_READ).await {
+            Ok(resp) => read_capped(resp, self.max_response_bytes, STATUS_READ).await,
             Err(e) => Err(e),
         };
-        let what = "GET /session/status";
+        let what = STATUS_READ;
         let answer = match body {
             Ok(body) if body.len() < PARSE_APART_BYTES => {
                 entries(&body, wanted_ids(&readers).as_ref()).map_err(|e| undecodable(what, e))

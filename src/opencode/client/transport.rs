@@ -8,7 +8,13 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use shepherd_actors::ports::EngineError;
 
+use super::turns::{Lane, Turn};
 use super::OpenCodeClient;
+
+/// The status read, as its calls are named (timings, errors).
+pub(super) const STATUS_READ: &str = "GET /session/status";
+/// The abort, as its calls are named.
+pub(super) const ABORT: &str = "POST /session/{id}/abort";
 
 /// Error bodies are cut to this many characters in errors and logs.
 const ERROR_BODY_CHARS: usize = 300;
@@ -49,17 +55,18 @@ impl OpenCodeClient {
         answer
     }
 
-    /// Waits for one of `servers[].max_requests_in_flight` (at most `request_timeout`;
-    /// then the call fails as never sent), held until the answer's head is in.
-    async fn turn(&self, what: &str) -> Result<tokio::sync::SemaphorePermit<'_>, EngineError> {
-        match tokio::time::timeout(self.permit_wait, self.in_flight.acquire()).await {
-            Ok(Ok(permit)) => Ok(permit),
-            Ok(Err(_)) => Err(EngineError::Unreachable(format!("{what}: the client is closed"))),
-            Err(_) => Err(EngineError::Unreachable(format!(
+    /// Waits for one of `servers[].max_requests_in_flight` turns (at most
+    /// `request_timeout`; then the call fails as never sent), held until the answer's
+    /// head is in. The calls a stalled session's abort waits on — the status read, the
+    /// abort — get a free turn before the others ([`super::turns`]).
+    async fn turn(&self, what: &str) -> Result<Turn, EngineError> {
+        let lane = if what == STATUS_READ || what == ABORT { Lane::First } else { Lane::InTurn };
+        tokio::time::timeout(self.permit_wait, self.in_flight.take(lane)).await.map_err(|_| {
+            EngineError::Unreachable(format!(
                 "{what}: not sent: servers[].max_requests_in_flight calls stayed under way for {:?}",
                 self.permit_wait
-            ))),
-        }
+            ))
+        })
     }
 
     /// Like [`Self::send`], for a request that changes the session: a transport error
@@ -277,6 +284,75 @@ mod tests {
             }
         });
         (url, connections)
+    }
+
+    /// A server that answers `[]` to every request, each only once `gate` is open, and
+    /// notes the request lines in the order they came.
+    async fn gated_server(gate: tokio::sync::watch::Receiver<bool>) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let noted = Arc::clone(&lines);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (noted, mut gate) = (Arc::clone(&noted), gate.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                            let mut chunk = [0u8; 4096];
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                        buf.drain(..end);
+                        noted.lock().unwrap().push(head.lines().next().unwrap_or_default().to_string());
+                        let _ = gate.wait_for(|open| *open).await;
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n[]";
+                        if socket.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, lines)
+    }
+
+    /// With every turn taken, an abort asked for after other calls goes before them: a
+    /// stalled session's abort does not wait behind other sessions' reads and prompts.
+    #[tokio::test]
+    async fn an_abort_waiting_for_a_turn_goes_before_calls_that_asked_earlier() {
+        let (open, gate) = tokio::sync::watch::channel(false);
+        let (url, lines) = gated_server(gate).await;
+        let mut server = ServerConfig::new("a", &url);
+        server.max_requests_in_flight = 1;
+        let client = OpenCodeClient::new(&server, None).unwrap();
+        let spawn_todos = |id: &'static str| {
+            let client = client.clone();
+            tokio::spawn(async move { client.todos(id).await.map(drop) })
+        };
+        let under_way = spawn_todos("ses_A");
+        let wait = || tokio::time::sleep(std::time::Duration::from_millis(50));
+        wait().await;
+        let waiting = spawn_todos("ses_B");
+        wait().await;
+        let abort = {
+            let client = client.clone();
+            tokio::spawn(async move { client.abort("ses_C").await })
+        };
+        wait().await;
+        open.send(true).unwrap();
+        for call in [under_way, waiting, abort] {
+            call.await.unwrap().unwrap();
+        }
+        let lines = lines.lock().unwrap().clone();
+        let order: Vec<&str> = lines.iter().map(|l| l.split(' ').nth(1).unwrap_or_default()).collect();
+        assert_eq!(order, ["/session/ses_A/todo", "/session/ses_C/abort", "/session/ses_B/todo"]);
     }
 
     #[tokio::test]
