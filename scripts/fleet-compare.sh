@@ -55,6 +55,8 @@ for label, name in (("detection", "stall detected after its deadline"), ("status
 s = r.get("stall_same_load")
 if s:
     line.append("10k load p99 %.1f (stolen %.0f%%)" % (s["abort_p99_ms"], s.get("stall_steal_pct", float("nan"))))
+# Aborts of sessions that were not stalled, in every stall phase (any is a false abort).
+line.append("unexpected aborts %d" % (r["unexpected_aborts"] + (s or {}).get("unexpected_aborts", 0)))
 print(" | ".join(line))
 ' "$(basename "$bin")"; then
       echo "$(basename "$bin"): failed; its last lines:" >&2
