@@ -183,7 +183,12 @@ impl Rig {
     /// Cuts the event stream at the proxy and waits until Shepherd has noticed (the
     /// proxy ends a stream at its next frame: the cut is held until then, however late
     /// that comes). The cut stays until the test lifts it.
+    ///
+    /// It first waits until Shepherd sees the stream connected: just after a reconnect
+    /// the pump counts its connect before the supervisor hears of it, and a cut made then
+    /// would read as noticed at once and be lifted before the proxy ever ended a stream.
     pub async fn cut_the_stream(&self, faults: &faulty_proxy::Faults) -> anyhow::Result<()> {
+        self.wait_connected().await?;
         faults.cut_events.store(true, std::sync::atomic::Ordering::SeqCst);
         let deadline = tokio::time::Instant::now() + PATIENCE;
         while self.daemon().fleet().await.servers.iter().any(|s| s.connected) {
