@@ -806,12 +806,7 @@ async fn stall_phase(
     let (cpu0, sim0) = (cpu_time(), child_cpu_time(sim_pid));
     let pump = Arc::clone(&daemon.pump_stats()[0].1);
     let (threads0, frames0, reads0) = (thread_cpu(), pump.frames.load(Ordering::Relaxed), pump.reads.load(Ordering::Relaxed));
-    let named = |prefix: &str, threads: Vec<actix::ArbiterHandle>| {
-        threads.into_iter().enumerate().map(|(i, t)| (format!("{prefix}-{i}"), t)).collect::<Vec<_>>()
-    };
-    let mut threads = named("shepherd-srv", daemon.server_threads());
-    threads.extend(named("shepherd-io", daemon.io_threads()));
-    let probe = LatenessProbe::start(Arc::clone(&pump), threads);
+    let probe = LatenessProbe::start(Arc::clone(&pump), daemon.threads());
     let freeze_watch = freezes::FreezeWatch::start();
     let timings = timings::Timings::parse(&daemon.metrics().render_now());
     // Shepherd's own `stall_detected` records (wall ms), to split each latency in two.

@@ -60,14 +60,24 @@ fn server_threads(configured: usize) -> Vec<Arbiter> {
         n => n,
     };
     tracing::info!(threads = n, "servers (their event pumps and sessions) run on {n} thread(s)");
-    named_threads(n, "shepherd-srv")
+    named_threads(n, SERVER_THREADS)
 }
 
 /// The threads the sessions' calls to OpenCode are made on, one per server thread
 /// ([`crate::opencode::io_thread`]): a burst of events queued for the sessions does not
 /// delay their recoveries' HTTP exchanges.
 fn io_threads(n: usize) -> Vec<Arbiter> {
-    named_threads(n, "shepherd-io")
+    named_threads(n, IO_THREADS)
+}
+
+/// The servers' threads' names: `shepherd-srv-0`, `shepherd-srv-1`, ….
+const SERVER_THREADS: &str = "shepherd-srv";
+/// The io threads' names: `shepherd-io-0`, ….
+const IO_THREADS: &str = "shepherd-io";
+
+/// The `i`-th of the threads named `prefix`.
+fn thread_name(prefix: &str, i: usize) -> String {
+    format!("{prefix}-{i}")
 }
 
 /// `n` threads with their own runtimes, named `{prefix}-0`, `{prefix}-1`, ….
@@ -75,7 +85,7 @@ fn named_threads(n: usize, prefix: &'static str) -> Vec<Arbiter> {
     (0..n)
         .map(|i| {
             let arbiter = Arbiter::new();
-            arbiter.spawn_fn(move || name_this_thread(&format!("{prefix}-{i}")));
+            arbiter.spawn_fn(move || name_this_thread(&thread_name(prefix, i)));
             arbiter
         })
         .collect()
@@ -282,16 +292,17 @@ impl Daemon {
         self.pump_stats.read().map(|s| s.clone()).unwrap_or_default()
     }
 
-    /// The threads the servers' pumps and sessions run on, in order (`shepherd-srv-N`):
-    /// where the fleet bench measures how late each thread runs what it is given.
-    pub fn server_threads(&self) -> Vec<actix::ArbiterHandle> {
-        self.server_threads.iter().map(Arbiter::handle).collect()
-    }
-
-    /// The threads the sessions' calls to OpenCode are made on, in order
-    /// (`shepherd-io-N`, paired with `shepherd-srv-N`): probed by the fleet bench too.
-    pub fn io_threads(&self) -> Vec<actix::ArbiterHandle> {
-        self.io_threads.iter().map(Arbiter::handle).collect()
+    /// The threads the servers' pumps and sessions run on (`shepherd-srv-N`), then those
+    /// the sessions' calls to OpenCode are made on (`shepherd-io-N`, paired with
+    /// `shepherd-srv-N`), each with the name it was given: where the fleet bench
+    /// measures how late each thread runs what it is given.
+    pub fn threads(&self) -> Vec<(String, actix::ArbiterHandle)> {
+        let named = |prefix: &str, threads: &[Arbiter]| -> Vec<(String, actix::ArbiterHandle)> {
+            threads.iter().enumerate().map(|(i, t)| (thread_name(prefix, i), t.handle())).collect()
+        };
+        let mut threads = named(SERVER_THREADS, &self.server_threads);
+        threads.extend(named(IO_THREADS, &self.io_threads));
+        threads
     }
 
     /// This daemon's metrics (what `GET /metrics` serves).
