@@ -52,7 +52,11 @@ impl FaultyProxy {
         let shared = Arc::clone(&faults);
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         let url = format!("http://{}", listener.local_addr()?);
-        let client = reqwest::Client::new();
+        // Gives a pooled connection up before OpenCode may close it (as Shepherd does), so
+        // a forwarded call never goes out on a connection the server is closing.
+        let client = reqwest::Client::builder()
+            .pool_idle_timeout(shepherd::opencode::client::POOL_IDLE)
+            .build()?;
         let (handle, _thread) = shepherd::http_thread::spawn_server("faulty-proxy".into(), move || {
             Ok(HttpServer::new(move || {
                 App::new()

@@ -32,6 +32,10 @@ pub use self::wait::{wait_for, wait_until};
 
 /// Timeout of ordinary API calls.
 const API_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a pooled connection may sit idle and still be used: less than the 5 s after
+/// which OpenCode 1.19 closes one. A test's prompt sent on a connection the server is
+/// closing at that moment would fail though the test did nothing wrong.
+const POOL_IDLE: Duration = Duration::from_secs(4);
 
 /// A REST helper bound to one OpenCode server (and optionally one directory).
 #[derive(Debug, Clone)]
@@ -45,7 +49,11 @@ pub struct OpenCodeClient {
 impl OpenCodeClient {
     /// A client for `base_url` (`http://127.0.0.1:PORT`, no trailing slash needed).
     pub fn new(base_url: impl Into<String>) -> OpenCodeClient {
-        let http = reqwest::Client::builder().timeout(API_TIMEOUT).build().unwrap_or_else(|_| reqwest::Client::new());
+        let http = reqwest::Client::builder()
+            .timeout(API_TIMEOUT)
+            .pool_idle_timeout(POOL_IDLE)
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
         OpenCodeClient { base: base_url.into().trim_end_matches('/').to_string(), http, auth: None, directory: None }
     }
 
