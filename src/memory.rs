@@ -6,8 +6,8 @@
 //! memory in fragments pinned between live objects even after `malloc_trim`; jemalloc
 //! (size classes in slabs per size) keeps them closer together: on the fleet bench at
 //! 10,000 sessions, after all phases, 4.1–4.3 KiB of resident memory per session against
-//! 4.9–5.2 with glibc (README, "Measured scale"). Every program linking this library —
-//! the daemon, its tests and the fleet bench — allocates with it.
+//! 4.9–5.2 with glibc (docs/scale-journal.md, twelfth session). Every program linking
+//! this library — the daemon, its tests and the fleet bench — allocates with it.
 //!
 //! jemalloc returns freed pages to the system as they age (`dirty_decay_ms`), but only
 //! while the program allocates; a fleet gone quiet would keep the burst's pages. So the
