@@ -286,7 +286,7 @@ fn running_part(session_id: &str, part: &RawValue) -> Option<Event> {
 impl Control for OpenCodeClient {
     async fn abort(&self, session_id: &str) -> Result<(), EngineError> {
         let rb = self.request(Method::POST, &session_path(session_id, "/abort")?);
-        self.send(rb, transport::ABORT).await.map(drop)
+        self.send_first(rb, transport::ABORT).await.map(drop)
     }
 
     async fn summarize(&self, session_id: &str, model: &ModelRef) -> Result<(), EngineError> {

@@ -162,7 +162,7 @@ impl OpenCodeClient {
         if !directory.is_empty() {
             rb = rb.query(&[("directory", directory)]);
         }
-        let body = match self.send(rb, STATUS_READ).await {
+        let body = match self.send_first(rb, STATUS_READ).await {
             Ok(resp) => read_capped(resp, self.max_response_bytes, STATUS_READ).await,
             Err(e) => Err(e),
         };

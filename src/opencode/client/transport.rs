@@ -31,7 +31,18 @@ impl OpenCodeClient {
     }
 
     pub(super) async fn send(&self, rb: RequestBuilder, what: &str) -> Result<reqwest::Response, EngineError> {
-        let _turn = self.turn(what).await?;
+        self.send_in(rb, what, Lane::InTurn).await
+    }
+
+    /// Like [`Self::send`], for a call a stalled session's abort waits on — the status
+    /// read that confirms it is still busy, the abort itself: it gets a free turn before
+    /// the other calls waiting ([`super::turns`]).
+    pub(super) async fn send_first(&self, rb: RequestBuilder, what: &str) -> Result<reqwest::Response, EngineError> {
+        self.send_in(rb, what, Lane::First).await
+    }
+
+    async fn send_in(&self, rb: RequestBuilder, what: &str, lane: Lane) -> Result<reqwest::Response, EngineError> {
+        let _turn = self.turn(what, lane).await?;
         let resp = self.timed(what, rb.send()).await.map_err(|e| EngineError::Unreachable(format!("{what}: {e}")))?;
         Self::checked(resp, what).await
     }
@@ -57,10 +68,8 @@ impl OpenCodeClient {
 
     /// Waits for one of `servers[].max_requests_in_flight` turns (at most
     /// `request_timeout`; then the call fails as never sent), held until the answer's
-    /// head is in. The calls a stalled session's abort waits on — the status read, the
-    /// abort — get a free turn before the others ([`super::turns`]).
-    async fn turn(&self, what: &str) -> Result<Turn, EngineError> {
-        let lane = if what == STATUS_READ || what == ABORT { Lane::First } else { Lane::InTurn };
+    /// head is in; `lane` says whether it goes before the calls waiting in turn.
+    async fn turn(&self, what: &str, lane: Lane) -> Result<Turn, EngineError> {
         tokio::time::timeout(self.permit_wait, self.in_flight.take(lane)).await.map_err(|_| {
             EngineError::Unreachable(format!(
                 "{what}: not sent: servers[].max_requests_in_flight calls stayed under way for {:?}",
@@ -73,7 +82,7 @@ impl OpenCodeClient {
     /// after the connection was made (a timeout, a connection broken while waiting for
     /// the answer) may come after OpenCode acted on it — [`EngineError::Unconfirmed`].
     pub(super) async fn send_effect(&self, rb: RequestBuilder, what: &str) -> Result<reqwest::Response, EngineError> {
-        let _turn = self.turn(what).await?;
+        let _turn = self.turn(what, Lane::InTurn).await?;
         let resp = self.timed(what, rb.send()).await.map_err(|e| {
             if e.is_connect() || e.is_builder() {
                 EngineError::Unreachable(format!("{what}: {e}"))
@@ -323,8 +332,9 @@ mod tests {
         (url, lines)
     }
 
-    /// With every turn taken, an abort asked for after other calls goes before them: a
-    /// stalled session's abort does not wait behind other sessions' reads and prompts.
+    /// With every turn taken, an abort and a status read asked for after other calls go
+    /// before them: a stalled session's abort does not wait behind other sessions' reads
+    /// and prompts.
     #[tokio::test]
     async fn an_abort_waiting_for_a_turn_goes_before_calls_that_asked_earlier() {
         let (open, gate) = tokio::sync::watch::channel(false);
@@ -346,13 +356,22 @@ mod tests {
             tokio::spawn(async move { client.abort("ses_C").await })
         };
         wait().await;
+        // The status read that confirms a stall goes first too (its answer, `[]`, is
+        // no status map: only its place in the order matters here).
+        let status_read = {
+            let client = client.clone();
+            tokio::spawn(async move { client.statuses("").await.map(drop) })
+        };
+        wait().await;
         open.send(true).unwrap();
         for call in [under_way, waiting, abort] {
             call.await.unwrap().unwrap();
         }
+        let _ = status_read.await.unwrap();
         let lines = lines.lock().unwrap().clone();
         let order: Vec<&str> = lines.iter().map(|l| l.split(' ').nth(1).unwrap_or_default()).collect();
-        assert_eq!(order, ["/session/ses_A/todo", "/session/ses_C/abort", "/session/ses_B/todo"]);
+        let expected = ["/session/ses_A/todo", "/session/ses_C/abort", "/session/status", "/session/ses_B/todo"];
+        assert_eq!(order, expected);
     }
 
     #[tokio::test]
