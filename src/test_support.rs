@@ -31,6 +31,7 @@ pub(crate) struct Answer {
     body: Vec<u8>,
     chunked: bool,
     keep_alive: Option<std::time::Duration>,
+    gate: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// A running [`Answer`]: where it listens, the request lines it saw, its connections.
@@ -44,7 +45,7 @@ impl Answer {
     /// `200 OK` with this JSON body, its length announced, each connection closed after
     /// its answer.
     pub(crate) fn json(body: impl Into<Vec<u8>>) -> Self {
-        Self { status: "200 OK", body: body.into(), chunked: false, keep_alive: None }
+        Self { status: "200 OK", body: body.into(), chunked: false, keep_alive: None, gate: None }
     }
 
     /// This status line's code and reason (`"401 Unauthorized"`), no body.
@@ -66,6 +67,12 @@ impl Answer {
         Self { keep_alive: Some(idle), ..self }
     }
 
+    /// Each request recorded as it comes but answered only once `gate` is open: a server
+    /// that holds its answers while a test lines calls up behind them.
+    pub(crate) fn once_open(self, gate: tokio::sync::watch::Receiver<bool>) -> Self {
+        Self { gate: Some(gate), ..self }
+    }
+
     pub(crate) async fn serve(self) -> FakeHttp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let served = FakeHttp {
@@ -73,12 +80,13 @@ impl Answer {
             requests: Arc::default(),
             connections: Arc::default(),
         };
-        let (answer, keep_alive) = (Arc::new(self.bytes()), self.keep_alive);
+        let (answer, keep_alive, gate) = (Arc::new(self.bytes()), self.keep_alive, self.gate.clone());
         let (requests, connections) = (Arc::clone(&served.requests), Arc::clone(&served.connections));
         tokio::spawn(async move {
             while let Ok((sock, _)) = listener.accept().await {
                 connections.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(answer_each(sock, Arc::clone(&answer), keep_alive, Arc::clone(&requests)));
+                let each = answer_each(sock, Arc::clone(&answer), keep_alive, gate.clone(), Arc::clone(&requests));
+                tokio::spawn(each);
             }
         });
         served
@@ -109,6 +117,7 @@ async fn answer_each(
     mut sock: tokio::net::TcpStream,
     answer: Arc<Vec<u8>>,
     keep_alive: Option<std::time::Duration>,
+    mut gate: Option<tokio::sync::watch::Receiver<bool>>,
     requests: Arc<Mutex<Vec<String>>>,
 ) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -125,6 +134,11 @@ async fn answer_each(
         got.clear();
         if last_answer.is_some_and(|at| keep_alive.is_some_and(|idle| at.elapsed() >= idle)) {
             return; // closed unanswered
+        }
+        if let Some(gate) = &mut gate {
+            if gate.wait_for(|open| *open).await.is_err() {
+                return; // the test is gone
+            }
         }
         if sock.write_all(&answer).await.is_err() || keep_alive.is_none() {
             return;

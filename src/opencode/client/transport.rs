@@ -295,51 +295,14 @@ mod tests {
         (url, connections)
     }
 
-    /// A server that answers `[]` to every request, each only once `gate` is open, and
-    /// notes the request lines in the order they came.
-    async fn gated_server(gate: tokio::sync::watch::Receiver<bool>) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let noted = Arc::clone(&lines);
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let (noted, mut gate) = (Arc::clone(&noted), gate.clone());
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    loop {
-                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                            let mut chunk = [0u8; 4096];
-                            match socket.read(&mut chunk).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                            }
-                        }
-                        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-                        let head = String::from_utf8_lossy(&buf[..end]).to_string();
-                        buf.drain(..end);
-                        noted.lock().unwrap().push(head.lines().next().unwrap_or_default().to_string());
-                        let _ = gate.wait_for(|open| *open).await;
-                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n[]";
-                        if socket.write_all(answer).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        (url, lines)
-    }
-
     /// With every turn taken, an abort and a status read asked for after other calls go
     /// before them: a stalled session's abort does not wait behind other sessions' reads
     /// and prompts.
     #[tokio::test]
     async fn an_abort_waiting_for_a_turn_goes_before_calls_that_asked_earlier() {
         let (open, gate) = tokio::sync::watch::channel(false);
-        let (url, lines) = gated_server(gate).await;
-        let mut server = ServerConfig::new("a", &url);
+        let held = crate::test_support::Answer::json("[]").once_open(gate).serve().await;
+        let mut server = ServerConfig::new("a", &held.url);
         server.max_requests_in_flight = 1;
         let client = OpenCodeClient::new(&server, None).unwrap();
         let spawn_todos = |id: &'static str| {
@@ -368,7 +331,7 @@ mod tests {
             call.await.unwrap().unwrap();
         }
         let _ = status_read.await.unwrap();
-        let lines = lines.lock().unwrap().clone();
+        let lines = held.requests.lock().unwrap().clone();
         let order: Vec<&str> = lines.iter().map(|l| l.split(' ').nth(1).unwrap_or_default()).collect();
         let expected = ["/session/ses_A/todo", "/session/ses_C/abort", "/session/status", "/session/ses_B/todo"];
         assert_eq!(order, expected);
