@@ -166,16 +166,15 @@ impl OpenCodeClient {
             Ok(resp) => read_capped(resp, self.max_response_bytes, STATUS_READ).await,
             Err(e) => Err(e),
         };
-        let what = STATUS_READ;
         let answer = match body {
             Ok(body) if body.len() < PARSE_APART_BYTES => {
-                entries(&body, wanted_ids(&readers).as_ref()).map_err(|e| undecodable(what, e))
+                entries(&body, wanted_ids(&readers).as_ref()).map_err(|e| undecodable(STATUS_READ, e))
             }
             Ok(body) => {
                 // Scanned on the blocking pool, with a copy of the ids asked for.
                 let wanted: Option<Vec<String>> =
                     wanted_ids(&readers).map(|ids| ids.into_iter().map(str::to_string).collect());
-                parse_apart_if_long(body.len(), what, move || {
+                parse_apart_if_long(body.len(), STATUS_READ, move || {
                     let wanted: Option<HashSet<&str>> =
                         wanted.as_ref().map(|ids| ids.iter().map(String::as_str).collect());
                     entries(&body, wanted.as_ref())
